@@ -1,0 +1,27 @@
+import type { Pool } from 'pg';
+import type { ProviderClient } from '../provider/client';
+import { inventoryActivities, type CasOptions, type ReserveLogic } from './inventory';
+import { notificationActivities } from './notifications';
+import { orderActivities } from './orders';
+import { paymentActivities } from './payments';
+import { shippingActivities } from './shipping';
+
+export interface ActivityDeps {
+  db: Pool;
+  provider: ProviderClient;
+  cas?: Partial<CasOptions>;
+  reserveLogic?: ReserveLogic;
+}
+
+/** Every activity of the order saga, built from its dependencies (worker.ts builds those). */
+export function createActivities(deps: ActivityDeps) {
+  return {
+    ...orderActivities(deps),
+    ...inventoryActivities(deps),
+    ...paymentActivities(deps),
+    ...shippingActivities(deps),
+    ...notificationActivities(deps),
+  };
+}
+
+export type OrderActivities = ReturnType<typeof createActivities>;

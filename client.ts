@@ -1,0 +1,311 @@
+/**
+ * The order saga's command line. `npx tsx client.ts --help` lists the commands.
+ * Exit codes: 0 success (place: the order COMPLETED), 1 the order ended otherwise or the command
+ * failed, 2 invalid input (nothing started, nothing written), 3 duplicate order ID.
+ */
+import { readFile } from 'node:fs/promises';
+import { parseArgs } from 'node:util';
+import {
+  Client,
+  Connection,
+  WorkflowExecutionAlreadyStartedError,
+  WorkflowFailedError,
+  WorkflowNotFoundError,
+  WorkflowUpdateFailedError,
+} from '@temporalio/client';
+import { WorkflowIdConflictPolicy, WorkflowIdReusePolicy } from '@temporalio/common';
+import { Pool } from 'pg';
+import { checkAgainstCatalogue } from './activities/orders';
+import { createPool } from './db/pool';
+import { ORDER_STATUSES, OrderValidationError, orderTotalCents, parseOrder, workflowIdFor, type OrderInput, type OrderResult } from './domain/order';
+import { readConfig, runUrl, type AppConfig } from './lib/config';
+import { cancelUpdate, RESOLVE_ACTIONS, resolveUpdate, stateQuery, type ResolveAction, type SagaState } from './workflows/messages';
+import { CustomerIdKey, NeedsAttentionKey, OrderStatusKey, TotalCentsKey } from './workflows/search-attributes';
+
+export const EXIT = { ok: 0, notCompleted: 1, invalid: 2, duplicate: 3 } as const;
+
+/** A user error: printed on stderr, naming the field, with the given exit code. */
+export class CliError extends Error {
+  constructor(
+    message: string,
+    readonly code: number,
+  ) {
+    super(message);
+  }
+}
+
+const HELP: Record<string, string> = {
+  main: `Usage: npx tsx client.ts <command> [options]
+
+Commands:
+  place --file <order.json> [--json] [--no-wait]   start an order saga and wait for its end
+  status <orderId> [--json]                        the saga's state (its state query) and Web UI link
+  cancel <orderId> [--reason <text>]               cancel before the pivot (runs the compensations)
+  resolve <orderId> --action <action> [--note <t>] operator action on an UNKNOWN charge or NEEDS_ATTENTION
+  list [--status <STATUS>] [--json]                orders by status, from Temporal's visibility store
+
+Run "npx tsx client.ts <command> --help" for a command's details.
+Environment: TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TASK_QUEUE, TEMPORAL_UI_URL, DATABASE_URL
+(defaults: what a running "npm start" recorded in .data/runtime.json, else 127.0.0.1 loopback).`,
+  place: `Usage: npx tsx client.ts place --file <order.json> [--json] [--no-wait]
+
+Validates the order (the same schema the workflow checks), then starts workflow order:<orderId> and
+waits for it. Prints the order ID, the final status and the run's Web UI URL.
+  --file     the order, as JSON (see examples/order.json)
+  --json     print one JSON object: orderId, workflowId, runId, status, reason, uiUrl
+  --no-wait  return as soon as the saga has started
+Exit codes: 0 COMPLETED (or started, with --no-wait), 1 ended otherwise, 2 invalid input, 3 duplicate order ID.`,
+  status: `Usage: npx tsx client.ts status <orderId> [--json]
+
+Prints the saga's status, current step, steps done, compensation stack, unknowns and attempts
+(from its "state" query), and its Web UI URL. Exit code 1 when there is no such order.`,
+  cancel: `Usage: npx tsx client.ts cancel <orderId> [--reason <text>]
+
+Sends the "cancel" Update. Accepted before the pivot (the shipment): the compensations run and the
+order ends CANCELLED. After the pivot it is refused with the reason. Exit code 1 when refused.`,
+  resolve: `Usage: npx tsx client.ts resolve <orderId> --action <action> [--note <text>]
+
+Sends the "resolve" Update. Actions: ${RESOLVE_ACTIONS.join(', ')}.
+  charge-succeeded / charge-failed   settle an UNKNOWN charge after checking with the provider
+  retry                              retry the failed compensation or forward step
+  mark-resolved                      the failed step was done by hand; carry on
+Exit code 1 when refused (the saga is not waiting for that action).`,
+  list: `Usage: npx tsx client.ts list [--status <STATUS>] [--json]
+
+Lists order sagas from Temporal's visibility store (search attribute OrderStatus).
+STATUS is one of ${ORDER_STATUSES.join(', ')}.`,
+};
+
+interface Out {
+  out(line: string): void;
+  err(line: string): void;
+}
+
+async function connect(cfg: AppConfig): Promise<Client> {
+  try {
+    const connection = await Connection.connect({ address: cfg.temporalAddress, connectTimeout: '5s' });
+    return new Client({ connection, namespace: cfg.namespace });
+  } catch (err) {
+    throw new CliError(`cannot reach Temporal at ${cfg.temporalAddress}: ${(err as Error).message} (is "npm start" running?)`, 1);
+  }
+}
+
+/** Reads and validates an order file. Throws CliError(2) naming the field. */
+export async function loadOrder(file: string, db?: Pool): Promise<OrderInput> {
+  let text: string;
+  try {
+    text = await readFile(file, 'utf8');
+  } catch (err) {
+    throw new CliError(`invalid input: file: cannot read ${file}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`, EXIT.invalid);
+  }
+  let raw: unknown;
+  try {
+    raw = JSON.parse(text);
+  } catch (err) {
+    throw new CliError(`invalid input: file: ${file} is not valid JSON: ${(err as Error).message}`, EXIT.invalid);
+  }
+  let order: OrderInput;
+  try {
+    order = parseOrder(raw);
+  } catch (err) {
+    if (err instanceof OrderValidationError) throw new CliError(err.message, EXIT.invalid);
+    throw err;
+  }
+  if (db) {
+    const problem = await checkAgainstCatalogue(db, order);
+    if (problem) throw new CliError(`invalid order: ${problem.field}: ${problem.problem}`, EXIT.invalid);
+    const existing = await db.query({ text: 'SELECT status FROM orders WHERE order_id = $1', values: [order.orderId] });
+    if (existing.rowCount) throw new CliError(`duplicate order: orderId: ${order.orderId} already exists`, EXIT.duplicate);
+  }
+  return order;
+}
+
+function printResult(io: Out, json: boolean, r: { orderId: string; workflowId: string; runId?: string; status: string; reason?: string; uiUrl: string }): void {
+  if (json) return io.out(JSON.stringify(r));
+  io.out(`order ${r.orderId}: ${r.status}${r.reason ? ` (${r.reason})` : ''}`);
+  io.out(`  workflow: ${r.workflowId}${r.runId ? ` run ${r.runId}` : ''}`);
+  io.out(`  web ui:   ${r.uiUrl}`);
+}
+
+async function place(args: string[], cfg: AppConfig, io: Out): Promise<number> {
+  const { values } = parseArgs({ args, options: { file: { type: 'string' }, json: { type: 'boolean' }, 'no-wait': { type: 'boolean' }, help: { type: 'boolean' } } });
+  if (values.help) return io.out(HELP.place!), EXIT.ok;
+  if (!values.file) throw new CliError('invalid input: --file: an order file is required', EXIT.invalid);
+  const db = cfg.databaseUrl ? createPool(cfg.databaseUrl, { max: 1 }) : undefined;
+  let order: OrderInput;
+  try {
+    order = await loadOrder(values.file, db);
+  } finally {
+    await db?.end();
+  }
+  const client = await connect(cfg);
+  const workflowId = workflowIdFor(order.orderId);
+  let handle;
+  try {
+    handle = await client.workflow.start('orderSaga', {
+      taskQueue: cfg.taskQueue,
+      workflowId,
+      args: [order],
+      workflowIdReusePolicy: WorkflowIdReusePolicy.REJECT_DUPLICATE,
+      workflowIdConflictPolicy: WorkflowIdConflictPolicy.FAIL,
+      typedSearchAttributes: [
+        { key: OrderStatusKey, value: 'PENDING' },
+        { key: CustomerIdKey, value: order.customerId },
+        { key: TotalCentsKey, value: orderTotalCents(order) },
+        { key: NeedsAttentionKey, value: false },
+      ],
+      staticSummary: `Order ${order.orderId} for ${order.customerId}: ${order.items.length} line(s), ${orderTotalCents(order)} ${order.currency} cents`,
+    });
+  } catch (err) {
+    if (err instanceof WorkflowExecutionAlreadyStartedError) {
+      throw new CliError(`duplicate order: orderId: ${order.orderId} already has workflow ${workflowId}`, EXIT.duplicate);
+    }
+    throw err;
+  }
+  const base = { orderId: order.orderId, workflowId, runId: handle.firstExecutionRunId, uiUrl: runUrl(cfg, workflowId, handle.firstExecutionRunId) };
+  if (values['no-wait']) {
+    printResult(io, !!values.json, { ...base, status: 'STARTED' });
+    return EXIT.ok;
+  }
+  let result: OrderResult;
+  try {
+    result = (await handle.result()) as OrderResult;
+  } catch (err) {
+    if (!(err instanceof WorkflowFailedError)) throw err;
+    const reason = (err.cause as Error | undefined)?.message ?? err.message;
+    printResult(io, !!values.json, { ...base, status: 'FAILED', reason });
+    return EXIT.notCompleted;
+  }
+  printResult(io, !!values.json, { ...base, status: result.status, ...(result.reason ? { reason: result.reason } : {}) });
+  return result.status === 'COMPLETED' ? EXIT.ok : EXIT.notCompleted;
+}
+
+function orderIdArg(positionals: string[], command: string): string {
+  const id = positionals[0];
+  if (!id) throw new CliError(`invalid input: orderId: required (usage: client.ts ${command} <orderId>)`, EXIT.invalid);
+  if (id.length > 64 || /[\u0000-\u001f]/.test(id)) throw new CliError('invalid input: orderId: at most 64 printable characters', EXIT.invalid);
+  return id;
+}
+
+function printState(io: Out, json: boolean, cfg: AppConfig, s: SagaState): void {
+  const workflowId = workflowIdFor(s.orderId);
+  if (json) return io.out(JSON.stringify({ ...s, workflowId, uiUrl: runUrl(cfg, workflowId) }));
+  io.out(`order ${s.orderId}: ${s.status}${s.reason ? ` (${s.reason})` : ''}`);
+  io.out(`  step:          ${s.step}${s.awaiting ? ` (awaiting operator: ${s.awaiting})` : ''}`);
+  io.out(`  steps done:    ${s.stepsDone.join(' → ') || '-'}`);
+  io.out(`  compensations: ${s.compensations.length ? [...s.compensations].reverse().join(' ← ') : '-'}${s.compensationsRun.length ? ` (ran: ${s.compensationsRun.join(', ')})` : ''}`);
+  io.out(`  unknowns:      ${s.unknowns.join(', ') || '-'}`);
+  io.out(`  attempts:      ${Object.entries(s.attempts).map(([k, v]) => `${k}=${v}`).join(' ') || '-'}`);
+  io.out(`  web ui:        ${runUrl(cfg, workflowId)}`);
+}
+
+async function status(args: string[], cfg: AppConfig, io: Out): Promise<number> {
+  const { values, positionals } = parseArgs({ args, allowPositionals: true, options: { json: { type: 'boolean' }, help: { type: 'boolean' } } });
+  if (values.help) return io.out(HELP.status!), EXIT.ok;
+  const orderId = orderIdArg(positionals, 'status');
+  const client = await connect(cfg);
+  try {
+    const state = await client.workflow.getHandle(workflowIdFor(orderId)).query(stateQuery);
+    printState(io, !!values.json, cfg, state);
+    return EXIT.ok;
+  } catch (err) {
+    if (err instanceof WorkflowNotFoundError) throw new CliError(`no order ${orderId} (no workflow ${workflowIdFor(orderId)})`, EXIT.notCompleted);
+    throw err;
+  }
+}
+
+async function update(command: 'cancel' | 'resolve', args: string[], cfg: AppConfig, io: Out): Promise<number> {
+  const { values, positionals } = parseArgs({
+    args,
+    allowPositionals: true,
+    options: { reason: { type: 'string' }, action: { type: 'string' }, note: { type: 'string' }, json: { type: 'boolean' }, help: { type: 'boolean' } },
+  });
+  if (values.help) return io.out(HELP[command]!), EXIT.ok;
+  const orderId = orderIdArg(positionals, command);
+  if (command === 'resolve' && !RESOLVE_ACTIONS.includes(values.action as ResolveAction)) {
+    throw new CliError(`invalid input: --action: must be one of ${RESOLVE_ACTIONS.join(', ')}`, EXIT.invalid);
+  }
+  const client = await connect(cfg);
+  const handle = client.workflow.getHandle(workflowIdFor(orderId));
+  try {
+    const state =
+      command === 'cancel'
+        ? await handle.executeUpdate(cancelUpdate, { args: [values.reason ?? 'cancelled by operator'] })
+        : await handle.executeUpdate(resolveUpdate, { args: [{ action: values.action as ResolveAction, ...(values.note ? { note: values.note } : {}) }] });
+    printState(io, !!values.json, cfg, state);
+    return EXIT.ok;
+  } catch (err) {
+    if (err instanceof WorkflowNotFoundError) throw new CliError(`no order ${orderId} (no workflow ${workflowIdFor(orderId)})`, EXIT.notCompleted);
+    if (err instanceof WorkflowUpdateFailedError) throw new CliError(`${command} refused: ${(err.cause as Error | undefined)?.message ?? err.message}`, EXIT.notCompleted);
+    throw err;
+  }
+}
+
+async function list(args: string[], cfg: AppConfig, io: Out): Promise<number> {
+  const { values } = parseArgs({ args, options: { status: { type: 'string' }, json: { type: 'boolean' }, help: { type: 'boolean' } } });
+  if (values.help) return io.out(HELP.list!), EXIT.ok;
+  if (values.status && !(ORDER_STATUSES as readonly string[]).includes(values.status)) {
+    throw new CliError(`invalid input: --status: must be one of ${ORDER_STATUSES.join(', ')}`, EXIT.invalid);
+  }
+  const client = await connect(cfg);
+  const query = `WorkflowType = 'orderSaga'${values.status ? ` AND OrderStatus = '${values.status}'` : ''}`;
+  const rows = [];
+  for await (const wf of client.workflow.list({ query, pageSize: 100 })) {
+    rows.push({
+      workflowId: wf.workflowId,
+      orderId: wf.workflowId.replace(/^order:/, ''),
+      status: wf.typedSearchAttributes.get(OrderStatusKey) ?? 'UNKNOWN',
+      customerId: wf.typedSearchAttributes.get(CustomerIdKey),
+      totalCents: wf.typedSearchAttributes.get(TotalCentsKey),
+      needsAttention: wf.typedSearchAttributes.get(NeedsAttentionKey) ?? false,
+      execution: wf.status.name,
+      startTime: wf.startTime.toISOString(),
+      uiUrl: runUrl(cfg, wf.workflowId, wf.runId),
+    });
+    if (rows.length >= 1000) break;
+  }
+  if (values.json) io.out(JSON.stringify(rows));
+  else if (rows.length === 0) io.out('no orders');
+  else for (const r of rows) io.out(`${r.orderId.padEnd(28)} ${String(r.status).padEnd(16)} ${String(r.customerId ?? '').padEnd(16)} ${String(r.totalCents ?? '').padStart(10)}  ${r.uiUrl}`);
+  return EXIT.ok;
+}
+
+export async function runCli(argv: string[], cfg: AppConfig = readConfig(), io: Out = { out: (l) => process.stdout.write(`${l}\n`), err: (l) => process.stderr.write(`${l}\n`) }): Promise<number> {
+  const [command, ...rest] = argv;
+  try {
+    switch (command) {
+      case 'place':
+        return await place(rest, cfg, io);
+      case 'status':
+        return await status(rest, cfg, io);
+      case 'cancel':
+      case 'resolve':
+        return await update(command, rest, cfg, io);
+      case 'list':
+        return await list(rest, cfg, io);
+      case undefined:
+      case '--help':
+      case '-h':
+      case 'help':
+        io.out(HELP.main!);
+        return command === undefined ? EXIT.invalid : EXIT.ok;
+      default:
+        throw new CliError(`invalid input: command: unknown command "${command}" (try --help)`, EXIT.invalid);
+    }
+  } catch (err) {
+    if (err instanceof CliError) {
+      io.err(err.message);
+      return err.code;
+    }
+    if (err instanceof TypeError && (err as NodeJS.ErrnoException).code?.startsWith('ERR_PARSE_ARGS')) {
+      io.err(`invalid input: ${err.message}`);
+      return EXIT.invalid;
+    }
+    io.err(`error: ${(err as Error).message}`);
+    return EXIT.notCompleted;
+  }
+}
+
+if (require.main === module) {
+  runCli(process.argv.slice(2)).then((code) => process.exit(code));
+}

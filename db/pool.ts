@@ -1,0 +1,25 @@
+import { Pool, type PoolClient, type PoolConfig } from 'pg';
+
+/** Builds the one pool a process uses. Callers pass the URL; nothing here reads the environment. */
+export function createPool(connectionString: string, extra: Partial<PoolConfig> = {}): Pool {
+  const pool = new Pool({ connectionString, max: 10, idleTimeoutMillis: 10_000, ...extra });
+  // An idle client losing its server (a Postgres restart) must not crash the process.
+  pool.on('error', () => undefined);
+  return pool;
+}
+
+/** Runs fn inside BEGIN/COMMIT, rolls back on any error and always releases the client. */
+export async function withTransaction<T>(pool: Pool, fn: (client: PoolClient) => Promise<T>): Promise<T> {
+  const client = await pool.connect();
+  try {
+    await client.query('BEGIN');
+    const result = await fn(client);
+    await client.query('COMMIT');
+    return result;
+  } catch (err) {
+    await client.query('ROLLBACK').catch(() => undefined);
+    throw err;
+  } finally {
+    client.release();
+  }
+}

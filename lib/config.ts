@@ -1,0 +1,46 @@
+/** The environment variables the processes read, in one place, with their loopback defaults. */
+import { existsSync, readFileSync } from 'node:fs';
+import path from 'node:path';
+import { DEV_PROVIDER_API_KEY } from '../provider/server';
+
+/** Where `npm start` records the addresses of what it started, so client.ts finds them. */
+export const RUNTIME_FILE = path.resolve(__dirname, '..', '.data', 'runtime.json');
+
+function runtimeDefaults(): NodeJS.ProcessEnv {
+  if (!existsSync(RUNTIME_FILE)) return {};
+  try {
+    return JSON.parse(readFileSync(RUNTIME_FILE, 'utf8')) as NodeJS.ProcessEnv;
+  } catch {
+    return {};
+  }
+}
+
+export interface AppConfig {
+  temporalAddress: string;
+  namespace: string;
+  taskQueue: string;
+  uiUrl: string;
+  databaseUrl?: string;
+  providerUrl: string;
+  providerApiKey: string;
+}
+
+/** Environment first, then what a running `npm start` recorded, then loopback defaults. */
+export function readConfig(processEnv: NodeJS.ProcessEnv = process.env): AppConfig {
+  const env = processEnv === process.env ? { ...runtimeDefaults(), ...processEnv } : processEnv;
+  return {
+    temporalAddress: env.TEMPORAL_ADDRESS ?? '127.0.0.1:7233',
+    namespace: env.TEMPORAL_NAMESPACE ?? 'default',
+    taskQueue: env.TASK_QUEUE ?? 'orders',
+    uiUrl: (env.TEMPORAL_UI_URL ?? 'http://127.0.0.1:8233').replace(/\/$/, ''),
+    databaseUrl: env.DATABASE_URL,
+    providerUrl: env.PROVIDER_URL ?? 'http://127.0.0.1:4010',
+    providerApiKey: env.PROVIDER_API_KEY ?? DEV_PROVIDER_API_KEY,
+  };
+}
+
+/** The Web UI page of one workflow run. */
+export function runUrl(cfg: Pick<AppConfig, 'uiUrl' | 'namespace'>, workflowId: string, runId?: string): string {
+  const base = `${cfg.uiUrl}/namespaces/${encodeURIComponent(cfg.namespace)}/workflows/${encodeURIComponent(workflowId)}`;
+  return runId ? `${base}/${encodeURIComponent(runId)}/history` : base;
+}

@@ -1,0 +1,48 @@
+/**
+ * Where the real Temporal servers come from. scripts/ensure-servers.sh builds them from package
+ * registries into the cache; TEMPORAL_CLI_PATH / TEMPORAL_TEST_SERVER_PATH override; with neither,
+ * the SDK's own download is used (needs internet).
+ */
+import { existsSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import type { Connection } from '@temporalio/client';
+import type { EphemeralServerExecutable } from '@temporalio/testing/lib/ephemeral-server';
+import { temporal } from '@temporalio/proto';
+import { SEARCH_ATTRIBUTES } from '../workflows/search-attributes';
+
+export const CACHE_DIR = process.env.ORDER_SAGA_CACHE ?? path.join(os.homedir(), '.cache', 'order-saga');
+
+function executable(envVar: string, cached: string): EphemeralServerExecutable | undefined {
+  const override = process.env[envVar];
+  if (override) {
+    if (!existsSync(override)) throw new Error(`${envVar}=${override} does not exist`);
+    return { type: 'existing-path', path: override };
+  }
+  return existsSync(cached) ? { type: 'existing-path', path: cached } : undefined;
+}
+
+/** The Temporal CLI (dev server with the Web UI). undefined → let the SDK download it. */
+export const devServerExecutable = (): EphemeralServerExecutable | undefined =>
+  executable('TEMPORAL_CLI_PATH', path.join(CACHE_DIR, 'bin', 'temporal'));
+
+/** The Java time-skipping test server's wrapper. undefined → let the SDK download it. */
+export const testServerExecutable = (): EphemeralServerExecutable | undefined =>
+  executable('TEMPORAL_TEST_SERVER_PATH', path.join(CACHE_DIR, 'bin', 'temporal-test-server'));
+
+/** Registers the saga's search attributes on a running server (idempotent). */
+export async function registerSearchAttributes(connection: Connection, namespace: string): Promise<void> {
+  const types = temporal.api.enums.v1.IndexedValueType;
+  const searchAttributes: Record<string, temporal.api.enums.v1.IndexedValueType> = {};
+  for (const [name, type] of Object.entries(SEARCH_ATTRIBUTES)) {
+    searchAttributes[name] = type === 'Keyword' ? types.INDEXED_VALUE_TYPE_KEYWORD : type === 'Bool' ? types.INDEXED_VALUE_TYPE_BOOL : types.INDEXED_VALUE_TYPE_INT;
+  }
+  const existing = await connection.operatorService.listSearchAttributes({ namespace });
+  const missing = Object.fromEntries(Object.entries(searchAttributes).filter(([name]) => !(name in (existing.customAttributes ?? {}))));
+  if (Object.keys(missing).length === 0) return;
+  try {
+    await connection.operatorService.addSearchAttributes({ namespace, searchAttributes: missing });
+  } catch (err) {
+    if (!/already exists/i.test((err as Error).message)) throw err;
+  }
+}

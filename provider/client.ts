@@ -1,0 +1,84 @@
+/** A small typed HTTP client for the payment provider. worker.ts builds it; activities receive it. */
+import { IDEMPOTENCY_HEADER, REPLAY_HEADER, type ApiError, type Charge, type ChargeRequest, type Refund, type RefundRequest } from './api';
+
+export interface ProviderClientOptions {
+  baseUrl: string;
+  apiKey: string;
+  /** Per-request timeout; a timed-out charge may still have happened (inquire before deciding). */
+  timeoutMs?: number;
+}
+
+/** The provider answered with an HTTP error (4xx/5xx). */
+export class ProviderHttpError extends Error {
+  constructor(
+    readonly status: number,
+    readonly body: ApiError,
+  ) {
+    super(`provider answered ${status}: ${body.error}: ${body.message}`);
+    this.name = 'ProviderHttpError';
+  }
+}
+
+/** No answer: connection refused or reset, or the request timed out. The outcome is unknown. */
+export class ProviderUnreachableError extends Error {
+  constructor(message: string, readonly timedOut: boolean) {
+    super(message);
+    this.name = 'ProviderUnreachableError';
+  }
+}
+
+export type ChargeOutcome = { http: 201 | 402; charge: Charge; replayed: boolean };
+
+export interface ProviderClient {
+  charge(key: string, req: ChargeRequest): Promise<ChargeOutcome>;
+  /** The inquiry: the charge, or undefined on 404 (never seen). */
+  getCharge(key: string): Promise<Charge | undefined>;
+  refund(key: string, req: RefundRequest): Promise<{ refund: Refund; replayed: boolean }>;
+}
+
+export function createProviderClient(opts: ProviderClientOptions): ProviderClient {
+  const timeoutMs = opts.timeoutMs ?? 10_000;
+  async function call(method: string, path: string, key?: string, body?: unknown): Promise<{ status: number; json: unknown; replayed: boolean }> {
+    const headers: Record<string, string> = { authorization: `Bearer ${opts.apiKey}` };
+    if (key) headers[IDEMPOTENCY_HEADER] = key;
+    if (body !== undefined) headers['content-type'] = 'application/json';
+    let res: Response;
+    try {
+      res = await fetch(new URL(path, opts.baseUrl), {
+        method,
+        headers,
+        body: body === undefined ? undefined : JSON.stringify(body),
+        signal: AbortSignal.timeout(timeoutMs),
+      });
+    } catch (err) {
+      const e = err as Error;
+      const timedOut = e.name === 'TimeoutError' || e.name === 'AbortError';
+      throw new ProviderUnreachableError(`provider ${method} ${path}: ${timedOut ? `no answer in ${timeoutMs} ms` : e.message}`, timedOut);
+    }
+    let json: unknown;
+    try {
+      json = await res.json();
+    } catch (err) {
+      throw new ProviderUnreachableError(`provider ${method} ${path}: response lost (${(err as Error).message})`, false);
+    }
+    return { status: res.status, json, replayed: res.headers.get(REPLAY_HEADER) === 'true' };
+  }
+  return {
+    async charge(key, req) {
+      const r = await call('POST', '/v1/charges', key, req);
+      if (r.status === 201 || r.status === 402) return { http: r.status, charge: r.json as Charge, replayed: r.replayed };
+      throw new ProviderHttpError(r.status, r.json as ApiError);
+    },
+    async getCharge(key) {
+      const r = await call('GET', `/v1/charges/${encodeURIComponent(key)}`);
+      if (r.status === 200) return r.json as Charge;
+      if (r.status === 404) return undefined;
+      throw new ProviderHttpError(r.status, r.json as ApiError);
+    },
+    async refund(key, req) {
+      const r = await call('POST', '/v1/refunds', key, req);
+      if (r.status === 201) return { refund: r.json as Refund, replayed: r.replayed };
+      throw new ProviderHttpError(r.status, r.json as ApiError);
+    },
+  };
+}

@@ -1,0 +1,299 @@
+/**
+ * The payment provider: a separate HTTP process that behaves like a real gateway, with its state in
+ * Postgres (schema `provider`) and API-key authentication. Start: `npm run provider`.
+ */
+import { createHash } from 'node:crypto';
+import http, { type IncomingMessage, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { Pool } from 'pg';
+import { migrate, PROVIDER_MIGRATIONS } from '../db/migrate';
+import { createPool, withTransaction } from '../db/pool';
+import {
+  DECLINED_PAYMENT_METHODS,
+  IDEMPOTENCY_HEADER,
+  REPLAY_HEADER,
+  type ApiError,
+  type Charge,
+  type ChargeRequest,
+  type Refund,
+  type RefundRequest,
+} from './api';
+
+/** Development default, for loopback use only. Set PROVIDER_API_KEY anywhere else. */
+export const DEV_PROVIDER_API_KEY = 'dev-only-provider-key';
+
+export interface ProviderConfig {
+  databaseUrl: string;
+  host: string;
+  port: number;
+  apiKey: string;
+}
+
+class HttpError extends Error {
+  constructor(
+    readonly status: number,
+    readonly body: ApiError,
+  ) {
+    super(body.message);
+  }
+}
+
+const sha256 = (s: string): string => createHash('sha256').update(s).digest('hex');
+
+function log(event: string, fields: Record<string, unknown> = {}): void {
+  process.stdout.write(`${JSON.stringify({ ts: new Date().toISOString(), svc: 'provider', event, ...fields })}\n`);
+}
+
+async function readJson(req: IncomingMessage): Promise<Record<string, unknown>> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of req) {
+    size += (chunk as Buffer).length;
+    if (size > 64 * 1024) throw new HttpError(413, { error: 'body_too_large', message: 'body over 64 KiB' });
+    chunks.push(chunk as Buffer);
+  }
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(Buffer.concat(chunks).toString('utf8'));
+  } catch {
+    throw new HttpError(400, { error: 'invalid_json', message: 'body must be JSON' });
+  }
+  if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) {
+    throw new HttpError(400, { error: 'invalid_json', message: 'body must be a JSON object' });
+  }
+  return parsed as Record<string, unknown>;
+}
+
+function bad(field: string, message: string): never {
+  throw new HttpError(400, { error: 'invalid_request', field, message: `${field}: ${message}` });
+}
+
+function positiveCents(v: unknown, field: string): number {
+  if (typeof v !== 'number' || !Number.isSafeInteger(v) || v <= 0) bad(field, 'must be a positive whole number');
+  return v;
+}
+
+function text(v: unknown, field: string, max = 200): string {
+  if (typeof v !== 'string' || v.length === 0 || v.length > max || /[\u0000-\u001f]/.test(v)) {
+    bad(field, `must be a non-empty string of at most ${max} printable characters`);
+  }
+  return v;
+}
+
+function idempotencyKey(req: IncomingMessage): string {
+  const key = req.headers[IDEMPOTENCY_HEADER];
+  if (typeof key !== 'string') bad('Idempotency-Key', 'header is required');
+  return text(key, 'Idempotency-Key');
+}
+
+export function parseChargeRequest(body: Record<string, unknown>): ChargeRequest {
+  for (const k of Object.keys(body)) {
+    if (!['amountCents', 'currency', 'paymentMethod', 'reference'].includes(k)) bad(k, 'unknown field');
+  }
+  const req: ChargeRequest = {
+    amountCents: positiveCents(body.amountCents, 'amountCents'),
+    currency: text(body.currency, 'currency', 3),
+    paymentMethod: text(body.paymentMethod, 'paymentMethod', 64),
+  };
+  if (!/^[A-Z]{3}$/.test(req.currency)) bad('currency', 'must be an ISO 4217 code such as USD');
+  if (body.reference !== undefined) req.reference = text(body.reference, 'reference');
+  return req;
+}
+
+function parseRefundRequest(body: Record<string, unknown>): RefundRequest {
+  for (const k of Object.keys(body)) {
+    if (!['chargeKey', 'amountCents'].includes(k)) bad(k, 'unknown field');
+  }
+  return { chargeKey: text(body.chargeKey, 'chargeKey'), amountCents: positiveCents(body.amountCents, 'amountCents') };
+}
+
+interface ChargeRow {
+  idempotency_key: string;
+  request_hash: string;
+  amount_cents: string;
+  currency: string;
+  status: Charge['status'];
+  failure_code: string | null;
+  refunded_cents: string;
+}
+
+const CHARGE_SELECT = `SELECT c.idempotency_key, c.request_hash, c.amount_cents, c.currency, c.status, c.failure_code,
+  COALESCE((SELECT sum(r.amount_cents) FROM provider.refunds r WHERE r.charge_key = c.idempotency_key), 0) AS refunded_cents
+  FROM provider.charges c WHERE c.idempotency_key = $1`;
+
+function toCharge(row: ChargeRow): Charge {
+  const charge: Charge = {
+    idempotencyKey: row.idempotency_key,
+    status: row.status,
+    amountCents: Number(row.amount_cents),
+    currency: row.currency,
+    refundedCents: Number(row.refunded_cents),
+  };
+  if (row.failure_code) charge.failureCode = row.failure_code;
+  return charge;
+}
+
+const chargeHttpStatus = (c: Charge): number => (c.status === 'failed' ? 402 : 201);
+
+export function createProviderHandler(pool: Pool) {
+  async function authenticate(req: IncomingMessage): Promise<void> {
+    const header = req.headers.authorization ?? '';
+    const key = header.startsWith('Bearer ') ? header.slice(7) : '';
+    if (!key) throw new HttpError(401, { error: 'unauthenticated', message: 'missing API key (Authorization: Bearer …)' });
+    const found = await pool.query({ text: 'SELECT 1 FROM provider.api_keys WHERE key_hash = $1', values: [sha256(key)] });
+    if (!found.rowCount) throw new HttpError(401, { error: 'unauthenticated', message: 'unknown API key' });
+  }
+
+  async function getCharge(key: string): Promise<Charge | undefined> {
+    const { rows } = await pool.query<ChargeRow>({ text: CHARGE_SELECT, values: [key] });
+    return rows[0] && toCharge(rows[0]);
+  }
+
+  async function createCharge(key: string, body: ChargeRequest): Promise<{ status: number; charge: Charge; replayed: boolean }> {
+    const hash = sha256(JSON.stringify([body.amountCents, body.currency, body.paymentMethod, body.reference ?? null]));
+    const inserted = await pool.query({
+      text: `INSERT INTO provider.charges (idempotency_key, request_hash, amount_cents, currency, payment_method, reference, status)
+             VALUES ($1, $2, $3, $4, $5, $6, 'processing') ON CONFLICT (idempotency_key) DO NOTHING`,
+      values: [key, hash, body.amountCents, body.currency, body.paymentMethod, body.reference ?? null],
+    });
+    if (!inserted.rowCount) {
+      const { rows } = await pool.query<ChargeRow>({ text: CHARGE_SELECT, values: [key] });
+      const row = rows[0];
+      if (!row) throw new HttpError(409, { error: 'conflict', message: 'charge is being written; retry' });
+      if (row.request_hash !== hash) {
+        throw new HttpError(422, { error: 'idempotency_key_reused', message: 'this Idempotency-Key was used with other parameters' });
+      }
+      if (row.status === 'processing') {
+        throw new HttpError(409, { error: 'request_in_flight', message: 'a request with this Idempotency-Key is in flight' });
+      }
+      const charge = toCharge(row);
+      return { status: chargeHttpStatus(charge), charge, replayed: true };
+    }
+    const failureCode = DECLINED_PAYMENT_METHODS[body.paymentMethod];
+    await pool.query({
+      text: `UPDATE provider.charges SET status = $2, failure_code = $3, updated_at = now() WHERE idempotency_key = $1`,
+      values: [key, failureCode ? 'failed' : 'succeeded', failureCode ?? null],
+    });
+    const charge = (await getCharge(key))!;
+    log('charge', { key, status: charge.status, amountCents: charge.amountCents });
+    return { status: chargeHttpStatus(charge), charge, replayed: false };
+  }
+
+  async function createRefund(key: string, body: RefundRequest): Promise<{ status: number; refund: Refund; replayed: boolean }> {
+    const hash = sha256(JSON.stringify([body.chargeKey, body.amountCents]));
+    return withTransaction(pool, async (c) => {
+      // Serialise refunds of one charge, so their sum can never pass the charge's amount.
+      const charge = await c.query<{ amount_cents: string; status: string }>({
+        text: 'SELECT amount_cents, status FROM provider.charges WHERE idempotency_key = $1 FOR UPDATE',
+        values: [body.chargeKey],
+      });
+      const existing = await c.query<{ request_hash: string; charge_key: string; amount_cents: string }>({
+        text: 'SELECT request_hash, charge_key, amount_cents FROM provider.refunds WHERE idempotency_key = $1',
+        values: [key],
+      });
+      const prior = existing.rows[0];
+      if (prior) {
+        if (prior.request_hash !== hash) {
+          throw new HttpError(422, { error: 'idempotency_key_reused', message: 'this Idempotency-Key was used with other parameters' });
+        }
+        const refund: Refund = { idempotencyKey: key, chargeKey: prior.charge_key, amountCents: Number(prior.amount_cents), status: 'succeeded' };
+        return { status: 201, refund, replayed: true };
+      }
+      const row = charge.rows[0];
+      if (!row) throw new HttpError(404, { error: 'charge_not_found', field: 'chargeKey', message: 'no charge with that key' });
+      if (row.status !== 'succeeded') {
+        throw new HttpError(422, { error: 'charge_not_refundable', field: 'chargeKey', message: `charge is ${row.status}` });
+      }
+      const refunded = await c.query<{ sum: string }>({
+        text: 'SELECT COALESCE(sum(amount_cents), 0) AS sum FROM provider.refunds WHERE charge_key = $1',
+        values: [body.chargeKey],
+      });
+      if (Number(refunded.rows[0]!.sum) + body.amountCents > Number(row.amount_cents)) {
+        throw new HttpError(422, { error: 'refund_exceeds_charge', field: 'amountCents', message: 'refunds would exceed the charge' });
+      }
+      await c.query({
+        text: `INSERT INTO provider.refunds (idempotency_key, request_hash, charge_key, amount_cents, status) VALUES ($1, $2, $3, $4, 'succeeded')`,
+        values: [key, hash, body.chargeKey, body.amountCents],
+      });
+      log('refund', { key, chargeKey: body.chargeKey, amountCents: body.amountCents });
+      return { status: 201, refund: { idempotencyKey: key, chargeKey: body.chargeKey, amountCents: body.amountCents, status: 'succeeded' }, replayed: false };
+    });
+  }
+
+  return async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const send = (status: number, body: unknown, headers: Record<string, string> = {}): void => {
+      res.writeHead(status, { 'content-type': 'application/json', ...headers });
+      res.end(JSON.stringify(body));
+    };
+    try {
+      const url = new URL(req.url ?? '/', 'http://provider');
+      if (req.method === 'GET' && url.pathname === '/healthz') return send(200, { ok: true });
+      await authenticate(req);
+      const chargeMatch = /^\/v1\/charges\/([^/]+)$/.exec(url.pathname);
+      if (req.method === 'POST' && url.pathname === '/v1/charges') {
+        const key = idempotencyKey(req);
+        const r = await createCharge(key, parseChargeRequest(await readJson(req)));
+        return send(r.status, r.charge, r.replayed ? { [REPLAY_HEADER]: 'true' } : {});
+      }
+      if (req.method === 'GET' && chargeMatch) {
+        const charge = await getCharge(decodeURIComponent(chargeMatch[1]!));
+        return charge ? send(200, charge) : send(404, { error: 'not_found', message: 'no charge with that key' });
+      }
+      if (req.method === 'POST' && url.pathname === '/v1/refunds') {
+        const key = idempotencyKey(req);
+        const r = await createRefund(key, parseRefundRequest(await readJson(req)));
+        return send(r.status, r.refund, r.replayed ? { [REPLAY_HEADER]: 'true' } : {});
+      }
+      return send(404, { error: 'not_found', message: `${req.method} ${url.pathname} is not an endpoint` });
+    } catch (err) {
+      if (err instanceof HttpError) return send(err.status, err.body);
+      log('error', { message: (err as Error).message });
+      return send(500, { error: 'internal', message: 'internal error' });
+    }
+  };
+}
+
+export async function startProvider(cfg: ProviderConfig): Promise<{ server: http.Server; port: number; pool: Pool }> {
+  const pool = createPool(cfg.databaseUrl);
+  await migrate(pool, PROVIDER_MIGRATIONS, 'provider.schema_migrations');
+  await pool.query({
+    text: `INSERT INTO provider.api_keys (key_hash, label) VALUES ($1, $2) ON CONFLICT (key_hash) DO NOTHING`,
+    values: [sha256(cfg.apiKey), cfg.apiKey === DEV_PROVIDER_API_KEY ? 'development default' : 'from PROVIDER_API_KEY'],
+  });
+  const handler = createProviderHandler(pool);
+  const server = http.createServer((req, res) => void handler(req, res));
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(cfg.port, cfg.host, resolve);
+  });
+  const port = (server.address() as AddressInfo).port;
+  return { server, port, pool };
+}
+
+if (require.main === module) {
+  const databaseUrl = process.env.DATABASE_URL;
+  if (!databaseUrl) {
+    process.stderr.write('provider: DATABASE_URL is required\n');
+    process.exit(2);
+  }
+  const cfg: ProviderConfig = {
+    databaseUrl,
+    host: process.env.PROVIDER_HOST ?? '127.0.0.1',
+    port: Number(process.env.PROVIDER_PORT ?? 4010),
+    apiKey: process.env.PROVIDER_API_KEY ?? DEV_PROVIDER_API_KEY,
+  };
+  startProvider(cfg)
+    .then(({ server, port, pool }) => {
+      log('listening', { url: `http://${cfg.host}:${port}`, port, devKey: cfg.apiKey === DEV_PROVIDER_API_KEY });
+      const stop = (): void => {
+        server.close(() => void pool.end().finally(() => process.exit(0)));
+        server.closeAllConnections();
+      };
+      process.on('SIGINT', stop);
+      process.on('SIGTERM', stop);
+    })
+    .catch((err: Error) => {
+      process.stderr.write(`provider: failed to start: ${err.message}\n`);
+      process.exit(1);
+    });
+}

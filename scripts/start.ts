@@ -1,0 +1,138 @@
+/**
+ * `npm start`: the whole stack on loopback, on embedded defaults, until Ctrl-C.
+ *   1. Temporal dev server with its Web UI on :8233 (unless TEMPORAL_ADDRESS names a running server),
+ *      its state kept in .data/temporal.db, with the saga's search attributes registered;
+ *   2. Postgres (embedded, data in .data/pg; unless DATABASE_URL is set), migrated and seeded;
+ *   3. the payment provider and the worker, as child processes.
+ * Ctrl-C stops them all, children first.
+ */
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { Connection } from '@temporalio/client';
+import { TestWorkflowEnvironment } from '@temporalio/testing';
+import { migrateAll } from '../db/migrate';
+import { createPool } from '../db/pool';
+import { ensurePostgres } from '../db/postgres';
+import { readConfig, RUNTIME_FILE } from '../lib/config';
+import { devServerExecutable, registerSearchAttributes } from '../lib/temporal-servers';
+import { CustomerIdKey, NeedsAttentionKey, OrderStatusKey, TotalCentsKey } from '../workflows/search-attributes';
+
+const ROOT = path.resolve(__dirname, '..');
+const DATA = path.join(ROOT, '.data');
+const say = (line: string): void => void process.stdout.write(`[start] ${line}\n`);
+
+async function main(): Promise<void> {
+  mkdirSync(DATA, { recursive: true });
+  const cleanups: (() => Promise<void>)[] = [];
+  const children: ChildProcess[] = [];
+  let stopping = false;
+
+  const shutdown = async (code: number): Promise<never> => {
+    if (!stopping) {
+      stopping = true;
+      say('stopping…');
+      for (const child of [...children].reverse()) {
+        if (child.exitCode === null && child.signalCode === null) {
+          child.kill('SIGTERM');
+          await new Promise<void>((resolve) => {
+            const t = setTimeout(() => { child.kill('SIGKILL'); resolve(); }, 10_000);
+            child.once('exit', () => { clearTimeout(t); resolve(); });
+          });
+        }
+      }
+      for (const c of cleanups.reverse()) await c().catch((err: Error) => say(`cleanup: ${err.message}`));
+      rmSync(RUNTIME_FILE, { force: true });
+      say('stopped');
+    }
+    process.exit(code);
+  };
+  process.on('SIGINT', () => void shutdown(0));
+  process.on('SIGTERM', () => void shutdown(0));
+
+  try {
+    const env = { ...process.env };
+    // ---- Temporal ----
+    let temporalAddress = env.TEMPORAL_ADDRESS;
+    let uiUrl = env.TEMPORAL_UI_URL ?? 'http://127.0.0.1:8233';
+    const namespace = env.TEMPORAL_NAMESPACE ?? 'default';
+    if (!temporalAddress) {
+      const built = spawnSync('bash', [path.join(ROOT, 'scripts', 'ensure-servers.sh'), 'cli'], { stdio: 'inherit' });
+      if (built.status !== 0) throw new Error('could not obtain the Temporal CLI (scripts/ensure-servers.sh failed)');
+      const executable = devServerExecutable();
+      say(`starting the Temporal dev server${executable ? ` (${path.basename(executable.type === 'existing-path' ? executable.path : '')})` : ' (SDK download)'}…`);
+      const tenv = await TestWorkflowEnvironment.createLocal({
+        server: {
+          ...(executable ? { executable } : {}),
+          ip: '127.0.0.1',
+          port: Number(env.TEMPORAL_PORT ?? 7233),
+          ui: true,
+          uiPort: Number(env.TEMPORAL_UI_PORT ?? 8233),
+          dbFilename: path.join(DATA, 'temporal.db'),
+          namespace,
+          searchAttributes: [OrderStatusKey, CustomerIdKey, NeedsAttentionKey, TotalCentsKey],
+          log: { format: 'pretty', level: 'warn' },
+        },
+      });
+      cleanups.push(() => tenv.teardown());
+      temporalAddress = tenv.address;
+      uiUrl = `http://127.0.0.1:${env.TEMPORAL_UI_PORT ?? 8233}`;
+    } else {
+      const connection = await Connection.connect({ address: temporalAddress });
+      await registerSearchAttributes(connection, namespace);
+      await connection.close();
+    }
+
+    // ---- Postgres ----
+    const pg = await ensurePostgres({ dataDir: path.join(DATA, 'pg'), port: Number(env.PG_PORT ?? 54329), database: 'orders', persistent: true });
+    cleanups.push(() => pg.stop());
+    const pool = createPool(pg.url);
+    const applied = await migrateAll(pool);
+    await pool.end();
+    say(`postgres: ${pg.embedded ? 'embedded, data in .data/pg' : 'DATABASE_URL'}; migrations applied now: ${applied.length ? applied.join(', ') : 'none (up to date)'}`);
+
+    const providerPort = env.PROVIDER_PORT ?? '4010';
+    const childEnv: NodeJS.ProcessEnv = {
+      ...env,
+      DATABASE_URL: pg.url,
+      TEMPORAL_ADDRESS: temporalAddress,
+      TEMPORAL_NAMESPACE: namespace,
+      TEMPORAL_UI_URL: uiUrl,
+      PROVIDER_PORT: providerPort,
+      PROVIDER_URL: env.PROVIDER_URL ?? `http://127.0.0.1:${providerPort}`,
+    };
+    const tsx = require.resolve('tsx/cli');
+    const launch = (name: string, script: string, readyText: string): Promise<void> =>
+      new Promise((resolve, reject) => {
+        const child = spawn(process.execPath, [tsx, path.join(ROOT, script)], { env: childEnv, stdio: ['ignore', 'pipe', 'pipe'] });
+        children.push(child);
+        let ready = false;
+        const relay = (chunk: Buffer, stream: NodeJS.WriteStream): void => {
+          for (const line of chunk.toString('utf8').split('\n')) if (line.trim()) stream.write(`[${name}] ${line}\n`);
+          if (!ready && chunk.toString('utf8').includes(readyText)) { ready = true; resolve(); }
+        };
+        child.stdout!.on('data', (c: Buffer) => relay(c, process.stdout));
+        child.stderr!.on('data', (c: Buffer) => relay(c, process.stderr));
+        child.once('exit', (code, signal) => {
+          if (!ready) reject(new Error(`${name} exited before it was ready (code ${code}, signal ${signal})`));
+          else if (!stopping) { say(`${name} exited (code ${code}, signal ${signal}); stopping everything`); void shutdown(1); }
+        });
+      });
+    await launch('provider', 'provider/server.ts', '"listening"');
+    await launch('worker', 'worker.ts', 'polling task queue');
+
+    const runtime = { TEMPORAL_ADDRESS: temporalAddress, TEMPORAL_NAMESPACE: namespace, TEMPORAL_UI_URL: uiUrl, DATABASE_URL: pg.url, PROVIDER_URL: childEnv.PROVIDER_URL };
+    writeFileSync(RUNTIME_FILE, `${JSON.stringify(runtime, null, 2)}\n`, { mode: 0o600 });
+    const cfg = readConfig(childEnv);
+    say(`Temporal:  ${cfg.temporalAddress} (namespace ${cfg.namespace})`);
+    say(`Web UI:    ${cfg.uiUrl}/namespaces/${cfg.namespace}/workflows`);
+    say(`Postgres:  ${pg.url.replace(/:[^:@/]+@/, ':***@')}`);
+    say(`Provider:  ${cfg.providerUrl}`);
+    say(`READY — try: npx tsx client.ts place --file examples/order.json   (Ctrl-C to stop)`);
+  } catch (err) {
+    say(`failed: ${(err as Error).message}`);
+    await shutdown(1);
+  }
+}
+
+void main();
