@@ -1,0 +1,69 @@
+/**
+ * Brings up what every test file shares: a real Postgres (embedded in a temporary folder, or
+ * DATABASE_URL), migrated and seeded, and the real payment provider as a separate process on loopback.
+ * Temporal servers are per file (time-skipping or dev server).
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { chmodSync, mkdtempSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import type { TestProject } from 'vitest/node';
+import { migrateAll } from '../db/migrate';
+import { createPool } from '../db/pool';
+import { ensurePostgres, type PostgresHandle } from '../db/postgres';
+
+export const TEST_PROVIDER_API_KEY = 'test-provider-key';
+
+declare module 'vitest' {
+  export interface ProvidedContext {
+    databaseUrl: string;
+    providerUrl: string;
+    providerApiKey: string;
+  }
+}
+
+let pg: PostgresHandle | undefined;
+let provider: ChildProcess | undefined;
+let tmp: string | undefined;
+
+export async function startProviderProcess(env: NodeJS.ProcessEnv): Promise<{ child: ChildProcess; url: string }> {
+  const root = path.resolve(__dirname, '..');
+  const child = spawn(process.execPath, [require.resolve('tsx/cli'), path.join(root, 'provider', 'server.ts')], {
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  const url = await new Promise<string>((resolve, reject) => {
+    let buf = '';
+    const onData = (chunk: Buffer): void => {
+      buf += chunk.toString('utf8');
+      const m = /"event":"listening","url":"([^"]+)"/.exec(buf);
+      if (m) resolve(m[1]!);
+    };
+    child.stdout!.on('data', onData);
+    child.once('exit', (code) => reject(new Error(`provider exited with code ${code}`)));
+  });
+  return { child, url };
+}
+
+export async function setup(project: TestProject): Promise<void> {
+  tmp = mkdtempSync(path.join(os.tmpdir(), 'order-saga-test-'));
+  chmodSync(tmp, 0o755); // as root, Postgres runs as the postgres user and must reach its data dir
+  pg = await ensurePostgres({ dataDir: path.join(tmp, 'pg'), port: 54000 + (process.pid % 1000), database: 'orders_test', persistent: false });
+  const pool = createPool(pg.url);
+  await migrateAll(pool);
+  await pool.end();
+  const started = await startProviderProcess({ DATABASE_URL: pg.url, PROVIDER_PORT: '0', PROVIDER_API_KEY: TEST_PROVIDER_API_KEY });
+  provider = started.child;
+  project.provide('databaseUrl', pg.url);
+  project.provide('providerUrl', started.url);
+  project.provide('providerApiKey', TEST_PROVIDER_API_KEY);
+}
+
+export async function teardown(): Promise<void> {
+  if (provider && provider.exitCode === null) {
+    provider.kill('SIGTERM');
+    await new Promise((r) => provider!.once('exit', r));
+  }
+  await pg?.stop();
+  if (tmp) rmSync(tmp, { recursive: true, force: true });
+}

@@ -1,0 +1,62 @@
+import { randomUUID } from 'node:crypto';
+import type { Pool } from 'pg';
+import { inject } from 'vitest';
+import { createPool } from '../db/pool';
+import type { OrderInput } from '../domain/order';
+import { createProviderClient, type ProviderClient } from '../provider/client';
+
+export const testPool = (): Pool => createPool(inject('databaseUrl'));
+export const testProvider = (timeoutMs = 5_000): ProviderClient =>
+  createProviderClient({ baseUrl: inject('providerUrl'), apiKey: inject('providerApiKey'), timeoutMs });
+
+/** A short unique suffix, so every test has its own order IDs, SKUs, workflow IDs and task queues. */
+export const uid = (): string => randomUUID().slice(0, 8);
+
+/** Inserts a product of the test's own, so tests never share stock. */
+export async function createProduct(db: Pool, opts: { stock: number; priceCents?: number }): Promise<{ sku: string; priceCents: number }> {
+  const sku = `T-${uid().toUpperCase()}`;
+  const priceCents = opts.priceCents ?? 1000;
+  await db.query({
+    text: 'INSERT INTO products (sku, name, price_cents, stock, initial_stock) VALUES ($1, $2, $3, $4, $4)',
+    values: [sku, `test product ${sku}`, priceCents, opts.stock],
+  });
+  return { sku, priceCents };
+}
+
+export function makeOrder(items: { sku: string; qty: number; unitPriceCents: number }[], overrides: Partial<OrderInput> = {}): OrderInput {
+  return { orderId: `t-${uid()}`, customerId: `cust-${uid()}`, currency: 'USD', paymentMethod: 'tok_visa', items, ...overrides };
+}
+
+export async function productRow(db: Pool, sku: string): Promise<{ stock: number; version: number }> {
+  const { rows } = await db.query<{ stock: number; version: string }>({ text: 'SELECT stock, version FROM products WHERE sku = $1', values: [sku] });
+  return { stock: rows[0]!.stock, version: Number(rows[0]!.version) };
+}
+
+export async function orderRow(db: Pool, orderId: string): Promise<{ status: string; reason: string | null } | undefined> {
+  const { rows } = await db.query<{ status: string; reason: string | null }>({ text: 'SELECT status, reason FROM orders WHERE order_id = $1', values: [orderId] });
+  return rows[0];
+}
+
+/** The provider's ledger for one order: its charge rows and refund rows. */
+export async function ledger(db: Pool, orderId: string): Promise<{ charges: { status: string; amount: number }[]; refunds: { amount: number }[] }> {
+  const charges = await db.query<{ status: string; amount_cents: string }>({
+    text: 'SELECT status, amount_cents FROM provider.charges WHERE idempotency_key = $1',
+    values: [`${orderId}:charge`],
+  });
+  const refunds = await db.query<{ amount_cents: string }>({
+    text: 'SELECT amount_cents FROM provider.refunds WHERE charge_key = $1',
+    values: [`${orderId}:charge`],
+  });
+  return {
+    charges: charges.rows.map((r) => ({ status: r.status, amount: Number(r.amount_cents) })),
+    refunds: refunds.rows.map((r) => ({ amount: Number(r.amount_cents) })),
+  };
+}
+
+export async function reservations(db: Pool, orderId: string): Promise<{ sku: string; qty: number; status: string }[]> {
+  const { rows } = await db.query<{ sku: string; qty: number; status: string }>({
+    text: 'SELECT sku, qty, status FROM reservations WHERE order_id = $1 ORDER BY sku',
+    values: [orderId],
+  });
+  return rows;
+}

@@ -1,0 +1,96 @@
+/**
+ * The order saga on the real Java time-skipping server, with real activities, a real Postgres and the
+ * real provider process.
+ */
+import path from 'node:path';
+import { TestWorkflowEnvironment } from '@temporalio/testing';
+import { bundleWorkflowCode, Worker, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
+import type { Pool } from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createActivities } from '../activities';
+import { workflowIdFor, type OrderResult } from '../domain/order';
+import { registerSearchAttributes, testServerExecutable } from '../lib/temporal-servers';
+import { orderSaga } from '../workflows';
+import { createProduct, ledger, makeOrder, orderRow, productRow, reservations, testPool, testProvider, uid } from './helpers';
+
+let env: TestWorkflowEnvironment;
+let bundle: WorkflowBundleWithSourceMap;
+let db: Pool;
+
+beforeAll(async () => {
+  const executable = testServerExecutable();
+  env = await TestWorkflowEnvironment.createTimeSkipping(executable ? { server: { executable } } : {});
+  await registerSearchAttributes(env.connection, env.namespace ?? 'default');
+  bundle = await bundleWorkflowCode({ workflowsPath: path.resolve(__dirname, '../workflows/index.ts'), logger: quietLogger });
+  db = testPool();
+});
+
+afterAll(async () => {
+  await db?.end();
+  await env?.teardown();
+});
+
+const quietLogger = { log() {}, trace() {}, debug() {}, info() {}, warn() {}, error() {} };
+
+async function runSaga(order: ReturnType<typeof makeOrder>): Promise<OrderResult> {
+  const taskQueue = `saga-${uid()}`;
+  const worker = await Worker.create({
+    connection: env.nativeConnection,
+    taskQueue,
+    workflowBundle: bundle,
+    activities: createActivities({ db, provider: testProvider() }),
+  });
+  return worker.runUntil(
+    env.client.workflow.execute(orderSaga, { taskQueue, workflowId: workflowIdFor(order.orderId), args: [order] }),
+  );
+}
+
+describe('order saga (time-skipping)', () => {
+  it('happy path: reserves, charges once, ships, confirms and completes', async () => {
+    const p = await createProduct(db, { stock: 10, priceCents: 1500 });
+    const order = makeOrder([{ sku: p.sku, qty: 3, unitPriceCents: p.priceCents }]);
+
+    const result = await runSaga(order);
+
+    expect(result).toEqual({ orderId: order.orderId, status: 'COMPLETED' });
+    expect(await orderRow(db, order.orderId)).toEqual({ status: 'COMPLETED', reason: null });
+    expect(await productRow(db, p.sku)).toEqual({ stock: 7, version: 1 });
+    expect(await reservations(db, order.orderId)).toEqual([{ sku: p.sku, qty: 3, status: 'SOLD' }]);
+    expect(await ledger(db, order.orderId)).toEqual({ charges: [{ status: 'succeeded', amount: 4500 }], refunds: [] });
+    const shipped = await db.query({ text: 'SELECT 1 FROM shipments WHERE order_id = $1', values: [order.orderId] });
+    const confirmed = await db.query({ text: 'SELECT 1 FROM notifications WHERE order_id = $1', values: [order.orderId] });
+    expect(shipped.rowCount).toBe(1);
+    expect(confirmed.rowCount).toBe(1);
+  });
+
+  it('declined card: releases the stock, charges nothing, ends FAILED with the reason', async () => {
+    const p = await createProduct(db, { stock: 5, priceCents: 2000 });
+    const order = makeOrder([{ sku: p.sku, qty: 2, unitPriceCents: p.priceCents }], { paymentMethod: 'tok_declined' });
+
+    const result = await runSaga(order);
+
+    expect(result.status).toBe('FAILED');
+    expect(result.reason).toMatch(/PaymentDeclined.*card_declined/);
+    expect(await orderRow(db, order.orderId)).toEqual({ status: 'FAILED', reason: result.reason });
+    const stock = await productRow(db, p.sku);
+    expect(stock.stock).toBe(5); // back to its start
+    expect(await reservations(db, order.orderId)).toEqual([{ sku: p.sku, qty: 2, status: 'RELEASED' }]);
+    const l = await ledger(db, order.orderId);
+    expect(l.charges).toEqual([{ status: 'failed', amount: 4000 }]); // the decline is on record…
+    expect(l.refunds).toEqual([]); // …and nothing was taken, so nothing is refunded
+    const shipped = await db.query({ text: 'SELECT 1 FROM shipments WHERE order_id = $1', values: [order.orderId] });
+    expect(shipped.rowCount).toBe(0);
+  });
+
+  it('insufficient stock: fails before any charge and leaves the stock as it was', async () => {
+    const p = await createProduct(db, { stock: 1, priceCents: 700 });
+    const order = makeOrder([{ sku: p.sku, qty: 2, unitPriceCents: p.priceCents }]);
+
+    const result = await runSaga(order);
+
+    expect(result.status).toBe('FAILED');
+    expect(result.reason).toMatch(/InsufficientStock/);
+    expect(await productRow(db, p.sku)).toEqual({ stock: 1, version: 0 });
+    expect(await ledger(db, order.orderId)).toEqual({ charges: [], refunds: [] });
+  });
+});

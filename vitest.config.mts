@@ -1,0 +1,15 @@
+import { defineConfig } from 'vitest/config';
+
+export default defineConfig({
+  test: {
+    // The Temporal native bridge is unsafe in worker threads: one forked process per test file.
+    pool: 'forks',
+    // Files run one after another: time-skipping tests run serially, and the machine has 2 cores.
+    fileParallelism: false,
+    include: ['test/**/*.test.ts'],
+    globalSetup: ['test/global-setup.ts'],
+    setupFiles: ['test/setup-runtime.ts'],
+    testTimeout: 120_000,
+    hookTimeout: 180_000,
+  },
+});
