@@ -1,4 +1,6 @@
 import { randomUUID } from 'node:crypto';
+import { MockActivityEnvironment } from '@temporalio/testing';
+import { DefaultLogger } from '@temporalio/worker';
 import type { Pool } from 'pg';
 import { inject } from 'vitest';
 import { createPool } from '../db/pool';
@@ -59,4 +61,13 @@ export async function reservations(db: Pool, orderId: string): Promise<{ sku: st
     values: [orderId],
   });
   return rows;
+}
+
+/** An activity environment whose own log lines stay out of the test output. */
+export const mockActivityEnv = (): MockActivityEnvironment =>
+  new MockActivityEnvironment(undefined, { logger: new DefaultLogger('ERROR', () => undefined) });
+
+/** Runs one activity function in a mock activity context, keeping its return type. */
+export function runActivity<A extends unknown[], R>(fn: (...args: A) => Promise<R>, ...args: A): Promise<R> {
+  return mockActivityEnv().run(fn, ...args) as Promise<R>;
 }

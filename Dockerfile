@@ -1,0 +1,7 @@
+# Image for the provider, the worker and the one-shot setup job of docker-compose.yml.
+FROM node:20-bookworm-slim
+WORKDIR /app
+COPY package.json package-lock.json ./
+RUN npm ci --omit=dev && npm cache clean --force
+COPY . .
+USER node

@@ -1,0 +1,97 @@
+/** The payment provider, as a separate process over HTTP, with its state in Postgres. */
+import type { Pool } from 'pg';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { testPool, uid } from './helpers';
+
+let db: Pool;
+beforeAll(() => {
+  db = testPool();
+});
+afterAll(async () => {
+  await db.end();
+});
+
+async function post(path: string, body: unknown, opts: { key?: string; apiKey?: string | null } = {}): Promise<{ status: number; json: Record<string, unknown>; replayed: boolean }> {
+  const headers: Record<string, string> = { 'content-type': 'application/json' };
+  if (opts.apiKey !== null) headers.authorization = `Bearer ${opts.apiKey ?? inject('providerApiKey')}`;
+  if (opts.key) headers['idempotency-key'] = opts.key;
+  const res = await fetch(new URL(path, inject('providerUrl')), { method: 'POST', headers, body: typeof body === 'string' ? body : JSON.stringify(body) });
+  return { status: res.status, json: (await res.json()) as Record<string, unknown>, replayed: res.headers.get('idempotent-replayed') === 'true' };
+}
+
+async function get(path: string): Promise<{ status: number; json: Record<string, unknown> }> {
+  const res = await fetch(new URL(path, inject('providerUrl')), { headers: { authorization: `Bearer ${inject('providerApiKey')}` } });
+  return { status: res.status, json: (await res.json()) as Record<string, unknown> };
+}
+
+const rows = async (table: 'charges' | 'refunds', key: string): Promise<number> =>
+  (await db.query({ text: `SELECT 1 FROM provider.${table} WHERE idempotency_key = $1`, values: [key] })).rowCount ?? 0;
+
+describe('payment provider', () => {
+  const charge = { amountCents: 2500, currency: 'USD', paymentMethod: 'tok_visa' };
+
+  it('charges once per idempotency key: a replay returns the first result', async () => {
+    const key = `k-${uid()}:charge`;
+    const first = await post('/v1/charges', charge, { key });
+    const again = await post('/v1/charges', charge, { key });
+    expect(first.status).toBe(201);
+    expect(first.json).toMatchObject({ idempotencyKey: key, status: 'succeeded', amountCents: 2500 });
+    expect(first.replayed).toBe(false);
+    expect(again.status).toBe(201);
+    expect(again.json).toEqual(first.json);
+    expect(again.replayed).toBe(true);
+    expect(await rows('charges', key)).toBe(1);
+    expect((await get(`/v1/charges/${encodeURIComponent(key)}`)).json).toMatchObject({ status: 'succeeded' });
+  });
+
+  it('the same key with other parameters is refused with 422', async () => {
+    const key = `k-${uid()}:charge`;
+    expect((await post('/v1/charges', charge, { key })).status).toBe(201);
+    const other = await post('/v1/charges', { ...charge, amountCents: 2600 }, { key });
+    expect(other.status).toBe(422);
+    expect(other.json.error).toBe('idempotency_key_reused');
+  });
+
+  it('a declined test card answers 402, and the inquiry says failed', async () => {
+    const key = `k-${uid()}:charge`;
+    const r = await post('/v1/charges', { ...charge, paymentMethod: 'tok_declined' }, { key });
+    expect(r.status).toBe(402);
+    expect(r.json).toMatchObject({ status: 'failed', failureCode: 'card_declined' });
+    expect((await get(`/v1/charges/${encodeURIComponent(key)}`)).json).toMatchObject({ status: 'failed' });
+  });
+
+  it('the inquiry of a key never seen is 404', async () => {
+    expect((await get(`/v1/charges/never-${uid()}`)).status).toBe(404);
+  });
+
+  it('refunds are keyed, replayable, and never exceed the charge', async () => {
+    const key = `k-${uid()}:charge`;
+    await post('/v1/charges', charge, { key });
+    const refund = await post('/v1/refunds', { chargeKey: key, amountCents: 2000 }, { key: `${key}:refund` });
+    expect(refund.status).toBe(201);
+    const replay = await post('/v1/refunds', { chargeKey: key, amountCents: 2000 }, { key: `${key}:refund` });
+    expect(replay.status).toBe(201);
+    expect(replay.replayed).toBe(true);
+    const over = await post('/v1/refunds', { chargeKey: key, amountCents: 501 }, { key: `${key}:refund-2` });
+    expect(over.status).toBe(422);
+    expect(over.json.error).toBe('refund_exceeds_charge');
+    expect((await get(`/v1/charges/${encodeURIComponent(key)}`)).json).toMatchObject({ refundedCents: 2000 });
+    const none = await post('/v1/refunds', { chargeKey: `nope-${uid()}`, amountCents: 1 }, { key: `r-${uid()}` });
+    expect(none.status).toBe(404);
+  });
+
+  it('rejects a missing or wrong API key and bad requests with a 4xx naming the field, writing nothing', async () => {
+    const key = `k-${uid()}:charge`;
+    expect((await post('/v1/charges', charge, { key, apiKey: null })).status).toBe(401);
+    expect((await post('/v1/charges', charge, { key, apiKey: 'wrong' })).status).toBe(401);
+    const noKey = await post('/v1/charges', charge);
+    expect(noKey.status).toBe(400);
+    expect(noKey.json.field).toBe('Idempotency-Key');
+    const badAmount = await post('/v1/charges', { ...charge, amountCents: -5 }, { key });
+    expect(badAmount.status).toBe(400);
+    expect(badAmount.json.field).toBe('amountCents');
+    const badJson = await post('/v1/charges', '{not json', { key });
+    expect(badJson.status).toBe(400);
+    expect(await rows('charges', key)).toBe(0);
+  });
+});
