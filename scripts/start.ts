@@ -49,6 +49,7 @@ async function main(): Promise<void> {
   };
   process.on('SIGINT', () => void shutdown(0));
   process.on('SIGTERM', () => void shutdown(0));
+  process.on('SIGHUP', () => void shutdown(0)); // the terminal closed, or npm exited first
 
   try {
     const env = { ...process.env };
