@@ -11,6 +11,7 @@ export const ErrorTypes = {
   PaymentDeclined: 'PaymentDeclined',
   PaymentRejected: 'PaymentRejected',
   RefundRejected: 'RefundRejected',
+  ShipmentRejected: 'ShipmentRejected',
 } as const;
 export type ErrorType = (typeof ErrorTypes)[keyof typeof ErrorTypes];
 

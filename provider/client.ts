@@ -1,4 +1,5 @@
 /** A small typed HTTP client for the payment provider. worker.ts builds it; activities receive it. */
+import type { FaultRequest } from './faults';
 import { IDEMPOTENCY_HEADER, REPLAY_HEADER, type ApiError, type Charge, type ChargeRequest, type Refund, type RefundRequest } from './api';
 
 export interface ProviderClientOptions {
@@ -82,3 +83,29 @@ export function createProviderClient(opts: ProviderClientOptions): ProviderClien
     },
   };
 }
+
+export interface FaultsState {
+  rules: (FaultRequest & { id: number; remaining?: number })[];
+  injected: Record<string, number>;
+}
+
+/** The provider's admin API (fault switches). */
+export function createProviderAdmin(opts: { baseUrl: string; adminKey: string }) {
+  async function call(method: string, body?: unknown): Promise<unknown> {
+    const res = await fetch(new URL('/admin/faults', opts.baseUrl), {
+      method,
+      headers: { authorization: `Bearer ${opts.adminKey}`, ...(body ? { 'content-type': 'application/json' } : {}) },
+      body: body ? JSON.stringify(body) : undefined,
+      signal: AbortSignal.timeout(5_000),
+    });
+    const json = (await res.json()) as unknown;
+    if (!res.ok) throw new ProviderHttpError(res.status, json as ApiError);
+    return json;
+  }
+  return {
+    set: (rule: FaultRequest) => call('POST', rule),
+    clear: () => call('DELETE') as Promise<FaultsState>,
+    list: () => call('GET') as Promise<FaultsState>,
+  };
+}
+export type ProviderAdmin = ReturnType<typeof createProviderAdmin>;

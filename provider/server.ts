@@ -2,7 +2,7 @@
  * The payment provider: a separate HTTP process that behaves like a real gateway, with its state in
  * Postgres (schema `provider`) and API-key authentication. Start: `npm run provider`.
  */
-import { createHash } from 'node:crypto';
+import { createHash, timingSafeEqual } from 'node:crypto';
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Pool } from 'pg';
@@ -18,15 +18,20 @@ import {
   type Refund,
   type RefundRequest,
 } from './api';
+import { FaultBook, parseFaultRequest, type FaultKind, type FaultRule } from './faults';
 
-/** Development default, for loopback use only. Set PROVIDER_API_KEY anywhere else. */
+/** Development defaults, for loopback use only. Set PROVIDER_API_KEY / PROVIDER_ADMIN_KEY anywhere else. */
 export const DEV_PROVIDER_API_KEY = 'dev-only-provider-key';
+export const DEV_PROVIDER_ADMIN_KEY = 'dev-only-admin-key';
 
 export interface ProviderConfig {
   databaseUrl: string;
   host: string;
   port: number;
   apiKey: string;
+  /** The admin API (fault switches) listens apart from the payment API, with its own key. */
+  adminPort: number;
+  adminKey: string;
 }
 
 class HttpError extends Error {
@@ -135,7 +140,18 @@ function toCharge(row: ChargeRow): Charge {
 
 const chargeHttpStatus = (c: Charge): number => (c.status === 'failed' ? 402 : 201);
 
-export function createProviderHandler(pool: Pool) {
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+/** Applies the faults that fire before the work: a delay, then maybe a 5xx with nothing written. */
+async function beforeWork(fired: Map<FaultKind, FaultRule>): Promise<void> {
+  const delay = fired.get('delay');
+  if (delay?.delayMs) await sleep(delay.delayMs);
+  if (fired.has('fail-before-commit')) {
+    throw new HttpError(503, { error: 'unavailable', message: 'injected fault: failed before commit, nothing written' });
+  }
+}
+
+export function createProviderHandler(pool: Pool, faults: FaultBook = new FaultBook()) {
   async function authenticate(req: IncomingMessage): Promise<void> {
     const header = req.headers.authorization ?? '';
     const key = header.startsWith('Bearer ') ? header.slice(7) : '';
@@ -221,6 +237,18 @@ export function createProviderHandler(pool: Pool) {
   }
 
   return async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    /** The work is committed; the caller never hears of it. */
+    const loseResponse = (rule: FaultRule | undefined, key: string): boolean => {
+      if (!rule) return false;
+      log('fault', { kind: 'lose-response-after-commit', key, mode: rule.mode ?? 'drop' });
+      if (rule.mode === 'hang') {
+        const t = setTimeout(() => res.socket?.destroy(), 300_000);
+        res.once('close', () => clearTimeout(t));
+      } else {
+        res.socket?.destroy();
+      }
+      return true;
+    };
     const send = (status: number, body: unknown, headers: Record<string, string> = {}): void => {
       res.writeHead(status, { 'content-type': 'application/json', ...headers });
       res.end(JSON.stringify(body));
@@ -232,16 +260,30 @@ export function createProviderHandler(pool: Pool) {
       const chargeMatch = /^\/v1\/charges\/([^/]+)$/.exec(url.pathname);
       if (req.method === 'POST' && url.pathname === '/v1/charges') {
         const key = idempotencyKey(req);
-        const r = await createCharge(key, parseChargeRequest(await readJson(req)));
+        const body = parseChargeRequest(await readJson(req));
+        const fired = faults.take('charges', key);
+        await beforeWork(fired);
+        const r = await createCharge(key, body);
+        if (loseResponse(fired.get('lose-response-after-commit'), key)) return;
         return send(r.status, r.charge, r.replayed ? { [REPLAY_HEADER]: 'true' } : {});
       }
       if (req.method === 'GET' && chargeMatch) {
-        const charge = await getCharge(decodeURIComponent(chargeMatch[1]!));
+        const key = decodeURIComponent(chargeMatch[1]!);
+        const fired = faults.take('inquiries', key);
+        await beforeWork(fired);
+        if (fired.has('processing')) {
+          return send(200, { idempotencyKey: key, status: 'processing', amountCents: 0, currency: '', refundedCents: 0 } satisfies Charge);
+        }
+        const charge = await getCharge(key);
         return charge ? send(200, charge) : send(404, { error: 'not_found', message: 'no charge with that key' });
       }
       if (req.method === 'POST' && url.pathname === '/v1/refunds') {
         const key = idempotencyKey(req);
-        const r = await createRefund(key, parseRefundRequest(await readJson(req)));
+        const body = parseRefundRequest(await readJson(req));
+        const fired = faults.take('refunds', key);
+        await beforeWork(fired);
+        const r = await createRefund(key, body);
+        if (loseResponse(fired.get('lose-response-after-commit'), key)) return;
         return send(r.status, r.refund, r.replayed ? { [REPLAY_HEADER]: 'true' } : {});
       }
       return send(404, { error: 'not_found', message: `${req.method} ${url.pathname} is not an endpoint` });
@@ -253,21 +295,68 @@ export function createProviderHandler(pool: Pool) {
   };
 }
 
-export async function startProvider(cfg: ProviderConfig): Promise<{ server: http.Server; port: number; pool: Pool }> {
+/** The admin API: GET/POST/DELETE /admin/faults, with its own key, on its own port. */
+export function createAdminHandler(faults: FaultBook, adminKey: string) {
+  const expected = Buffer.from(sha256(adminKey));
+  return async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
+    const send = (status: number, body: unknown): void => {
+      res.writeHead(status, { 'content-type': 'application/json' });
+      res.end(JSON.stringify(body));
+    };
+    try {
+      const header = req.headers.authorization ?? '';
+      const given = Buffer.from(sha256(header.startsWith('Bearer ') ? header.slice(7) : ''));
+      if (!header || !timingSafeEqual(given, expected)) {
+        throw new HttpError(401, { error: 'unauthenticated', message: 'missing or wrong admin key' });
+      }
+      const url = new URL(req.url ?? '/', 'http://provider-admin');
+      if (url.pathname !== '/admin/faults') return send(404, { error: 'not_found', message: 'only /admin/faults' });
+      if (req.method === 'GET') return send(200, { rules: faults.list(), injected: faults.injected });
+      if (req.method === 'DELETE') {
+        faults.clear();
+        log('faults cleared');
+        return send(200, { rules: [], injected: faults.injected });
+      }
+      if (req.method === 'POST') {
+        let rule: FaultRule;
+        try {
+          rule = faults.add(parseFaultRequest(await readJson(req)));
+        } catch (err) {
+          if (err instanceof HttpError) throw err;
+          const e = err as Error & { field?: string };
+          throw new HttpError(400, { error: 'invalid_request', message: e.message, ...(e.field ? { field: e.field } : {}) });
+        }
+        log('fault set', { ...rule });
+        return send(201, rule);
+      }
+      return send(405, { error: 'method_not_allowed', message: `${req.method} is not allowed` });
+    } catch (err) {
+      if (err instanceof HttpError) return send(err.status, err.body);
+      return send(500, { error: 'internal', message: 'internal error' });
+    }
+  };
+}
+
+export async function startProvider(cfg: ProviderConfig): Promise<{ server: http.Server; admin: http.Server; port: number; adminPort: number; pool: Pool }> {
   const pool = createPool(cfg.databaseUrl);
   await migrate(pool, PROVIDER_MIGRATIONS, 'provider.schema_migrations');
   await pool.query({
     text: `INSERT INTO provider.api_keys (key_hash, label) VALUES ($1, $2) ON CONFLICT (key_hash) DO NOTHING`,
     values: [sha256(cfg.apiKey), cfg.apiKey === DEV_PROVIDER_API_KEY ? 'development default' : 'from PROVIDER_API_KEY'],
   });
-  const handler = createProviderHandler(pool);
+  const faults = new FaultBook();
+  const handler = createProviderHandler(pool, faults);
   const server = http.createServer((req, res) => void handler(req, res));
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(cfg.port, cfg.host, resolve);
-  });
-  const port = (server.address() as AddressInfo).port;
-  return { server, port, pool };
+  const adminHandler = createAdminHandler(faults, cfg.adminKey);
+  const admin = http.createServer((req, res) => void adminHandler(req, res));
+  const listen = (srv: http.Server, port: number): Promise<number> =>
+    new Promise((resolve, reject) => {
+      srv.once('error', reject);
+      srv.listen(port, cfg.host, () => resolve((srv.address() as AddressInfo).port));
+    });
+  const port = await listen(server, cfg.port);
+  const adminPort = await listen(admin, cfg.adminPort);
+  return { server, admin, port, adminPort, pool };
 }
 
 if (require.main === module) {
@@ -281,11 +370,19 @@ if (require.main === module) {
     host: process.env.PROVIDER_HOST ?? '127.0.0.1',
     port: Number(process.env.PROVIDER_PORT ?? 4010),
     apiKey: process.env.PROVIDER_API_KEY ?? DEV_PROVIDER_API_KEY,
+    adminPort: Number(process.env.PROVIDER_ADMIN_PORT ?? 4011),
+    adminKey: process.env.PROVIDER_ADMIN_KEY ?? DEV_PROVIDER_ADMIN_KEY,
   };
   startProvider(cfg)
-    .then(({ server, port, pool }) => {
-      log('listening', { url: `http://${cfg.host}:${port}`, port, devKey: cfg.apiKey === DEV_PROVIDER_API_KEY });
+    .then(({ server, admin, port, adminPort, pool }) => {
+      log('listening', {
+        url: `http://${cfg.host}:${port}`,
+        adminUrl: `http://${cfg.host}:${adminPort}`,
+        devKeys: cfg.apiKey === DEV_PROVIDER_API_KEY || cfg.adminKey === DEV_PROVIDER_ADMIN_KEY,
+      });
       const stop = (): void => {
+        admin.close();
+        admin.closeAllConnections();
         server.close(() => void pool.end().finally(() => process.exit(0)));
         server.closeAllConnections();
       };

@@ -13,12 +13,15 @@ import { createPool } from '../db/pool';
 import { ensurePostgres, type PostgresHandle } from '../db/postgres';
 
 export const TEST_PROVIDER_API_KEY = 'test-provider-key';
+export const TEST_PROVIDER_ADMIN_KEY = 'test-provider-admin-key';
 
 declare module 'vitest' {
   export interface ProvidedContext {
     databaseUrl: string;
     providerUrl: string;
     providerApiKey: string;
+    providerAdminUrl: string;
+    providerAdminKey: string;
   }
 }
 
@@ -26,23 +29,23 @@ let pg: PostgresHandle | undefined;
 let provider: ChildProcess | undefined;
 let tmp: string | undefined;
 
-export async function startProviderProcess(env: NodeJS.ProcessEnv): Promise<{ child: ChildProcess; url: string }> {
+export async function startProviderProcess(env: NodeJS.ProcessEnv): Promise<{ child: ChildProcess; url: string; adminUrl: string }> {
   const root = path.resolve(__dirname, '..');
   const child = spawn(process.execPath, [require.resolve('tsx/cli'), path.join(root, 'provider', 'server.ts')], {
     env: { ...process.env, ...env },
     stdio: ['ignore', 'pipe', 'inherit'],
   });
-  const url = await new Promise<string>((resolve, reject) => {
+  const { url, adminUrl } = await new Promise<{ url: string; adminUrl: string }>((resolve, reject) => {
     let buf = '';
     const onData = (chunk: Buffer): void => {
       buf += chunk.toString('utf8');
-      const m = /"event":"listening","url":"([^"]+)"/.exec(buf);
-      if (m) resolve(m[1]!);
+      const m = /"event":"listening","url":"([^"]+)","adminUrl":"([^"]+)"/.exec(buf);
+      if (m) resolve({ url: m[1]!, adminUrl: m[2]! });
     };
     child.stdout!.on('data', onData);
     child.once('exit', (code) => reject(new Error(`provider exited with code ${code}`)));
   });
-  return { child, url };
+  return { child, url, adminUrl };
 }
 
 export async function setup(project: TestProject): Promise<void> {
@@ -52,11 +55,19 @@ export async function setup(project: TestProject): Promise<void> {
   const pool = createPool(pg.url);
   await migrateAll(pool);
   await pool.end();
-  const started = await startProviderProcess({ DATABASE_URL: pg.url, PROVIDER_PORT: '0', PROVIDER_API_KEY: TEST_PROVIDER_API_KEY });
+  const started = await startProviderProcess({
+    DATABASE_URL: pg.url,
+    PROVIDER_PORT: '0',
+    PROVIDER_ADMIN_PORT: '0',
+    PROVIDER_API_KEY: TEST_PROVIDER_API_KEY,
+    PROVIDER_ADMIN_KEY: TEST_PROVIDER_ADMIN_KEY,
+  });
   provider = started.child;
   project.provide('databaseUrl', pg.url);
   project.provide('providerUrl', started.url);
   project.provide('providerApiKey', TEST_PROVIDER_API_KEY);
+  project.provide('providerAdminUrl', started.adminUrl);
+  project.provide('providerAdminKey', TEST_PROVIDER_ADMIN_KEY);
 }
 
 export async function teardown(): Promise<void> {

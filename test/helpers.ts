@@ -5,11 +5,13 @@ import type { Pool } from 'pg';
 import { inject } from 'vitest';
 import { createPool } from '../db/pool';
 import type { OrderInput } from '../domain/order';
-import { createProviderClient, type ProviderClient } from '../provider/client';
+import { createProviderAdmin, createProviderClient, type ProviderAdmin, type ProviderClient } from '../provider/client';
 
 export const testPool = (): Pool => createPool(inject('databaseUrl'));
 export const testProvider = (timeoutMs = 5_000): ProviderClient =>
   createProviderClient({ baseUrl: inject('providerUrl'), apiKey: inject('providerApiKey'), timeoutMs });
+
+export const testAdmin = (): ProviderAdmin => createProviderAdmin({ baseUrl: inject('providerAdminUrl'), adminKey: inject('providerAdminKey') });
 
 /** A short unique suffix, so every test has its own order IDs, SKUs, workflow IDs and task queues. */
 export const uid = (): string => randomUUID().slice(0, 8);

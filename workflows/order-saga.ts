@@ -48,7 +48,7 @@ export const DEFAULT_SAGA_CONFIG: SagaConfig = {
 };
 
 // ---- Named activity option groups: every activity has a timeout and an explicit retry policy ----
-const NON_RETRYABLE = ['InvalidOrder', 'InsufficientStock', 'ContentionExhausted', 'PaymentDeclined', 'PaymentRejected', 'RefundRejected'];
+const NON_RETRYABLE = ['InvalidOrder', 'InsufficientStock', 'ContentionExhausted', 'PaymentDeclined', 'PaymentRejected', 'RefundRejected', 'ShipmentRejected'];
 
 const orderOpts: ActivityOptions = {
   startToCloseTimeout: '10s',
@@ -199,6 +199,8 @@ export async function orderSaga(input: OrderInput, config: Partial<SagaConfig> =
   }
 
   async function step<T>(name: string, fn: () => Promise<T>): Promise<T> {
+    // Steps before the pivot run their activities non-cancellably; a cancel takes effect between steps.
+    if (!pivotStarted && preScope.consideredCancelled) throw new CancelledFailure(cancelReason ?? 'cancelled');
     state.step = name;
     state.attempts[name] = (state.attempts[name] ?? 0) + 1;
     const out = await fn();
@@ -296,6 +298,17 @@ export async function orderSaga(input: OrderInput, config: Partial<SagaConfig> =
     }
   }
 
+  /** Backward recovery: compensate LIFO, then end FAILED or CANCELLED with the reason. */
+  function backward(reason: string, cancelled: boolean): Promise<OrderResult> {
+    log.warn('saga failed before the pivot; compensating', { orderId, reason });
+    return CancellationScope.nonCancellable(async () => {
+      await compensate(reason);
+      await setStatus(cancelled ? 'CANCELLED' : 'FAILED', reason);
+      await condition(allHandlersFinished);
+      return { orderId, status: state.status, reason };
+    });
+  }
+
   // Global deadline: an in-workflow timer, since a server-side timeout could not compensate.
   void CancellationScope.nonCancellable(async () => {
     await sleep(cfg.deadlineMs);
@@ -349,30 +362,35 @@ export async function orderSaga(input: OrderInput, config: Partial<SagaConfig> =
     }
     const cancelled = isCancellation(err);
     const reason = cancelled ? (cancelReason ?? (overdue ? 'saga deadline passed' : 'cancelled by a Temporal cancellation request')) : describe(err);
-    log.warn('saga failed before the pivot; compensating', { orderId, reason });
-    return CancellationScope.nonCancellable(async () => {
-      await compensate(reason);
-      await setStatus(cancelReason !== undefined || cancelled ? 'CANCELLED' : 'FAILED', reason);
-      await condition(allHandlersFinished);
-      return { orderId, status: state.status, reason };
-    });
+    return backward(reason, cancelled || cancelReason !== undefined);
   }
 
-  // ---- The pivot and after: forward recovery only ----------------------------------------------
+  // ---- The pivot ---------------------------------------------------------------------------------
   pivotStarted = true;
-  return CancellationScope.nonCancellable(async () => {
-    const forward = forwardOpts(cfg.forwardRetryLimitMs);
-    let tracking = '';
-    await step('createShipment', async () => {
-      for (;;) {
-        try {
-          tracking = (await act(forward, 'createShipment', `create shipment for ${orderId} (pivot)`, { orderId })).trackingNumber;
-          return;
-        } catch (err) {
-          if ((await escalate('forward-step', `createShipment failed after the pivot: ${describe(err)}`)) === 'mark-resolved') return;
+  const forward = forwardOpts(cfg.forwardRetryLimitMs);
+  let tracking = '';
+  try {
+    await CancellationScope.nonCancellable(() =>
+      step('createShipment', async () => {
+        for (;;) {
+          try {
+            tracking = (await act(forward, 'createShipment', `create shipment for ${orderId} (pivot)`, { orderId })).trackingNumber;
+            return;
+          } catch (err) {
+            // A rejection means the shipment was not created: the pivot did not happen.
+            if (failureType(err) === 'ShipmentRejected') throw err;
+            // Anything else may have shipped: never compensate, escalate.
+            if ((await escalate('forward-step', `createShipment failed at the pivot: ${describe(err)}`)) === 'mark-resolved') return;
+          }
         }
-      }
-    });
+      }),
+    );
+  } catch (err) {
+    return backward(describe(err), false);
+  }
+
+  // ---- After the pivot: forward recovery only ----------------------------------------------------
+  return CancellationScope.nonCancellable(async () => {
     state.pivotPassed = true;
     state.compensations = [];
     compensations.length = 0;

@@ -1,0 +1,475 @@
+/**
+ * Saga semantics under failure, on the real Java time-skipping server, with real activities, a real
+ * Postgres and the real provider process (its fault switches set over its admin API). Faults that the
+ * provider cannot produce are injected by test-only activity implementations wrapping the real ones.
+ * Every test checks the order row, the stock and the provider's ledger, not only the result.
+ */
+import { mkdirSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { Context } from '@temporalio/activity';
+import { WorkflowUpdateFailedError, type WorkflowHandle } from '@temporalio/client';
+import { ApplicationFailure, type HistoryAndWorkflowId } from '@temporalio/common';
+import { historyToJSON, type History } from '@temporalio/common/lib/proto-utils';
+import { TestWorkflowEnvironment } from '@temporalio/testing';
+import { bundleWorkflowCode, Worker, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
+import type { Pool } from 'pg';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { createActivities, type OrderActivities } from '../activities';
+import { workflowIdFor, type OrderInput, type OrderResult } from '../domain/order';
+import { registerSearchAttributes, testServerExecutable } from '../lib/temporal-servers';
+import type { ProviderClient } from '../provider/client';
+import { cancelUpdate, orderSaga, resolveUpdate, stateQuery, type ResolveRequest, type SagaConfig, type SagaState } from '../workflows';
+import { NeedsAttentionKey, OrderStatusKey } from '../workflows/search-attributes';
+import { createProduct, ledger, makeOrder, orderRow, productRow, reservations, testAdmin, testPool, testProvider, uid } from './helpers';
+
+const ROOT = path.resolve(__dirname, '..');
+const HOUR = 3_600_000;
+let env: TestWorkflowEnvironment;
+let bundle: WorkflowBundleWithSourceMap;
+let db: Pool;
+const admin = testAdmin();
+/** Histories of every path, replayed at the end (and saved as fixtures with UPDATE_FIXTURES=1). */
+const histories: { name: string; workflowId: string; history: History }[] = [];
+
+beforeAll(async () => {
+  const executable = testServerExecutable();
+  env = await TestWorkflowEnvironment.createTimeSkipping(executable ? { server: { executable } } : {});
+  await registerSearchAttributes(env.connection, env.namespace ?? 'default');
+  bundle = await bundleWorkflowCode({ workflowsPath: path.join(ROOT, 'workflows', 'index.ts'), logger: quiet });
+  db = testPool();
+});
+
+afterEach(async () => {
+  await admin.clear();
+});
+
+afterAll(async () => {
+  await db?.end();
+  await env?.teardown();
+});
+
+const quiet = { log() {}, trace() {}, debug() {}, info() {}, warn() {}, error() {} };
+
+type Name = keyof OrderActivities;
+type Fault = (call: number) => Error | undefined | Promise<Error | undefined>;
+
+const transient = (what: string): Error => ApplicationFailure.retryable(`injected transient failure of ${what}`, 'InjectedTransient');
+const permanent = (what: string): Error => ApplicationFailure.nonRetryable(`injected permanent failure of ${what}`, 'InjectedPermanent');
+const once = (make: () => Error): Fault => (call) => (call === 1 ? make() : undefined);
+
+/**
+ * Test-only activity implementations: the real ones, with faults injected per activity and every call
+ * recorded in order.
+ */
+function faultyActivities(faults: Partial<Record<Name, Fault>>, provider: ProviderClient = testProvider()) {
+  const real = createActivities({ db, provider });
+  const calls: Name[] = [];
+  const counts = new Map<Name, number>();
+  const wrapped = {} as Record<Name, unknown>;
+  for (const name of Object.keys(real) as Name[]) {
+    wrapped[name] = async (...args: unknown[]) => {
+      const n = (counts.get(name) ?? 0) + 1;
+      counts.set(name, n);
+      calls.push(name);
+      const err = await faults[name]?.(n);
+      if (err) throw err;
+      return (real[name] as (...a: unknown[]) => Promise<unknown>)(...args);
+    };
+  }
+  return { activities: wrapped as OrderActivities, calls, counts };
+}
+
+interface Run {
+  handle: WorkflowHandle<typeof orderSaga>;
+  order: OrderInput;
+  /** Waits for the saga's result. Time skips only while something awaits it (or env.sleep). */
+  result: () => Promise<OrderResult>;
+}
+
+/** Starts a saga on its own task queue and workflow ID, runs `body` while the worker runs, and keeps the history. */
+async function withSaga<T>(
+  name: string,
+  order: OrderInput,
+  activities: OrderActivities,
+  body: (run: Run) => Promise<T>,
+  config: Partial<SagaConfig> = {},
+): Promise<T> {
+  const taskQueue = `sem-${uid()}`;
+  const worker = await Worker.create({ connection: env.nativeConnection, taskQueue, workflowBundle: bundle, activities });
+  return worker.runUntil(async () => {
+    const handle = await env.client.workflow.start(orderSaga, { taskQueue, workflowId: workflowIdFor(order.orderId), args: [order, config] });
+    const out = await body({ handle, order, result: () => handle.result() });
+    await handle.result().catch(() => undefined);
+    histories.push({ name, workflowId: handle.workflowId, history: await handle.fetchHistory() });
+    return out;
+  });
+}
+
+async function newOrder(opts: Partial<OrderInput> = {}, qty = 2): Promise<{ order: OrderInput; sku: string; stock: number; total: number }> {
+  const p = await createProduct(db, { stock: 10, priceCents: 1200 });
+  return { order: makeOrder([{ sku: p.sku, qty, unitPriceCents: p.priceCents }], opts), sku: p.sku, stock: 10, total: qty * 1200 };
+}
+
+/** Skips time in steps until the saga's state satisfies `pred` (bounded). */
+async function skipUntil(handle: WorkflowHandle<typeof orderSaga>, pred: (s: SagaState) => boolean, step = '10m', max = 400): Promise<SagaState> {
+  for (let i = 0; i < max; i++) {
+    const s = await handle.query(stateQuery);
+    if (pred(s)) return s;
+    await env.sleep(step);
+  }
+  throw new Error(`state never matched; last: ${JSON.stringify(await handle.query(stateQuery))}`);
+}
+
+async function waitUntil(handle: WorkflowHandle<typeof orderSaga>, pred: (s: SagaState) => boolean): Promise<SagaState> {
+  for (let i = 0; i < 200; i++) {
+    const s = await handle.query(stateQuery);
+    if (pred(s)) return s;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  throw new Error(`state never matched; last: ${JSON.stringify(await handle.query(stateQuery))}`);
+}
+
+/**
+ * Sends `resolve` and waits for its outcome. (Nothing may await the workflow's result meanwhile: on
+ * the Java test server, time skipped while an Update is in flight makes the Update time out.)
+ */
+async function resolve(handle: WorkflowHandle<typeof orderSaga>, req: ResolveRequest): Promise<SagaState> {
+  return handle.executeUpdate(resolveUpdate, { args: [req] });
+}
+
+/** A gate an activity waits at until the test opens it. */
+function gate(): { wait: () => Promise<undefined>; open: () => void; reached: Promise<void> } {
+  let open!: () => void;
+  let reached!: () => void;
+  const opened = new Promise<void>((r) => (open = r));
+  const arrived = new Promise<void>((r) => (reached = r));
+  return {
+    wait: async () => {
+      reached();
+      await opened;
+      return undefined;
+    },
+    open,
+    reached: arrived,
+  };
+}
+
+const succeeded = (l: Awaited<ReturnType<typeof ledger>>) => l.charges.filter((c) => c.status === 'succeeded');
+
+describe('forward steps failing once, transiently', () => {
+  it.each<Name>(['createOrder', 'reserveInventory', 'chargePayment', 'createShipment', 'sendConfirmation'])(
+    '%s fails once: the saga completes with exactly one charge',
+    async (step) => {
+      const { order, sku, stock, total } = await newOrder();
+      const { activities, counts } = faultyActivities({ [step]: once(() => transient(step)) });
+      const result = await withSaga(`transient-${step}`, order, activities, (r) => r.result());
+      expect(result.status).toBe('COMPLETED');
+      expect(counts.get(step)).toBe(2);
+      expect(await orderRow(db, order.orderId)).toEqual({ status: 'COMPLETED', reason: null });
+      expect((await productRow(db, sku)).stock).toBe(stock - 2);
+      expect(await ledger(db, order.orderId)).toEqual({ charges: [{ status: 'succeeded', amount: total }], refunds: [] });
+    },
+  );
+
+  it('a 5xx before commit at the provider: retried with the same key, exactly one charge', async () => {
+    const { order, total } = await newOrder();
+    await admin.set({ kind: 'fail-before-commit', target: 'charges', count: 2, keyPrefix: `${order.orderId}:` });
+    const { activities, counts } = faultyActivities({});
+    const result = await withSaga('5xx-before-commit', order, activities, (r) => r.result());
+    expect(result.status).toBe('COMPLETED');
+    expect(counts.get('chargePayment')).toBe(3);
+    expect(await ledger(db, order.orderId)).toEqual({ charges: [{ status: 'succeeded', amount: total }], refunds: [] });
+  });
+});
+
+describe('steps before the pivot failing permanently: backward recovery, LIFO', () => {
+  const cases: [Name, string[]][] = [
+    ['createOrder', []],
+    ['reserveInventory', ['releaseInventory']],
+    ['chargePayment', ['refundPayment', 'releaseInventory']],
+  ];
+  it.each(cases)('%s fails permanently: compensations %j run, stock and ledger back to their start', async (step, expected) => {
+    const { order, sku, stock } = await newOrder();
+    const { activities, calls } = faultyActivities({ [step]: () => permanent(step) });
+    const { result, state } = await withSaga(`permanent-${step}`, order, activities, async (r) => ({ result: await r.result(), state: await r.handle.query(stateQuery) }));
+    expect(result.status).toBe('FAILED');
+    expect(result.reason).toMatch(step === 'chargePayment' ? /PaymentUnavailable/ : /InjectedPermanent/);
+    expect(state.compensationsRun).toEqual(expected);
+    expect(calls.filter((c) => c === 'releaseInventory' || c === 'refundPayment')).toEqual(expected);
+    if (step !== 'createOrder') expect(await orderRow(db, order.orderId)).toEqual({ status: 'FAILED', reason: result.reason });
+    else expect(await orderRow(db, order.orderId)).toBeUndefined();
+    expect((await productRow(db, sku)).stock).toBe(stock);
+    expect(await ledger(db, order.orderId)).toEqual({ charges: [], refunds: [] });
+    expect(calls).not.toContain('createShipment');
+  });
+
+  it('the shipment is rejected (the pivot did not happen): refund then release, exactly one refund', async () => {
+    const { order, sku, stock, total } = await newOrder();
+    const { activities, calls } = faultyActivities({ createShipment: () => ApplicationFailure.nonRetryable('no carrier serves this address', 'ShipmentRejected') });
+    const result = await withSaga('shipment-rejected', order, activities, (r) => r.result());
+    expect(result.status).toBe('FAILED');
+    expect(result.reason).toMatch(/ShipmentRejected/);
+    expect(calls.filter((c) => c === 'releaseInventory' || c === 'refundPayment')).toEqual(['refundPayment', 'releaseInventory']);
+    expect((await productRow(db, sku)).stock).toBe(stock);
+    expect(await ledger(db, order.orderId)).toEqual({ charges: [{ status: 'succeeded', amount: total }], refunds: [{ amount: total }] });
+  });
+});
+
+describe('compensations failing', () => {
+  const rejectShipment = (): Error => ApplicationFailure.nonRetryable('rejected', 'ShipmentRejected');
+
+  it.each<Name>(['refundPayment', 'releaseInventory'])('%s fails once, transiently: retried, and the saga still undoes everything', async (comp) => {
+    const { order, sku, stock, total } = await newOrder();
+    const { activities, counts } = faultyActivities({ createShipment: rejectShipment, [comp]: once(() => transient(comp)) });
+    const result = await withSaga(`comp-transient-${comp}`, order, activities, (r) => r.result());
+    expect(result.status).toBe('FAILED');
+    expect(counts.get(comp)).toBe(2);
+    expect((await productRow(db, sku)).stock).toBe(stock);
+    expect(await ledger(db, order.orderId)).toEqual({ charges: [{ status: 'succeeded', amount: total }], refunds: [{ amount: total }] });
+  });
+
+  it.each<Name>(['refundPayment', 'releaseInventory'])('%s fails permanently: NEEDS_ATTENTION with the reason, then resolve retry finishes it', async (comp) => {
+    const { order, sku, stock, total } = await newOrder();
+    const { activities } = faultyActivities({ createShipment: rejectShipment, [comp]: once(() => permanent(comp)) });
+    const result = await withSaga(`comp-permanent-${comp}`, order, activities, async ({ handle, result }) => {
+      const s = await waitUntil(handle, (st) => st.status === 'NEEDS_ATTENTION');
+      expect(s.awaiting).toBe('compensation');
+      expect(s.reason).toMatch(new RegExp(`compensation ${comp} failed`));
+      const row = await orderRow(db, order.orderId);
+      expect(row?.status).toBe('NEEDS_ATTENTION');
+      expect(row?.reason).toMatch(new RegExp(`compensation ${comp} failed`));
+      const sa = (await handle.describe()).typedSearchAttributes;
+      expect(sa.get(NeedsAttentionKey)).toBe(true);
+      expect(sa.get(OrderStatusKey)).toBe('NEEDS_ATTENTION');
+      // A wrong action is refused by the validator, and changes nothing.
+      const refused = await resolve(handle, { action: 'charge-succeeded' }).catch((e: unknown) => e);
+      expect(refused).toBeInstanceOf(WorkflowUpdateFailedError);
+      expect(String((refused as WorkflowUpdateFailedError).cause?.message)).toMatch(/action must be one of retry, mark-resolved/);
+      expect((await handle.query(stateQuery)).awaiting).toBe('compensation');
+      await resolve(handle, { action: 'retry', note: 'provider fixed' });
+      return result();
+    });
+    expect(result.status).toBe('FAILED');
+    expect((await orderRow(db, order.orderId))?.status).toBe('FAILED');
+    expect((await productRow(db, sku)).stock).toBe(stock);
+    expect(await ledger(db, order.orderId)).toEqual({ charges: [{ status: 'succeeded', amount: total }], refunds: [{ amount: total }] });
+  });
+});
+
+describe('charges whose outcome is unknown: inquiry before deciding', () => {
+  it('lost response after commit: the inquiry finds succeeded, no second charge, the saga goes on', async () => {
+    const { order, total } = await newOrder();
+    await admin.set({ kind: 'lose-response-after-commit', target: 'charges', count: 10, keyPrefix: `${order.orderId}:` });
+    const { activities } = faultyActivities({});
+    const { result, state } = await withSaga('lost-response', order, activities, async (r) => ({ result: await r.result(), state: await r.handle.query(stateQuery) }));
+    expect(result.status).toBe('COMPLETED');
+    expect(state.attempts.inquiry).toBe(1);
+    expect(await ledger(db, order.orderId)).toEqual({ charges: [{ status: 'succeeded', amount: total }], refunds: [] });
+    expect((await admin.list()).injected['lose-response-after-commit']).toBeGreaterThanOrEqual(4);
+  });
+
+  it('lost response after commit, then a later permanent failure: exactly one refund', async () => {
+    const { order, sku, stock, total } = await newOrder();
+    await admin.set({ kind: 'lose-response-after-commit', target: 'charges', count: 10, keyPrefix: `${order.orderId}:` });
+    const { activities } = faultyActivities({ createShipment: () => ApplicationFailure.nonRetryable('rejected', 'ShipmentRejected') });
+    const result = await withSaga('lost-response-then-failure', order, activities, (r) => r.result());
+    expect(result.status).toBe('FAILED');
+    expect((await productRow(db, sku)).stock).toBe(stock);
+    expect(await ledger(db, order.orderId)).toEqual({ charges: [{ status: 'succeeded', amount: total }], refunds: [{ amount: total }] });
+  });
+
+  it('the provider answers processing for hours: no refund in that time; escalates at the limit; resolve settles it', async () => {
+    const { order, total } = await newOrder();
+    await admin.set({ kind: 'lose-response-after-commit', target: 'charges', count: 10, keyPrefix: `${order.orderId}:` });
+    await admin.set({ kind: 'processing', target: 'inquiries', count: 100_000, keyPrefix: `${order.orderId}:` });
+    const { activities } = faultyActivities({});
+    const t0 = await env.currentTimeMs();
+    const result = await withSaga('processing-for-hours', order, activities, async ({ handle, result }) => {
+      const unknown = await skipUntil(handle, (s) => s.status === 'UNKNOWN_PAYMENT', '1m');
+      expect(unknown.unknowns).toEqual(['charge']);
+      expect((await orderRow(db, order.orderId))?.status).toBe('UNKNOWN_PAYMENT');
+      const s = await skipUntil(handle, (st) => st.awaiting === 'charge-outcome', '30m');
+      const elapsed = (await env.currentTimeMs()) - t0;
+      expect(elapsed).toBeGreaterThanOrEqual(5.5 * HOUR); // the limit is 6 h, checked before each wait
+      expect(elapsed).toBeLessThan(8 * HOUR);
+      expect(s.status).toBe('NEEDS_ATTENTION');
+      expect(s.attempts.inquiry).toBeGreaterThan(10);
+      expect((await ledger(db, order.orderId)).refunds).toEqual([]); // never a blind refund
+      await admin.clear();
+      await resolve(handle, { action: 'charge-succeeded', note: 'seen in the provider dashboard' });
+      return result();
+    });
+    expect(result.status).toBe('COMPLETED');
+    expect(await ledger(db, order.orderId)).toEqual({ charges: [{ status: 'succeeded', amount: total }], refunds: [] });
+  });
+
+  it('the provider is unreachable for hours: no refund; escalates; resolve charge-failed compensates once it is back', async () => {
+    const { order, sku, stock } = await newOrder();
+    const live = testProvider(2_000);
+    let reachable = false;
+    const refused = (): Promise<never> => Promise.reject(new Error('connect ECONNREFUSED 127.0.0.1'));
+    const unreachable: ProviderClient = {
+      charge: (k, r) => (reachable ? live.charge(k, r) : refused()),
+      getCharge: (k) => (reachable ? live.getCharge(k) : refused()),
+      refund: (k, r) => (reachable ? live.refund(k, r) : refused()),
+    };
+    const { activities } = faultyActivities({}, unreachable);
+    const result = await withSaga('unreachable-for-hours', order, activities, async ({ handle, result }) => {
+      const s = await skipUntil(handle, (st) => st.awaiting === 'charge-outcome', '30m');
+      expect(s.status).toBe('NEEDS_ATTENTION');
+      expect((await ledger(db, order.orderId)).refunds).toEqual([]);
+      reachable = true;
+      await resolve(handle, { action: 'charge-failed' });
+      return result();
+    });
+    expect(result.status).toBe('FAILED');
+    expect((await productRow(db, sku)).stock).toBe(stock);
+    expect(await ledger(db, order.orderId)).toEqual({ charges: [], refunds: [] });
+  });
+});
+
+describe('cancel and deadlines', () => {
+  it('cancel before the pivot runs the compensations and ends CANCELLED', async () => {
+    const { order, sku, stock } = await newOrder();
+    const g = gate();
+    const { activities, calls } = faultyActivities({ chargePayment: g.wait });
+    const { result, updated } = await withSaga('cancel-before-pivot', order, activities, async ({ handle, result }) => {
+      await g.reached;
+      const pending = handle.executeUpdate(cancelUpdate, { args: ['customer changed their mind'] });
+      await waitUntil(handle, () => true);
+      g.open();
+      return { updated: await pending, result: await result() };
+    });
+    expect(result).toMatchObject({ status: 'CANCELLED', reason: 'customer changed their mind' });
+    expect(updated.status).toBe('CANCELLED');
+    expect(calls).not.toContain('createShipment');
+    expect(await orderRow(db, order.orderId)).toEqual({ status: 'CANCELLED', reason: 'customer changed their mind' });
+    expect((await productRow(db, sku)).stock).toBe(stock);
+    // The charge ran (it is not cancellable mid-flight), so it was refunded: the ledger nets to zero.
+    const l = await ledger(db, order.orderId);
+    expect(l.refunds.reduce((a, r) => a + r.amount, 0)).toBe(succeeded(l).reduce((a, c) => a + c.amount, 0));
+  });
+
+  it('cancel after the pivot is refused with the reason, and the saga completes', async () => {
+    const { order, total } = await newOrder();
+    const g = gate();
+    const { activities } = faultyActivities({ sendConfirmation: g.wait });
+    const result = await withSaga('cancel-after-pivot', order, activities, async ({ handle, result }) => {
+      await g.reached;
+      const err = await handle.executeUpdate(cancelUpdate, { args: ['too late'] }).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(WorkflowUpdateFailedError);
+      expect(String((err as WorkflowUpdateFailedError).cause?.message)).toMatch(/pivot/);
+      g.open();
+      return result();
+    });
+    expect(result.status).toBe('COMPLETED');
+    expect(await ledger(db, order.orderId)).toEqual({ charges: [{ status: 'succeeded', amount: total }], refunds: [] });
+  });
+
+  it('a Temporal cancellation (as from the Web UI) also compensates', async () => {
+    const { order, sku, stock } = await newOrder();
+    const g = gate();
+    const { activities, calls } = faultyActivities({ reserveInventory: g.wait });
+    const result = await withSaga('temporal-cancel', order, activities, async ({ handle, result }) => {
+      await g.reached;
+      await handle.cancel();
+      g.open();
+      return result();
+    });
+    expect(result.status).toBe('CANCELLED');
+    expect(result.reason).toMatch(/Temporal cancellation/);
+    expect(calls).toContain('releaseInventory');
+    expect(calls).not.toContain('chargePayment');
+    expect((await orderRow(db, order.orderId))?.status).toBe('CANCELLED');
+    expect((await productRow(db, sku)).stock).toBe(stock);
+    expect(await reservations(db, order.orderId)).toEqual([{ sku, qty: 2, status: 'RELEASED' }]);
+  });
+
+  it('the global deadline fires (time-skipped by a day) on a saga stuck on UNKNOWN: it escalates, it does not compensate', async () => {
+    const { order, sku, stock, total } = await newOrder();
+    await admin.set({ kind: 'lose-response-after-commit', target: 'charges', count: 10, keyPrefix: `${order.orderId}:` });
+    await admin.set({ kind: 'processing', target: 'inquiries', count: 100_000, keyPrefix: `${order.orderId}:` });
+    const { activities, calls } = faultyActivities({});
+    const t0 = await env.currentTimeMs();
+    const result = await withSaga(
+      'deadline',
+      order,
+      activities,
+      async ({ handle, result }) => {
+        const s = await skipUntil(handle, (st) => st.status === 'NEEDS_ATTENTION', '2h');
+        const elapsed = (await env.currentTimeMs()) - t0;
+        expect(elapsed).toBeGreaterThanOrEqual(24 * HOUR);
+        expect(elapsed).toBeLessThan(27 * HOUR);
+        expect(s.reason).toMatch(/deadline/);
+        expect(calls).not.toContain('refundPayment');
+        expect(calls).not.toContain('releaseInventory');
+        expect((await productRow(db, sku)).stock).toBe(stock - 2); // still reserved: nothing undone blindly
+        await admin.clear();
+        await resolve(handle, { action: 'charge-succeeded' });
+        return result();
+      },
+      { unknownEscalationMs: 7 * 24 * HOUR }, // the default 24 h deadline comes first
+    );
+    expect(result.status).toBe('COMPLETED');
+    expect(await ledger(db, order.orderId)).toEqual({ charges: [{ status: 'succeeded', amount: total }], refunds: [] });
+  });
+});
+
+describe('after the pivot: forward recovery only', () => {
+  it('the confirmation fails for a day, then succeeds: completed, no compensation', async () => {
+    const { order, sku, stock, total } = await newOrder();
+    const failForADay: Fault = () => {
+      const info = Context.current().info;
+      return info.currentAttemptScheduledTimestampMs - info.scheduledTimestampMs < 24 * HOUR ? transient('sendConfirmation') : undefined;
+    };
+    const { activities, calls, counts } = faultyActivities({ sendConfirmation: failForADay });
+    const result = await withSaga('confirmation-fails-for-a-day', order, activities, async ({ handle, result }) => {
+      await skipUntil(handle, (s) => s.status === 'COMPLETED', '1h', 40);
+      return result();
+    });
+    expect(result.status).toBe('COMPLETED');
+    expect(counts.get('sendConfirmation')).toBeGreaterThan(40);
+    expect(calls).not.toContain('refundPayment');
+    expect(calls).not.toContain('releaseInventory');
+    expect((await productRow(db, sku)).stock).toBe(stock - 2);
+    expect(await reservations(db, order.orderId)).toEqual([{ sku, qty: 2, status: 'SOLD' }]);
+    expect(await ledger(db, order.orderId)).toEqual({ charges: [{ status: 'succeeded', amount: total }], refunds: [] });
+  });
+
+  it('a forward step that never recovers escalates to NEEDS_ATTENTION without compensating', async () => {
+    const { order, total } = await newOrder();
+    const { activities, calls } = faultyActivities({ sendConfirmation: () => transient('sendConfirmation') });
+    const result = await withSaga(
+      'forward-escalates',
+      order,
+      activities,
+      async ({ handle, result }) => {
+        const s = await skipUntil(handle, (st) => st.awaiting === 'forward-step', '1h');
+        expect(s.status).toBe('NEEDS_ATTENTION');
+        expect(s.pivotPassed).toBe(true);
+        expect((await orderRow(db, order.orderId))?.status).toBe('NEEDS_ATTENTION');
+        await resolve(handle, { action: 'mark-resolved', note: 'emailed by hand' });
+        return result();
+      },
+      { forwardRetryLimitMs: 2 * HOUR },
+    );
+    expect(result.status).toBe('COMPLETED');
+    expect(calls).not.toContain('refundPayment');
+    expect(await ledger(db, order.orderId)).toEqual({ charges: [{ status: 'succeeded', amount: total }], refunds: [] });
+  });
+});
+
+describe('replay', () => {
+  it('every history above replays without a nondeterminism error', async () => {
+    expect(histories.length).toBeGreaterThanOrEqual(20);
+    const results = [];
+    for await (const r of Worker.runReplayHistories({ workflowBundle: bundle }, histories.map((h): HistoryAndWorkflowId => ({ workflowId: h.workflowId, history: h.history })))) results.push(r);
+    expect(results).toHaveLength(histories.length);
+    for (const r of results) expect(r.error, r.workflowId).toBeUndefined();
+    if (process.env.UPDATE_FIXTURES) {
+      const dir = path.join(ROOT, 'test', 'fixtures', 'histories');
+      mkdirSync(dir, { recursive: true });
+      for (const h of histories) writeFileSync(path.join(dir, `${h.name}.json`), `${historyToJSON(h.history)}\n`);
+    }
+  });
+});
