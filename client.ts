@@ -228,6 +228,11 @@ async function update(command: 'cancel' | 'resolve', args: string[], cfg: AppCon
   const client = await connect(cfg);
   const handle = client.workflow.getHandle(workflowIdFor(orderId));
   try {
+    const described = await handle.describe();
+    if (described.status.name !== 'RUNNING') {
+      const status = described.typedSearchAttributes.get(OrderStatusKey) ?? described.status.name;
+      throw new CliError(`${command} refused: order ${orderId} has ended (${status}); there is nothing to ${command}`, EXIT.notCompleted);
+    }
     const state =
       command === 'cancel'
         ? await handle.executeUpdate(cancelUpdate, { args: [values.reason ?? 'cancelled by operator'] })

@@ -3,7 +3,8 @@
  * Postgres → provider process.
  */
 import { spawn } from 'node:child_process';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { WorkflowNotFoundError } from '@temporalio/client';
@@ -16,7 +17,7 @@ import { readConfig, type AppConfig } from '../lib/config';
 import { devServerExecutable } from '../lib/temporal-servers';
 import { createOrderWorker } from '../worker';
 import { CustomerIdKey, NeedsAttentionKey, OrderStatusKey, TotalCentsKey } from '../workflows/search-attributes';
-import { createProduct, ledger, makeOrder, orderRow, productRow, testPool, uid } from './helpers';
+import { createProduct, ledger, makeOrder, orderRow, productRow, testAdmin, testPool, uid } from './helpers';
 
 const ROOT = path.resolve(__dirname, '..');
 let env: TestWorkflowEnvironment;
@@ -25,14 +26,30 @@ let worker: Worker;
 let running: Promise<void>;
 let cfg: AppConfig;
 let childEnv: NodeJS.ProcessEnv;
+let uiPort: number;
 const tmp = mkdtempSync(path.join(os.tmpdir(), 'order-saga-e2e-'));
+const admin = testAdmin();
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = net.createServer();
+    srv.once('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const { port } = srv.address() as net.AddressInfo;
+      srv.close(() => resolve(port));
+    });
+  });
+}
 
 beforeAll(async () => {
   const executable = devServerExecutable();
+  uiPort = await freePort();
   env = await TestWorkflowEnvironment.createLocal({
     server: {
       ...(executable ? { executable } : {}),
       ip: '127.0.0.1',
+      ui: true,
+      uiPort,
       searchAttributes: [OrderStatusKey, CustomerIdKey, NeedsAttentionKey, TotalCentsKey],
       log: { format: 'pretty', level: 'error' },
     },
@@ -42,7 +59,7 @@ beforeAll(async () => {
     TEMPORAL_ADDRESS: env.address,
     TEMPORAL_NAMESPACE: 'default',
     TASK_QUEUE: `e2e-${uid()}`,
-    TEMPORAL_UI_URL: 'http://127.0.0.1:8233',
+    TEMPORAL_UI_URL: `http://127.0.0.1:${uiPort}`,
     DATABASE_URL: inject('databaseUrl'),
     PROVIDER_URL: inject('providerUrl'),
     PROVIDER_API_KEY: inject('providerApiKey'),
@@ -54,6 +71,7 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
+  await admin.clear();
   worker?.shutdown();
   await running;
   await db?.end();
@@ -162,5 +180,97 @@ describe('end to end on the dev server', () => {
     expect(again.stderr).toMatch(/duplicate order: orderId/);
     expect((await productRow(db, p.sku)).stock).toBe(8);
     expect((await ledger(db, order.orderId)).charges).toEqual([{ status: 'succeeded', amount: 500 }]);
+  });
+
+  it('lost response after commit, with the real fault switch: exactly one charge, and the saga completes', async () => {
+    const p = await createProduct(db, { stock: 4, priceCents: 2100 });
+    const order = makeOrder([{ sku: p.sku, qty: 1, unitPriceCents: p.priceCents }]);
+    await admin.set({ kind: 'lose-response-after-commit', target: 'charges', count: 1, keyPrefix: `${order.orderId}:` });
+
+    const r = await cli(['place', '--file', orderFile(order), '--json']);
+
+    expect(r.code, r.stderr).toBe(0);
+    expect(JSON.parse(r.stdout).status).toBe('COMPLETED');
+    expect(await ledger(db, order.orderId)).toEqual({ charges: [{ status: 'succeeded', amount: 2100 }], refunds: [] });
+    expect((await admin.list()).injected['lose-response-after-commit']).toBeGreaterThanOrEqual(1);
+  });
+
+  it('client cancel before the pivot (the charge held up at the provider): CANCELLED, refunded, stock back', async () => {
+    const p = await createProduct(db, { stock: 6, priceCents: 800 });
+    const order = makeOrder([{ sku: p.sku, qty: 2, unitPriceCents: p.priceCents }]);
+    await admin.set({ kind: 'delay', target: 'charges', delayMs: 3_000, count: 1, keyPrefix: `${order.orderId}:` });
+
+    const started = await cli(['place', '--file', orderFile(order), '--no-wait', '--json']);
+    expect(started.code, started.stderr).toBe(0);
+    expect(JSON.parse(started.stdout).status).toBe('STARTED');
+    const cancel = await cli(['cancel', order.orderId, '--reason', 'customer asked', '--json']);
+    expect(cancel.code, cancel.stderr).toBe(0);
+    expect(JSON.parse(cancel.stdout)).toMatchObject({ status: 'CANCELLED', reason: 'customer asked' });
+
+    expect(await orderRow(db, order.orderId)).toEqual({ status: 'CANCELLED', reason: 'customer asked' });
+    expect((await productRow(db, p.sku)).stock).toBe(6);
+    // The delayed charge went through at the provider; it was refunded, exactly once.
+    expect(await ledger(db, order.orderId)).toEqual({ charges: [{ status: 'succeeded', amount: 1600 }], refunds: [{ amount: 1600 }] });
+    const again = await cli(['cancel', order.orderId]);
+    expect(again.code).toBe(1);
+    expect(again.stderr).toMatch(/already CANCELLED|has ended/);
+  });
+
+  it('client resolve is refused when there is nothing to resolve; list filters by status', async () => {
+    const p = await createProduct(db, { stock: 3, priceCents: 450 });
+    const order = makeOrder([{ sku: p.sku, qty: 1, unitPriceCents: p.priceCents }]);
+    expect((await cli(['place', '--file', orderFile(order)])).code).toBe(0);
+
+    const resolve = await cli(['resolve', order.orderId, '--action', 'retry']);
+    expect(resolve.code).toBe(1);
+    expect(resolve.stderr).toMatch(/resolve refused|has ended/);
+    const badAction = await cli(['resolve', order.orderId, '--action', 'refund-everything']);
+    expect(badAction.code).toBe(2);
+    expect(badAction.stderr).toMatch(/--action: must be one of/);
+
+    let listed: { orderId: string; status: string }[] = [];
+    for (let i = 0; i < 40 && !listed.some((o) => o.orderId === order.orderId); i++) {
+      const list = await cli(['list', '--status', 'COMPLETED', '--json']);
+      expect(list.code, list.stderr).toBe(0);
+      listed = JSON.parse(list.stdout) as typeof listed;
+      if (!listed.some((o) => o.orderId === order.orderId)) await new Promise((r) => setTimeout(r, 250));
+    }
+    expect(listed.find((o) => o.orderId === order.orderId)).toMatchObject({ status: 'COMPLETED' });
+    expect(listed.every((o) => o.status === 'COMPLETED')).toBe(true);
+    const badStatus = await cli(['list', '--status', 'DONE']);
+    expect(badStatus.code).toBe(2);
+  });
+
+  const chromium = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
+  const haveChromium = existsSync(chromium);
+  if (!haveChromium && process.env.CI) throw new Error(`CI needs Chromium at ${chromium} for the Web UI check (.ci/run installs it)`);
+
+  it.skipIf(!haveChromium)('the Web UI shows a compensated run, with its compensation activity (headless Chromium)', async () => {
+    const { chromium: pw } = await import('playwright-core');
+    const p = await createProduct(db, { stock: 5, priceCents: 1300 });
+    const order = makeOrder([{ sku: p.sku, qty: 1, unitPriceCents: p.priceCents }], { paymentMethod: 'tok_declined' });
+    const r = await cli(['place', '--file', orderFile(order), '--json']);
+    expect(r.code).toBe(1);
+    const { uiUrl } = JSON.parse(r.stdout) as { uiUrl: string };
+    expect(uiUrl.startsWith(`http://127.0.0.1:${uiPort}/`)).toBe(true);
+
+    const browser = await pw.launch({
+      executablePath: chromium,
+      args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+    });
+    try {
+      const page = await browser.newPage({ viewport: { width: 1600, height: 1200 } });
+      await page.goto(uiUrl, { waitUntil: 'domcontentloaded', timeout: 60_000 });
+      await page.getByText('releaseInventory').first().waitFor({ timeout: 60_000 });
+      const text = await page.innerText('body');
+      expect(text).toContain(`order:${order.orderId}`);
+      expect(text).toContain('releaseInventory');
+      expect(text).toContain('compensate: release'); // the activity's summary, as a person reads it
+      const artifacts = path.join(ROOT, 'artifacts');
+      mkdirSync(artifacts, { recursive: true });
+      await page.screenshot({ path: path.join(artifacts, 'web-ui-compensated-run.png'), fullPage: true });
+    } finally {
+      await browser.close();
+    }
   });
 });

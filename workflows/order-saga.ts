@@ -252,7 +252,7 @@ export async function orderSaga(input: OrderInput, config: Partial<SagaConfig> =
         return action === 'charge-succeeded' ? 'succeeded' : 'failed';
       }
       // A durable timer; it is not cancelled by a cancel request: an unknown charge is settled first.
-      await CancellationScope.nonCancellable(() => sleep(wait));
+      await CancellationScope.nonCancellable(() => sleep(wait, { summary: `charge outcome unknown; next inquiry in ${Math.round(wait / 1000)} s` }));
     }
   }
 
@@ -311,7 +311,7 @@ export async function orderSaga(input: OrderInput, config: Partial<SagaConfig> =
 
   // Global deadline: an in-workflow timer, since a server-side timeout could not compensate.
   void CancellationScope.nonCancellable(async () => {
-    await sleep(cfg.deadlineMs);
+    await sleep(cfg.deadlineMs, { summary: 'saga deadline' });
     overdue = true;
     if (!pivotStarted && state.unknowns.length === 0 && !isFinal(state.status)) {
       log.warn('saga deadline passed before the pivot; compensating', { orderId });
