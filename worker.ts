@@ -1,42 +1,110 @@
 /**
- * The worker: runs the order saga's workflows and activities on the `orders` task queue.
- * The one place that builds the Postgres pool and the provider's HTTP client.
+ * The worker: the order saga's workflows and activities on the `orders` task queue, plus the serial
+ * inventory lanes (task queues `orders-inventory-lane-<n>`, one task at a time each), plus the
+ * inventory metrics endpoint. The one place that builds the Postgres pool and the provider client.
  *   DATABASE_URL=… npx tsx worker.ts      (npm start runs it for you)
  */
-import { NativeConnection, Worker } from '@temporalio/worker';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { NativeConnection, Runtime, Worker } from '@temporalio/worker';
 import type { Pool } from 'pg';
 import { createActivities } from './activities';
+import { InventoryMetrics } from './activities/inventory-metrics';
 import { createPool } from './db/pool';
+import { laneTaskQueue } from './domain/lanes';
 import { readConfig, type AppConfig } from './lib/config';
 import { createProviderClient } from './provider/client';
+import { DEFAULT_SAGA_CONFIG } from './workflows/order-saga';
 
-export async function createOrderWorker(
+export interface OrderWorkers {
+  workers: Worker[];
+  db: Pool;
+  metrics: InventoryMetrics;
+  /** Runs every worker until shutdown() (or a signal). */
+  run(): Promise<void>;
+  shutdown(): void;
+}
+
+export async function createOrderWorkers(
   cfg: AppConfig,
   connection: NativeConnection,
-  extra: { db?: Pool; workflowBundle?: { code: string } } = {},
-): Promise<{ worker: Worker; db: Pool }> {
+  extra: { db?: Pool; workflowBundle?: { code: string }; lanes?: number; metrics?: InventoryMetrics } = {},
+): Promise<OrderWorkers> {
   if (!cfg.databaseUrl && !extra.db) throw new Error('DATABASE_URL is required');
-  const db = extra.db ?? createPool(cfg.databaseUrl!);
+  const db = extra.db ?? createPool(cfg.databaseUrl!, { max: 20 });
+  const metrics = extra.metrics ?? new InventoryMetrics();
   const provider = createProviderClient({ baseUrl: cfg.providerUrl, apiKey: cfg.providerApiKey, timeoutMs: 10_000 });
-  const worker = await Worker.create({
+  const activities = createActivities({ db, provider, metrics });
+  const main = await Worker.create({
     connection,
     namespace: cfg.namespace,
     taskQueue: cfg.taskQueue,
     ...(extra.workflowBundle ? { workflowBundle: extra.workflowBundle } : { workflowsPath: require.resolve('./workflows') }),
-    activities: createActivities({ db, provider }),
+    activities,
   });
-  return { worker, db };
+  const lanes: Worker[] = [];
+  for (let n = 0; n < (extra.lanes ?? DEFAULT_SAGA_CONFIG.inventoryLanes); n++) {
+    lanes.push(
+      await Worker.create({
+        connection,
+        namespace: cfg.namespace,
+        taskQueue: laneTaskQueue(cfg.taskQueue, n),
+        activities: { reserveInventorySerial: activities.reserveInventorySerial },
+        maxConcurrentActivityTaskExecutions: 1, // the lane: one task at a time
+      }),
+    );
+  }
+  const workers = [main, ...lanes];
+  return {
+    workers,
+    db,
+    metrics,
+    run: async () => {
+      await Promise.all(workers.map((w) => w.run()));
+    },
+    shutdown: () => {
+      for (const w of workers) if (w.getState() === 'RUNNING') w.shutdown();
+    },
+  };
+}
+
+/** GET /metrics (Prometheus text) and GET /stats (JSON) of the inventory metrics. */
+export function startMetricsServer(metrics: InventoryMetrics, port: number, host = '127.0.0.1'): Promise<http.Server> {
+  const server = http.createServer((req, res) => {
+    if (req.url === '/metrics') {
+      res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4' });
+      return res.end(metrics.prometheus());
+    }
+    if (req.url === '/stats') {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      return res.end(JSON.stringify({ skus: metrics.snapshot() }));
+    }
+    res.writeHead(404).end();
+  });
+  return new Promise((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(port, host, () => resolve(server));
+  });
 }
 
 async function main(): Promise<void> {
   const cfg = readConfig();
+  const runtimeMetrics = process.env.TEMPORAL_METRICS_ADDRESS ?? '127.0.0.1:9464';
+  Runtime.install({ telemetryOptions: { metrics: { prometheus: { bindAddress: runtimeMetrics } } } });
   const connection = await NativeConnection.connect({ address: cfg.temporalAddress });
-  const { worker, db } = await createOrderWorker(cfg, connection);
-  process.stdout.write(`worker: polling task queue "${cfg.taskQueue}" on ${cfg.temporalAddress} (namespace ${cfg.namespace})\n`);
+  const lanes = Number(process.env.INVENTORY_LANES ?? DEFAULT_SAGA_CONFIG.inventoryLanes);
+  const w = await createOrderWorkers(cfg, connection, { lanes });
+  const server = await startMetricsServer(w.metrics, Number(process.env.WORKER_METRICS_PORT ?? 9465));
+  const port = (server.address() as AddressInfo).port;
+  process.stdout.write(
+    `worker: polling task queue "${cfg.taskQueue}" and ${lanes} serial lane(s) on ${cfg.temporalAddress} (namespace ${cfg.namespace}); ` +
+      `inventory metrics http://127.0.0.1:${port}/metrics, Temporal metrics http://${runtimeMetrics}/metrics\n`,
+  );
   try {
-    await worker.run(); // SIGINT/SIGTERM shut it down gracefully (the SDK installs those handlers)
+    await w.run(); // SIGINT/SIGTERM shut the workers down gracefully (the SDK installs those handlers)
   } finally {
-    await db.end();
+    server.close();
+    await w.db.end();
     await connection.close();
   }
 }

@@ -12,6 +12,7 @@ export const ErrorTypes = {
   PaymentRejected: 'PaymentRejected',
   RefundRejected: 'RefundRejected',
   ShipmentRejected: 'ShipmentRejected',
+  PurchaseLimitExceeded: 'PurchaseLimitExceeded',
 } as const;
 export type ErrorType = (typeof ErrorTypes)[keyof typeof ErrorTypes];
 

@@ -1,6 +1,7 @@
 import type { Pool } from 'pg';
 import type { ProviderClient } from '../provider/client';
 import { inventoryActivities, type CasOptions, type ReserveLogic } from './inventory';
+import type { InventoryMetrics } from './inventory-metrics';
 import { notificationActivities } from './notifications';
 import { orderActivities } from './orders';
 import { paymentActivities } from './payments';
@@ -11,6 +12,7 @@ export interface ActivityDeps {
   provider: ProviderClient;
   cas?: Partial<CasOptions>;
   reserveLogic?: ReserveLogic;
+  metrics?: InventoryMetrics;
 }
 
 /** Every activity of the order saga, built from its dependencies (worker.ts builds those). */

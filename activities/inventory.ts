@@ -1,8 +1,11 @@
 import { Context, log } from '@temporalio/activity';
-import type { Pool } from 'pg';
-import type { OrderItem } from '../domain/order';
+import type { Pool, PoolClient } from 'pg';
 import { withTransaction } from '../db/pool';
+import type { OrderItem } from '../domain/order';
 import { businessFailure, ErrorTypes } from './errors';
+import { ABORT_RATE_CRITICAL, InventoryMetrics } from './inventory-metrics';
+import { holdPurchaseQuota } from './purchase-policy';
+import { UndoLog } from './undo-log';
 
 /** Conflict retry: wait = min(max, base·2^attempt) + rand(0, jitter), at most maxAttempts tries. */
 export interface CasOptions {
@@ -10,10 +13,12 @@ export interface CasOptions {
   baseMs: number;
   maxMs: number;
   jitterMs: number;
+  /** Above this recent abort rate on any of its SKUs, a reservation goes straight to the serial lane. */
+  abortRateThreshold: number;
 }
-export const DEFAULT_CAS: CasOptions = { maxAttempts: 8, baseMs: 5, maxMs: 250, jitterMs: 25 };
+export const DEFAULT_CAS: CasOptions = { maxAttempts: 8, baseMs: 5, maxMs: 250, jitterMs: 25, abortRateThreshold: ABORT_RATE_CRITICAL };
 
-export function backoffMs(attempt: number, o: CasOptions, random: () => number = Math.random): number {
+export function backoffMs(attempt: number, o: Pick<CasOptions, 'baseMs' | 'maxMs' | 'jitterMs'>, random: () => number = Math.random): number {
   return Math.min(o.maxMs, o.baseMs * 2 ** attempt) + random() * o.jitterMs;
 }
 
@@ -27,129 +32,213 @@ export interface SnapshotRow {
   sku: string;
   stock: number;
   version: string;
+  max_per_customer: number | null;
 }
 
 /**
- * Business logic that runs between the snapshot read and the CAS write, outside any transaction
- * (seed 003's validatePurchasePolicy sits here). It may throw a business failure.
+ * Business logic that runs between the snapshot read and the write, outside any transaction (seed
+ * 003's validatePurchasePolicy sits here). Side effects it takes record their inverse in `undo`.
  */
-export type ReserveLogic = (req: ReserveRequest, snapshot: SnapshotRow[]) => Promise<void>;
+export type ReserveLogic = (req: ReserveRequest, snapshot: SnapshotRow[], undo: UndoLog) => Promise<void>;
 
-export interface ReserveResult {
-  outcome: 'reserved' | 'already-reserved';
-  attempts: number;
-  conflicts: number;
-}
+export type ReserveResult =
+  | { outcome: 'reserved' | 'already-reserved'; path: 'cas' | 'lane'; attempts: number; conflicts: number }
+  /** The SKUs are too contended for optimism right now: the workflow sends this to the serial lane. */
+  | { outcome: 'route-to-lane'; path: 'cas'; attempts: number; conflicts: number; reason: string };
 
 class CasConflict extends Error {}
+class AlreadyReserved extends Error {}
+
+const sortItems = <T extends { sku: string }>(items: T[]): T[] => [...items].sort((a, b) => (a.sku < b.sku ? -1 : a.sku > b.sku ? 1 : 0));
+
+async function hasReservation(db: Pool | PoolClient, orderId: string): Promise<boolean> {
+  const prior = await db.query({ text: 'SELECT 1 FROM reservations WHERE order_id = $1 LIMIT 1', values: [orderId] });
+  return (prior.rowCount ?? 0) > 0;
+}
+
+async function readSnapshot(db: Pool | PoolClient, skus: string[], forUpdate = false): Promise<SnapshotRow[]> {
+  const { rows } = await db.query<SnapshotRow>({
+    text: `SELECT sku, stock, version, max_per_customer FROM products WHERE sku = ANY($1::text[]) ORDER BY sku${forUpdate ? ' FOR UPDATE' : ''}`,
+    values: [skus],
+  });
+  return rows;
+}
+
+/** Unknown SKU and insufficient stock are business failures, never retried. */
+function checkStock(items: ReserveRequest['items'], snapshot: SnapshotRow[]): void {
+  const bySku = new Map(snapshot.map((r) => [r.sku, r]));
+  for (const item of items) {
+    const row = bySku.get(item.sku);
+    if (!row) throw businessFailure(ErrorTypes.InvalidOrder, `unknown SKU ${item.sku}`, { sku: item.sku });
+    if (row.stock < item.qty) {
+      throw businessFailure(ErrorTypes.InsufficientStock, `${item.sku}: ${row.stock} in stock, ${item.qty} wanted`, {
+        sku: item.sku,
+        stock: row.stock,
+        wanted: item.qty,
+      });
+    }
+  }
+}
+
+async function insertReservations(c: PoolClient, req: ReserveRequest, items: ReserveRequest['items']): Promise<void> {
+  for (const item of items) {
+    const res = await c.query({
+      text: `INSERT INTO reservations (order_id, sku, qty, status) VALUES ($1, $2, $3, 'HELD') ON CONFLICT (order_id, sku) DO NOTHING`,
+      values: [req.orderId, item.sku, item.qty],
+    });
+    // Another execution of this same reserve committed first: undo ours, report theirs.
+    if (res.rowCount !== 1) throw new AlreadyReserved();
+  }
+}
+
+export interface ReserveIo {
+  logic?: ReserveLogic;
+  metrics?: InventoryMetrics;
+  heartbeat(details: unknown): void;
+  sleep(ms: number): Promise<void>;
+}
 
 /**
- * Optimistic reservation. Read the rows with no lock and no transaction; run the logic; then write
- * in one short transaction, rows in primary-key order, each guarded by `version = $v AND stock >= $qty`.
- * Any rowCount of 0 rolls the whole write back as a conflict; the next read tells a conflict from
- * insufficient stock. Never uses FOR UPDATE.
+ * Optimistic reservation. Read the rows with no lock and no transaction; run the logic; then write in
+ * one short transaction, rows in primary-key order, each guarded by `version = $v AND stock >= $qty`.
+ * Any rowCount of 0 rolls the whole write back as a conflict; the attempt's undo log runs LIFO, then
+ * the next read tells a conflict from insufficient stock. Never uses FOR UPDATE.
+ * When a SKU's recent abort rate is over the threshold, it does not try: it routes to the lane.
  */
-export async function reserveOptimistic(
-  db: Pool,
-  req: ReserveRequest,
-  opts: CasOptions,
-  io: { logic?: ReserveLogic; heartbeat(details: unknown): void; sleep(ms: number): Promise<void> },
-): Promise<ReserveResult> {
-  const items = [...req.items].sort((a, b) => (a.sku < b.sku ? -1 : a.sku > b.sku ? 1 : 0));
+export async function reserveOptimistic(db: Pool, req: ReserveRequest, opts: CasOptions, io: ReserveIo): Promise<ReserveResult> {
+  const items = sortItems(req.items);
+  const skus = items.map((i) => i.sku);
   let conflicts = 0;
   for (let attempt = 0; attempt < opts.maxAttempts; attempt++) {
-    const prior = await db.query({ text: 'SELECT 1 FROM reservations WHERE order_id = $1 LIMIT 1', values: [req.orderId] });
-    if (prior.rowCount) return { outcome: 'already-reserved', attempts: attempt + 1, conflicts };
-
-    const { rows: snapshot } = await db.query<SnapshotRow>({
-      text: 'SELECT sku, stock, version FROM products WHERE sku = ANY($1::text[]) ORDER BY sku',
-      values: [items.map((i) => i.sku)],
-    });
-    const bySku = new Map(snapshot.map((r) => [r.sku, r]));
-    for (const item of items) {
-      const row = bySku.get(item.sku);
-      if (!row) throw businessFailure(ErrorTypes.InvalidOrder, `unknown SKU ${item.sku}`, { sku: item.sku });
-      if (row.stock < item.qty) {
-        throw businessFailure(ErrorTypes.InsufficientStock, `${item.sku}: ${row.stock} in stock, ${item.qty} wanted`, {
-          sku: item.sku, stock: row.stock, wanted: item.qty,
-        });
-      }
+    if (await hasReservation(db, req.orderId)) return { outcome: 'already-reserved', path: 'cas', attempts: attempt, conflicts };
+    const hot = io.metrics && skus.find((s) => io.metrics!.recentAbortRate(s) > opts.abortRateThreshold);
+    if (hot) {
+      io.metrics!.recordFallback(skus);
+      const rate = io.metrics!.recentAbortRate(hot);
+      return { outcome: 'route-to-lane', path: 'cas', attempts: attempt, conflicts, reason: `${hot} recent abort rate ${(rate * 100).toFixed(0)} %` };
     }
-    await io.logic?.(req, snapshot);
 
+    const snapshot = await readSnapshot(db, skus);
+    checkStock(items, snapshot);
+    const bySku = new Map(snapshot.map((r) => [r.sku, r]));
+    const undo = new UndoLog();
     try {
-      const inserted = await withTransaction(db, async (c) => {
+      await io.logic?.(req, snapshot, undo);
+      await withTransaction(db, async (c) => {
         for (const item of items) {
-          const row = bySku.get(item.sku)!;
           const res = await c.query({
-            text: `UPDATE products SET stock = stock - $2, version = version + 1
-                   WHERE sku = $1 AND version = $3 AND stock >= $2`,
-            values: [item.sku, item.qty, row.version],
+            text: `UPDATE products SET stock = stock - $2, version = version + 1 WHERE sku = $1 AND version = $3 AND stock >= $2`,
+            values: [item.sku, item.qty, bySku.get(item.sku)!.version],
           });
           if (res.rowCount !== 1) throw new CasConflict(item.sku);
         }
-        for (const item of items) {
-          const res = await c.query({
-            text: `INSERT INTO reservations (order_id, sku, qty, status) VALUES ($1, $2, $3, 'HELD')
-                   ON CONFLICT (order_id, sku) DO NOTHING`,
-            values: [req.orderId, item.sku, item.qty],
-          });
-          // Another execution of this same reserve committed first: undo ours, report theirs.
-          if (res.rowCount !== 1) throw new AlreadyReserved();
-        }
-        return true;
+        await insertReservations(c, req, items);
       });
-      if (inserted) return { outcome: 'reserved', attempts: attempt + 1, conflicts };
+      io.metrics?.recordAttempt(skus, false);
+      return { outcome: 'reserved', path: 'cas', attempts: attempt + 1, conflicts };
     } catch (err) {
-      if (err instanceof AlreadyReserved) return { outcome: 'already-reserved', attempts: attempt + 1, conflicts };
+      await undo.rollback();
+      if (err instanceof AlreadyReserved) return { outcome: 'already-reserved', path: 'cas', attempts: attempt + 1, conflicts };
       if (!(err instanceof CasConflict)) throw err;
       conflicts++;
+      io.metrics?.recordAttempt(skus, true);
       const wait = backoffMs(attempt, opts);
       log.debug('CAS conflict, retrying', { orderId: req.orderId, sku: err.message, attempt, waitMs: Math.round(wait) });
       io.heartbeat({ attempt, conflicts });
       await io.sleep(wait);
     }
   }
+  io.metrics?.recordFallback(skus);
   throw businessFailure(ErrorTypes.ContentionExhausted, `gave up after ${opts.maxAttempts} conflicting attempts`, {
-    orderId: req.orderId, attempts: opts.maxAttempts,
+    orderId: req.orderId,
+    attempts: opts.maxAttempts,
   });
 }
 
-class AlreadyReserved extends Error {}
+/**
+ * The serial lane's reservation: the logic first (outside any transaction), then one short
+ * transaction that locks the rows with SELECT … FOR UPDATE in primary-key order, checks and writes.
+ * No business logic runs while the locks are held. One lane runs one of these at a time.
+ */
+export async function reserveSerial(db: Pool, req: ReserveRequest, io: Pick<ReserveIo, 'logic' | 'metrics'>): Promise<ReserveResult> {
+  const items = sortItems(req.items);
+  const skus = items.map((i) => i.sku);
+  if (await hasReservation(db, req.orderId)) return { outcome: 'already-reserved', path: 'lane', attempts: 0, conflicts: 0 };
+  const undo = new UndoLog();
+  try {
+    const snapshot = await readSnapshot(db, skus);
+    checkStock(items, snapshot);
+    await io.logic?.(req, snapshot, undo);
+    await withTransaction(db, async (c) => {
+      const locked = await readSnapshot(c, skus, true);
+      checkStock(items, locked);
+      for (const item of items) {
+        await c.query({ text: 'UPDATE products SET stock = stock - $2, version = version + 1 WHERE sku = $1', values: [item.sku, item.qty] });
+      }
+      await insertReservations(c, req, items);
+    });
+    io.metrics?.recordLaneCommit(skus);
+    io.metrics?.recordCooldown(skus);
+    return { outcome: 'reserved', path: 'lane', attempts: 1, conflicts: 0 };
+  } catch (err) {
+    await undo.rollback();
+    if (err instanceof AlreadyReserved) return { outcome: 'already-reserved', path: 'lane', attempts: 1, conflicts: 0 };
+    throw err;
+  }
+}
 
 /**
- * Compensation for the reservation. Only HELD rows become RELEASED, and the stock goes back in the
- * same transaction, so a second release (or a release with nothing reserved) changes nothing.
+ * Compensation for the reservation. Only HELD rows become RELEASED; the stock, and any purchase
+ * quota the reservation held, go back in the same transaction. So a second release (or a release
+ * with nothing reserved) changes nothing.
  */
 export async function releaseReservation(db: Pool, orderId: string): Promise<{ released: { sku: string; qty: number }[] }> {
   return withTransaction(db, async (c) => {
     const { rows } = await c.query<{ sku: string; qty: number }>({
-      text: `UPDATE reservations SET status = 'RELEASED', updated_at = now()
-             WHERE order_id = $1 AND status = 'HELD' RETURNING sku, qty`,
+      text: `UPDATE reservations SET status = 'RELEASED', updated_at = now() WHERE order_id = $1 AND status = 'HELD' RETURNING sku, qty`,
       values: [orderId],
     });
     rows.sort((a, b) => (a.sku < b.sku ? -1 : 1));
     for (const r of rows) {
+      await c.query({ text: 'UPDATE products SET stock = stock + $2, version = version + 1 WHERE sku = $1', values: [r.sku, r.qty] });
       await c.query({
-        text: 'UPDATE products SET stock = stock + $2, version = version + 1 WHERE sku = $1',
-        values: [r.sku, r.qty],
+        text: `UPDATE purchase_quota q SET held = q.held - $3 FROM orders o
+               WHERE o.order_id = $1 AND q.customer_id = o.customer_id AND q.sku = $2`,
+        values: [orderId, r.sku, r.qty],
       });
     }
     return { released: rows };
   });
 }
 
-export function inventoryActivities(deps: { db: Pool; cas?: Partial<CasOptions>; reserveLogic?: ReserveLogic }) {
+export interface InventoryDeps {
+  db: Pool;
+  cas?: Partial<CasOptions>;
+  /** Replaces the default logic (the purchase policy); tests use it to line attempts up. */
+  reserveLogic?: ReserveLogic;
+  metrics?: InventoryMetrics;
+}
+
+export function inventoryActivities(deps: InventoryDeps) {
   const opts: CasOptions = { ...DEFAULT_CAS, ...deps.cas };
+  const logic: ReserveLogic = deps.reserveLogic ?? ((req, snapshot, undo) => holdPurchaseQuota(deps.db, req, snapshot, undo));
   return {
     async reserveInventory(req: ReserveRequest): Promise<ReserveResult> {
       const ctx = Context.current();
       const result = await reserveOptimistic(deps.db, req, opts, {
-        logic: deps.reserveLogic,
+        logic,
+        metrics: deps.metrics,
         heartbeat: (d) => ctx.heartbeat(d),
         sleep: (ms) => ctx.sleep(ms), // rejects when the activity is cancelled
       });
-      log.info('inventory reserved', { orderId: req.orderId, ...result });
+      log.info('inventory reservation', { orderId: req.orderId, ...result });
+      return result;
+    },
+
+    /** Runs on a serial lane's task queue (one task at a time per lane). */
+    async reserveInventorySerial(req: ReserveRequest): Promise<ReserveResult> {
+      const result = await reserveSerial(deps.db, req, { logic, metrics: deps.metrics });
+      log.info('inventory reserved by the serial lane', { orderId: req.orderId, ...result });
       return result;
     },
 

@@ -9,20 +9,20 @@ import os from 'node:os';
 import path from 'node:path';
 import { WorkflowNotFoundError } from '@temporalio/client';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
-import { bundleWorkflowCode, type Worker } from '@temporalio/worker';
+import { bundleWorkflowCode } from '@temporalio/worker';
 import type { Pool } from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { workflowIdFor } from '../domain/order';
 import { readConfig, type AppConfig } from '../lib/config';
 import { devServerExecutable } from '../lib/temporal-servers';
-import { createOrderWorker } from '../worker';
+import { createOrderWorkers, type OrderWorkers } from '../worker';
 import { CustomerIdKey, NeedsAttentionKey, OrderStatusKey, TotalCentsKey } from '../workflows/search-attributes';
 import { createProduct, ledger, makeOrder, orderRow, productRow, testAdmin, testPool, uid } from './helpers';
 
 const ROOT = path.resolve(__dirname, '..');
 let env: TestWorkflowEnvironment;
 let db: Pool;
-let worker: Worker;
+let workers: OrderWorkers;
 let running: Promise<void>;
 let cfg: AppConfig;
 let childEnv: NodeJS.ProcessEnv;
@@ -66,13 +66,13 @@ beforeAll(async () => {
   };
   cfg = readConfig(childEnv);
   const workflowBundle = await bundleWorkflowCode({ workflowsPath: path.join(ROOT, 'workflows', 'index.ts'), logger: quiet });
-  ({ worker } = await createOrderWorker(cfg, env.nativeConnection, { db, workflowBundle }));
-  running = worker.run();
+  workers = await createOrderWorkers(cfg, env.nativeConnection, { db, workflowBundle });
+  running = workers.run();
 });
 
 afterAll(async () => {
   await admin.clear();
-  worker?.shutdown();
+  workers?.shutdown();
   await running;
   await db?.end();
   await env?.teardown();

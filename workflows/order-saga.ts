@@ -6,14 +6,17 @@ import {
   condition,
   isCancellation,
   log,
+  patched,
   proxyActivities,
   setHandler,
   sleep,
   upsertSearchAttributes,
+  workflowInfo,
   type ActivityFunctionWithOptions,
   type ActivityOptions,
 } from '@temporalio/workflow';
 import type { OrderActivities } from '../activities';
+import { laneFor, laneTaskQueue } from '../domain/lanes';
 import {
   OrderValidationError,
   orderTotalCents,
@@ -36,6 +39,8 @@ export interface SagaConfig {
   inquiryMaxMs: number;
   /** How long a step after the pivot retries before it escalates (it never compensates). */
   forwardRetryLimitMs: number;
+  /** How many serial inventory lanes the worker runs (SKUs hash over them). */
+  inventoryLanes: number;
 }
 
 const HOUR = 3_600_000;
@@ -45,10 +50,14 @@ export const DEFAULT_SAGA_CONFIG: SagaConfig = {
   inquiryBaseMs: 5_000,
   inquiryMaxMs: 15 * 60_000,
   forwardRetryLimitMs: 3 * 24 * HOUR,
+  inventoryLanes: 2,
 };
 
 // ---- Named activity option groups: every activity has a timeout and an explicit retry policy ----
-const NON_RETRYABLE = ['InvalidOrder', 'InsufficientStock', 'ContentionExhausted', 'PaymentDeclined', 'PaymentRejected', 'RefundRejected', 'ShipmentRejected'];
+const NON_RETRYABLE = [
+  'InvalidOrder', 'InsufficientStock', 'ContentionExhausted', 'PurchaseLimitExceeded',
+  'PaymentDeclined', 'PaymentRejected', 'RefundRejected', 'ShipmentRejected',
+];
 
 const orderOpts: ActivityOptions = {
   startToCloseTimeout: '10s',
@@ -66,6 +75,11 @@ const paymentOpts: ActivityOptions = {
 const inquiryOpts: ActivityOptions = {
   startToCloseTimeout: '10s',
   retry: { initialInterval: '1s', backoffCoefficient: 2, maximumInterval: '5s', maximumAttempts: 3, nonRetryableErrorTypes: NON_RETRYABLE },
+};
+/** The serial lane: a task waits its turn as long as it takes (never dropped); each try is bounded. */
+const laneOpts: ActivityOptions = {
+  startToCloseTimeout: '30s',
+  retry: { initialInterval: '1s', backoffCoefficient: 2, maximumInterval: '30s', nonRetryableErrorTypes: NON_RETRYABLE },
 };
 /** Compensations retry until they succeed; only a non-retryable failure stops them. */
 const compensationOpts: ActivityOptions = {
@@ -298,6 +312,29 @@ export async function orderSaga(input: OrderInput, config: Partial<SagaConfig> =
     }
   }
 
+  /**
+   * Optimistic first; when the SKUs are too contended (the activity says so, or it ran out of CAS
+   * attempts), the reservation goes to a serial lane: a task queue whose worker runs one task at a
+   * time. Nothing is dropped: the lane retries until it decides (reserved or a business failure).
+   */
+  async function reserve(lines: string): Promise<void> {
+    const req = { orderId, customerId: order.customerId, items: order.items };
+    let why: string;
+    try {
+      const r = await act(inventoryOpts, 'reserveInventory', `reserve ${lines} (CAS)`, req);
+      state.attempts.reserveCas = r.attempts;
+      if (r.outcome !== 'route-to-lane') return;
+      why = r.reason;
+    } catch (err) {
+      if (failureType(err) !== 'ContentionExhausted' || !patched('serial-lane-fallback')) throw err;
+      why = describe(err);
+    }
+    const lane = laneFor(order.items.map((i) => i.sku), cfg.inventoryLanes);
+    state.attempts.reserveLane = (state.attempts.reserveLane ?? 0) + 1;
+    log.info('reservation sent to the serial lane', { orderId, lane, why });
+    await act({ ...laneOpts, taskQueue: laneTaskQueue(workflowInfo().taskQueue, lane) }, 'reserveInventorySerial', `reserve ${lines} (serial lane ${lane}: ${why})`, req);
+  }
+
   /** Backward recovery: compensate LIFO, then end FAILED or CANCELLED with the reason. */
   function backward(reason: string, cancelled: boolean): Promise<OrderResult> {
     log.warn('saga failed before the pivot; compensating', { orderId, reason });
@@ -338,11 +375,7 @@ export async function orderSaga(input: OrderInput, config: Partial<SagaConfig> =
       });
       state.compensations.push('releaseInventory');
       // Not cancellable: its release must never run before a late commit of the reservation.
-      await step('reserveInventory', () =>
-        CancellationScope.nonCancellable(() =>
-          act(inventoryOpts, 'reserveInventory', `reserve ${lines} (CAS)`, { orderId, customerId: order.customerId, items: order.items }),
-        ),
-      );
+      await step('reserveInventory', () => CancellationScope.nonCancellable(() => reserve(lines)));
       await setStatus('RESERVED');
       compensations.push({
         name: 'refundPayment',
