@@ -15,10 +15,12 @@ import {
 } from '@temporalio/client';
 import { WorkflowIdConflictPolicy, WorkflowIdReusePolicy } from '@temporalio/common';
 import { Pool } from 'pg';
+import { ABORT_RATE_CRITICAL, ABORT_RATE_HEALTHY, type SkuStats } from './activities/inventory-metrics';
 import { checkAgainstCatalogue } from './activities/orders';
 import { createPool } from './db/pool';
 import { ORDER_STATUSES, OrderValidationError, orderTotalCents, parseOrder, workflowIdFor, type OrderInput, type OrderResult } from './domain/order';
 import { readConfig, runUrl, type AppConfig } from './lib/config';
+import { progressBar, runLoad } from './lib/load';
 import { cancelUpdate, RESOLVE_ACTIONS, resolveUpdate, stateQuery, type ResolveAction, type SagaState } from './workflows/messages';
 import { CustomerIdKey, NeedsAttentionKey, OrderStatusKey, TotalCentsKey } from './workflows/search-attributes';
 
@@ -43,6 +45,8 @@ Commands:
   cancel <orderId> [--reason <text>]               cancel before the pivot (runs the compensations)
   resolve <orderId> --action <action> [--note <t>] operator action on an UNKNOWN charge or NEEDS_ATTENTION
   list [--status <STATUS>] [--json]                orders by status, from Temporal's visibility store
+  stats [--json]                                   per-SKU CAS attempts, aborts, abort rate, fallbacks
+  load --orders N --concurrency C --hot-skus K     a load: N orders, C in flight, K hot SKUs
 
 Run "npx tsx client.ts <command> --help" for a command's details.
 Environment: TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TASK_QUEUE, TEMPORAL_UI_URL, DATABASE_URL
@@ -70,6 +74,18 @@ Sends the "resolve" Update. Actions: ${RESOLVE_ACTIONS.join(', ')}.
   retry                              retry the failed compensation or forward step
   mark-resolved                      the failed step was done by hand; carry on
 Exit code 1 when refused (the saga is not waiting for that action).`,
+  stats: `Usage: npx tsx client.ts stats [--json]
+
+Per-SKU inventory metrics from the worker (WORKER_METRICS_URL, default http://127.0.0.1:9465):
+CAS attempts, aborts, abort rate (aborted attempts over task executions), recent abort rate,
+fallbacks to the serial lane and lane commits, with seed 000's health band
+(healthy < 10 %, critical > 30 %). Counted in the worker's memory since it started.`,
+  load: `Usage: npx tsx client.ts load --orders N --concurrency C --hot-skus K [--hot-share F] [--decline-share F] [--json]
+
+Places N orders (1 line, 1 unit each) with C in flight. A share F of them (default 0.3) goes to
+K hot SKUs; the rest spread over 50 cold SKUs. The run creates its own products (LOAD-<run>-…).
+Shows a progress bar on a terminal, then orders/s, p50/p99 saga latency, statuses and the abort
+rate. Needs DATABASE_URL (or a running "npm start").`,
   list: `Usage: npx tsx client.ts list [--status <STATUS>] [--json]
 
 Lists order sagas from Temporal's visibility store (search attribute OrderStatus).
@@ -275,6 +291,100 @@ async function list(args: string[], cfg: AppConfig, io: Out): Promise<number> {
   return EXIT.ok;
 }
 
+async function fetchStats(cfg: AppConfig): Promise<SkuStats[]> {
+  let res: Response;
+  try {
+    res = await fetch(`${cfg.workerMetricsUrl}/stats`, { signal: AbortSignal.timeout(5_000) });
+  } catch (err) {
+    throw new CliError(`cannot reach the worker's metrics at ${cfg.workerMetricsUrl}: ${(err as Error).message} (is the worker running?)`, 1);
+  }
+  return ((await res.json()) as { skus: SkuStats[] }).skus;
+}
+
+const band = (rate: number): string => (rate < ABORT_RATE_HEALTHY ? 'healthy' : rate > ABORT_RATE_CRITICAL ? 'CRITICAL' : 'warning');
+const pct = (x: number): string => `${(x * 100).toFixed(1)} %`;
+
+async function stats(args: string[], cfg: AppConfig, io: Out): Promise<number> {
+  const { values } = parseArgs({ args, options: { json: { type: 'boolean' }, help: { type: 'boolean' } } });
+  if (values.help) return io.out(HELP.stats!), EXIT.ok;
+  const skus = await fetchStats(cfg);
+  if (values.json) return io.out(JSON.stringify({ skus: skus.map((s) => ({ ...s, health: band(s.abortRate) })) })), EXIT.ok;
+  if (skus.length === 0) return io.out('no reservations yet'), EXIT.ok;
+  io.out(`${'sku'.padEnd(28)} ${'attempts'.padStart(9)} ${'aborts'.padStart(8)} ${'abort rate'.padStart(11)} ${'recent'.padStart(8)} ${'fallbacks'.padStart(10)} ${'lane'.padStart(6)}  health`);
+  for (const s of skus) {
+    io.out(`${s.sku.padEnd(28)} ${String(s.attempts).padStart(9)} ${String(s.aborts).padStart(8)} ${pct(s.abortRate).padStart(11)} ${pct(s.recentAbortRate).padStart(8)} ${String(s.fallbacks).padStart(10)} ${String(s.laneCommits).padStart(6)}  ${band(s.abortRate)}`);
+  }
+  return EXIT.ok;
+}
+
+function share(v: string | undefined, field: string, fallback: number): number {
+  if (v === undefined) return fallback;
+  const n = Number(v);
+  if (!Number.isFinite(n) || n < 0 || n > 1) throw new CliError(`invalid input: ${field}: a number from 0 to 1`, EXIT.invalid);
+  return n;
+}
+
+function whole(v: string | undefined, field: string, min: number, max: number): number {
+  const n = Number(v);
+  if (v === undefined || !Number.isInteger(n) || n < min || n > max) throw new CliError(`invalid input: ${field}: a whole number from ${min} to ${max}`, EXIT.invalid);
+  return n;
+}
+
+async function load(args: string[], cfg: AppConfig, io: Out): Promise<number> {
+  const { values } = parseArgs({
+    args,
+    options: {
+      orders: { type: 'string' },
+      concurrency: { type: 'string' },
+      'hot-skus': { type: 'string' },
+      'hot-share': { type: 'string' },
+      'decline-share': { type: 'string' },
+      json: { type: 'boolean' },
+      help: { type: 'boolean' },
+    },
+  });
+  if (values.help) return io.out(HELP.load!), EXIT.ok;
+  const opts = {
+    orders: whole(values.orders, '--orders', 1, 100_000),
+    concurrency: whole(values.concurrency ?? '10', '--concurrency', 1, 500),
+    hotSkus: whole(values['hot-skus'] ?? '1', '--hot-skus', 1, 1000),
+    hotShare: share(values['hot-share'], '--hot-share', 0.3),
+    declineShare: share(values['decline-share'], '--decline-share', 0),
+  };
+  if (!cfg.databaseUrl) throw new CliError('load needs DATABASE_URL (or a running "npm start") to create its products', 1);
+  const client = await connect(cfg);
+  const db = createPool(cfg.databaseUrl, { max: 2 });
+  const bar = progressBar();
+  try {
+    const summary = await runLoad(client, db, {
+      ...opts,
+      taskQueue: cfg.taskQueue,
+      onProgress: bar,
+      stats: () => fetchStats(cfg),
+    });
+    bar.end();
+    const { orderIds: _ids, ...printable } = summary;
+    if (values.json) io.out(JSON.stringify(printable));
+    else {
+      io.out(`load ${summary.runId}: ${summary.orders} orders, concurrency ${opts.concurrency}, ${opts.hotSkus} hot SKU(s) taking ${pct(opts.hotShare)}`);
+      io.out(`  throughput:   ${summary.ordersPerSecond} orders/s over ${summary.seconds} s`);
+      io.out(`  saga latency: p50 ${summary.latencyMs.p50} ms, p99 ${summary.latencyMs.p99} ms, max ${summary.latencyMs.max} ms`);
+      io.out(`  statuses:     ${Object.entries(summary.statuses).map(([k, v]) => `${k} ${v}`).join(', ') || '-'}${summary.errors ? `; errors ${summary.errors}` : ''}`);
+      if (summary.abortRate !== undefined) {
+        io.out(`  abort rate:   ${pct(summary.abortRate)} (${band(summary.abortRate)}) over ${summary.casAttempts} CAS attempts; ${summary.fallbacks} sent to the serial lane`);
+      }
+      for (const e of summary.firstErrors) io.err(`  error: ${e}`);
+    }
+    return summary.errors === 0 ? EXIT.ok : EXIT.notCompleted;
+  } catch (err) {
+    if (err instanceof CliError) throw err;
+    if (/^--/.test((err as Error).message)) throw new CliError(`invalid input: ${(err as Error).message}`, EXIT.invalid);
+    throw err;
+  } finally {
+    await db.end();
+  }
+}
+
 export async function runCli(argv: string[], cfg: AppConfig = readConfig(), io: Out = { out: (l) => process.stdout.write(`${l}\n`), err: (l) => process.stderr.write(`${l}\n`) }): Promise<number> {
   const [command, ...rest] = argv;
   try {
@@ -288,6 +398,10 @@ export async function runCli(argv: string[], cfg: AppConfig = readConfig(), io: 
         return await update(command, rest, cfg, io);
       case 'list':
         return await list(rest, cfg, io);
+      case 'stats':
+        return await stats(rest, cfg, io);
+      case 'load':
+        return await load(rest, cfg, io);
       case undefined:
       case '--help':
       case '-h':

@@ -23,6 +23,8 @@ export interface AppConfig {
   databaseUrl?: string;
   providerUrl: string;
   providerApiKey: string;
+  /** The worker's inventory metrics endpoint (GET /metrics, GET /stats). */
+  workerMetricsUrl: string;
 }
 
 /** Environment first, then what a running `npm start` recorded, then loopback defaults. */
@@ -36,6 +38,7 @@ export function readConfig(processEnv: NodeJS.ProcessEnv = process.env): AppConf
     databaseUrl: env.DATABASE_URL,
     providerUrl: env.PROVIDER_URL ?? 'http://127.0.0.1:4010',
     providerApiKey: env.PROVIDER_API_KEY ?? DEV_PROVIDER_API_KEY,
+    workerMetricsUrl: (env.WORKER_METRICS_URL ?? `http://127.0.0.1:${env.WORKER_METRICS_PORT ?? 9465}`).replace(/\/$/, ''),
   };
 }
 

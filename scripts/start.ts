@@ -122,13 +122,21 @@ async function main(): Promise<void> {
     await launch('provider', 'provider/server.ts', '"listening"');
     await launch('worker', 'worker.ts', 'polling task queue');
 
-    const runtime = { TEMPORAL_ADDRESS: temporalAddress, TEMPORAL_NAMESPACE: namespace, TEMPORAL_UI_URL: uiUrl, DATABASE_URL: pg.url, PROVIDER_URL: childEnv.PROVIDER_URL };
+    const runtime = {
+      TEMPORAL_ADDRESS: temporalAddress,
+      TEMPORAL_NAMESPACE: namespace,
+      TEMPORAL_UI_URL: uiUrl,
+      DATABASE_URL: pg.url,
+      PROVIDER_URL: childEnv.PROVIDER_URL,
+      WORKER_METRICS_URL: `http://127.0.0.1:${env.WORKER_METRICS_PORT ?? 9465}`,
+    };
     writeFileSync(RUNTIME_FILE, `${JSON.stringify(runtime, null, 2)}\n`, { mode: 0o600 });
     const cfg = readConfig(childEnv);
     say(`Temporal:  ${cfg.temporalAddress} (namespace ${cfg.namespace})`);
     say(`Web UI:    ${cfg.uiUrl}/namespaces/${cfg.namespace}/workflows`);
     say(`Postgres:  ${pg.url.replace(/:[^:@/]+@/, ':***@')}`);
-    say(`Provider:  ${cfg.providerUrl}`);
+    say(`Provider:  ${cfg.providerUrl} (admin API http://127.0.0.1:${env.PROVIDER_ADMIN_PORT ?? 4011})`);
+    say(`Metrics:   ${cfg.workerMetricsUrl}/metrics (inventory), http://127.0.0.1:9464/metrics (Temporal runtime)`);
     say(`READY — try: npx tsx client.ts place --file examples/order.json   (Ctrl-C to stop)`);
   } catch (err) {
     say(`failed: ${(err as Error).message}`);

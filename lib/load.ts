@@ -1,0 +1,160 @@
+/**
+ * The load generator: places N orders through Temporal with C in flight, K hot SKUs taking a share
+ * of them, and reports throughput, saga latency, statuses and the abort rate. Used by
+ * `client.ts load` and the chaos soak.
+ */
+import { randomUUID } from 'node:crypto';
+import type { Client } from '@temporalio/client';
+import type { Pool } from 'pg';
+import type { SkuStats } from '../activities/inventory-metrics';
+import { workflowIdFor, type OrderInput, type OrderResult } from '../domain/order';
+import { orderSaga } from '../workflows';
+
+export interface LoadOptions {
+  orders: number;
+  concurrency: number;
+  hotSkus: number;
+  /** Share of orders that go to the hot SKUs. */
+  hotShare: number;
+  /** Share of orders paid with a declined test card. */
+  declineShare: number;
+  taskQueue: string;
+  /** Called after every order with (done, total). */
+  onProgress?: (done: number, total: number) => void;
+  /** Reads the worker's inventory stats, for the abort rate (optional). */
+  stats?: () => Promise<SkuStats[]>;
+  /** Stop placing new orders after this long (ms); the ones in flight still finish. */
+  maxDurationMs?: number;
+}
+
+export interface LoadSummary {
+  runId: string;
+  orders: number;
+  placed: number;
+  seconds: number;
+  ordersPerSecond: number;
+  latencyMs: { p50: number; p99: number; max: number };
+  statuses: Record<string, number>;
+  errors: number;
+  firstErrors: string[];
+  hotSkus: string[];
+  abortRate?: number;
+  casAttempts?: number;
+  fallbacks?: number;
+  orderIds: string[];
+}
+
+export function percentile(sorted: number[], p: number): number {
+  if (sorted.length === 0) return 0;
+  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))]!;
+}
+
+/** Creates the run's own products (plenty of stock), so a load never starves the demo catalogue. */
+async function loadProducts(db: Pool, runId: string, opts: LoadOptions): Promise<{ hot: string[]; cold: string[] }> {
+  const tag = runId.toUpperCase();
+  const hot = Array.from({ length: opts.hotSkus }, (_, i) => `LOAD-${tag}-HOT-${i}`);
+  const cold = Array.from({ length: 50 }, (_, i) => `LOAD-${tag}-COLD-${i}`);
+  const stock = Math.max(1000, opts.orders * 4);
+  await db.query({
+    text: `INSERT INTO products (sku, name, price_cents, stock, initial_stock)
+           SELECT s, 'load test product', 990, $2, $2 FROM unnest($1::text[]) AS s`,
+    values: [[...hot, ...cold], stock],
+  });
+  return { hot, cold };
+}
+
+export async function runLoad(client: Client, db: Pool, opts: LoadOptions): Promise<LoadSummary> {
+  if (!Number.isInteger(opts.orders) || opts.orders < 1 || opts.orders > 100_000) throw new Error('--orders: a whole number from 1 to 100000');
+  if (!Number.isInteger(opts.concurrency) || opts.concurrency < 1 || opts.concurrency > 500) throw new Error('--concurrency: a whole number from 1 to 500');
+  if (!Number.isInteger(opts.hotSkus) || opts.hotSkus < 1 || opts.hotSkus > 1000) throw new Error('--hot-skus: a whole number from 1 to 1000');
+  if (!(opts.hotShare >= 0 && opts.hotShare <= 1)) throw new Error('--hot-share: a number from 0 to 1');
+  const runId = randomUUID().slice(0, 8);
+  const { hot, cold } = await loadProducts(db, runId, opts);
+  const before = opts.stats ? await opts.stats().catch(() => undefined) : undefined;
+  // Deterministic per run: order i's SKU and card follow from i.
+  const orders: OrderInput[] = Array.from({ length: opts.orders }, (_, i) => {
+    const r = ((i * 2654435761) % 1000) / 1000;
+    const sku = r < opts.hotShare ? hot[i % hot.length]! : cold[i % cold.length]!;
+    const declined = ((i * 40503) % 1000) / 1000 < opts.declineShare;
+    return {
+      orderId: `load-${runId}-${i}`,
+      customerId: `load-cust-${i % 97}`,
+      currency: 'USD',
+      paymentMethod: declined ? 'tok_declined' : 'tok_visa',
+      items: [{ sku, qty: 1, unitPriceCents: 990 }],
+    };
+  });
+  const latencies: number[] = [];
+  const statuses: Record<string, number> = {};
+  const firstErrors: string[] = [];
+  let errors = 0;
+  let next = 0;
+  let done = 0;
+  const started = Date.now();
+  const deadline = opts.maxDurationMs ? started + opts.maxDurationMs : Infinity;
+  async function lane(): Promise<void> {
+    while (next < orders.length && Date.now() < deadline) {
+      const order = orders[next++]!;
+      const t = Date.now();
+      try {
+        const result: OrderResult = await client.workflow.execute(orderSaga, {
+          taskQueue: opts.taskQueue,
+          workflowId: workflowIdFor(order.orderId),
+          args: [order],
+        });
+        statuses[result.status] = (statuses[result.status] ?? 0) + 1;
+        latencies.push(Date.now() - t);
+      } catch (err) {
+        errors++;
+        if (firstErrors.length < 5) firstErrors.push(`${order.orderId}: ${(err as Error).message}`);
+      }
+      opts.onProgress?.(++done, orders.length);
+    }
+  }
+  await Promise.all(Array.from({ length: Math.min(opts.concurrency, orders.length) }, lane));
+  const seconds = (Date.now() - started) / 1000;
+  latencies.sort((a, b) => a - b);
+  const summary: LoadSummary = {
+    runId,
+    orders: opts.orders,
+    placed: next,
+    seconds: Math.round(seconds * 10) / 10,
+    ordersPerSecond: Math.round((done / seconds) * 10) / 10,
+    latencyMs: { p50: percentile(latencies, 50), p99: percentile(latencies, 99), max: latencies[latencies.length - 1] ?? 0 },
+    statuses,
+    errors,
+    firstErrors,
+    hotSkus: hot,
+    orderIds: orders.slice(0, next).map((o) => o.orderId),
+  };
+  const after = opts.stats ? await opts.stats().catch(() => undefined) : undefined;
+  if (after) {
+    const mine = new Set([...hot, ...cold]);
+    const sum = (list: SkuStats[] | undefined, k: 'attempts' | 'aborts' | 'fallbacks' | 'laneCommits'): number =>
+      (list ?? []).filter((s) => mine.has(s.sku)).reduce((a, s) => a + s[k], 0);
+    const attempts = sum(after, 'attempts') - sum(before, 'attempts');
+    const aborts = sum(after, 'aborts') - sum(before, 'aborts');
+    const lane = sum(after, 'laneCommits') - sum(before, 'laneCommits');
+    summary.casAttempts = attempts;
+    summary.fallbacks = sum(after, 'fallbacks') - sum(before, 'fallbacks');
+    summary.abortRate = attempts + lane === 0 ? 0 : Math.round((aborts / (attempts + lane)) * 1000) / 1000;
+  }
+  return summary;
+}
+
+/** A one-line progress bar on a TTY (stderr), nothing elsewhere. */
+export function progressBar(stream: NodeJS.WriteStream = process.stderr): ((done: number, total: number) => void) & { end(): void } {
+  const started = Date.now();
+  let last = 0;
+  const draw = (done: number, total: number): void => {
+    if (!stream.isTTY) return;
+    const now = Date.now();
+    if (done !== total && now - last < 100) return;
+    last = now;
+    const width = 30;
+    const filled = Math.round((done / total) * width);
+    const rate = done / Math.max(0.001, (now - started) / 1000);
+    stream.write(`\r[${'#'.repeat(filled)}${'.'.repeat(width - filled)}] ${done}/${total}  ${rate.toFixed(1)} orders/s `);
+  };
+  return Object.assign(draw, { end: () => void (stream.isTTY && stream.write('\n')) });
+}
