@@ -24,13 +24,18 @@ export const ABORT_RATE_CRITICAL = 0.3;
 
 export class InventoryMetrics {
   private readonly counters = new Map<string, SkuCounters>();
-  /** The last `window` CAS outcomes per SKU (true = aborted), for the recent abort rate. */
-  private readonly recent = new Map<string, boolean[]>();
+  /** Recent CAS outcomes per SKU (at most `window`, none older than `windowMs`). */
+  private readonly recent = new Map<string, { at: number; aborted: boolean }[]>();
+  /** SKUs in lane mode, until the time given. */
+  private readonly hotUntil = new Map<string, number>();
 
   constructor(
-    private readonly window = 50,
-    private readonly minSamples = 10,
+    private readonly opts: { window?: number; windowMs?: number; minSamples?: number; cooldownMs?: number; now?: () => number } = {},
   ) {}
+
+  private get now(): number {
+    return (this.opts.now ?? Date.now)();
+  }
 
   private of(sku: string): SkuCounters {
     let c = this.counters.get(sku);
@@ -43,14 +48,15 @@ export class InventoryMetrics {
 
   /** One CAS attempt over these SKUs: committed, or aborted by a conflict. */
   recordAttempt(skus: string[], aborted: boolean): void {
+    const at = this.now;
     for (const sku of skus) {
       const c = this.of(sku);
       c.attempts++;
       if (aborted) c.aborts++;
       else c.commits++;
       const r = this.recent.get(sku) ?? [];
-      r.push(aborted);
-      if (r.length > this.window) r.shift();
+      r.push({ at, aborted });
+      if (r.length > (this.opts.window ?? 50)) r.shift();
       this.recent.set(sku, r);
     }
   }
@@ -63,24 +69,41 @@ export class InventoryMetrics {
     for (const sku of skus) this.of(sku).laneCommits++;
   }
 
-  /** Aborted share of the last `window` CAS attempts; 0 until there are `minSamples`. */
+  /** Aborted share of the recent CAS attempts; 0 until there are `minSamples` of them. */
   recentAbortRate(sku: string): number {
-    const r = this.recent.get(sku);
-    if (!r || r.length < this.minSamples) return 0;
-    return r.filter(Boolean).length / r.length;
+    const since = this.now - (this.opts.windowMs ?? 2_000);
+    const r = (this.recent.get(sku) ?? []).filter((x) => x.at >= since);
+    if (r.length < (this.opts.minSamples ?? 10)) return 0;
+    return r.filter((x) => x.aborted).length / r.length;
   }
 
+  /** How many cooldowns in a row found the SKU still hot (the next one lasts twice as long). */
+  private readonly streak = new Map<string, number>();
+
   /**
-   * Lets the lane's outcomes age the window: a commit through the lane counts as a clean sample, so
-   * a SKU that cooled down returns to the optimistic path.
+   * The router's question: should this SKU's reservation go to the serial lane? Above the threshold a
+   * SKU enters lane mode for a cooldown (1 s, doubling each time a probe finds it still hot, at most
+   * 30 s); after that the next attempts probe the optimistic path again, with a fresh window.
    */
-  recordCooldown(skus: string[]): void {
-    for (const sku of skus) {
-      const r = this.recent.get(sku);
-      if (!r) continue;
-      r.push(false);
-      if (r.length > this.window) r.shift();
+  useLane(sku: string, threshold: number): boolean {
+    const now = this.now;
+    if ((this.hotUntil.get(sku) ?? 0) > now) return true;
+    const rate = this.recentAbortRate(sku);
+    const measured = (this.recent.get(sku)?.length ?? 0) >= (this.opts.minSamples ?? 10);
+    if (rate > threshold) {
+      const streak = this.hotUntil.has(sku) ? (this.streak.get(sku) ?? 0) + 1 : 0;
+      this.streak.set(sku, streak);
+      const base = this.opts.cooldownMs ?? 1_000;
+      this.hotUntil.set(sku, now + Math.min(30 * base, base * 2 ** streak));
+      this.recent.set(sku, []); // the next probe starts a fresh measurement
+      return true;
     }
+    if (measured) {
+      // A full, clean window: the contention is over.
+      this.streak.delete(sku);
+      this.hotUntil.delete(sku);
+    }
+    return false;
   }
 
   snapshot(): SkuStats[] {

@@ -58,6 +58,7 @@ async function hasReservation(db: Pool | PoolClient, orderId: string): Promise<b
 
 async function readSnapshot(db: Pool | PoolClient, skus: string[], forUpdate = false): Promise<SnapshotRow[]> {
   const { rows } = await db.query<SnapshotRow>({
+    name: forUpdate ? 'inventory-snapshot-locked' : 'inventory-snapshot',
     text: `SELECT sku, stock, version, max_per_customer FROM products WHERE sku = ANY($1::text[]) ORDER BY sku${forUpdate ? ' FOR UPDATE' : ''}`,
     values: [skus],
   });
@@ -111,11 +112,10 @@ export async function reserveOptimistic(db: Pool, req: ReserveRequest, opts: Cas
   let conflicts = 0;
   for (let attempt = 0; attempt < opts.maxAttempts; attempt++) {
     if (await hasReservation(db, req.orderId)) return { outcome: 'already-reserved', path: 'cas', attempts: attempt, conflicts };
-    const hot = io.metrics && skus.find((s) => io.metrics!.recentAbortRate(s) > opts.abortRateThreshold);
+    const hot = io.metrics && skus.find((s) => io.metrics!.useLane(s, opts.abortRateThreshold));
     if (hot) {
       io.metrics!.recordFallback(skus);
-      const rate = io.metrics!.recentAbortRate(hot);
-      return { outcome: 'route-to-lane', path: 'cas', attempts: attempt, conflicts, reason: `${hot} recent abort rate ${(rate * 100).toFixed(0)} %` };
+      return { outcome: 'route-to-lane', path: 'cas', attempts: attempt, conflicts, reason: `${hot} abort rate over ${(opts.abortRateThreshold * 100).toFixed(0)} %` };
     }
 
     const snapshot = await readSnapshot(db, skus);
@@ -127,6 +127,7 @@ export async function reserveOptimistic(db: Pool, req: ReserveRequest, opts: Cas
       await withTransaction(db, async (c) => {
         for (const item of items) {
           const res = await c.query({
+            name: 'inventory-cas',
             text: `UPDATE products SET stock = stock - $2, version = version + 1 WHERE sku = $1 AND version = $3 AND stock >= $2`,
             values: [item.sku, item.qty, bySku.get(item.sku)!.version],
           });
@@ -178,7 +179,6 @@ export async function reserveSerial(db: Pool, req: ReserveRequest, io: Pick<Rese
       await insertReservations(c, req, items);
     });
     io.metrics?.recordLaneCommit(skus);
-    io.metrics?.recordCooldown(skus);
     return { outcome: 'reserved', path: 'lane', attempts: 1, conflicts: 0 };
   } catch (err) {
     await undo.rollback();

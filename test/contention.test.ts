@@ -161,6 +161,32 @@ describe('routing to the serial lane', () => {
     expect(await runActivity(acts.reserveInventory, { orderId: id, customerId: 'c', items: [{ sku: p.sku, qty: 1 }] })).toMatchObject({ outcome: 'reserved', path: 'cas' });
   });
 
+  it('lane mode lasts a cooldown that doubles while probes still find the SKU hot, and ends on a clean window', () => {
+    let now = 0;
+    const m = new InventoryMetrics({ now: () => now, cooldownMs: 1_000, windowMs: 60_000 });
+    const fill = (aborted: number): void => {
+      for (let i = 0; i < 10; i++) m.recordAttempt(['S'], i < aborted);
+    };
+    fill(5);
+    expect(m.useLane('S', 0.3)).toBe(true); // 50 %: lane mode for 1 s
+    now = 999;
+    expect(m.useLane('S', 0.3)).toBe(true);
+    now = 1_000;
+    expect(m.useLane('S', 0.3)).toBe(false); // cooldown over: probe optimistically
+    fill(4);
+    expect(m.useLane('S', 0.3)).toBe(true); // still hot: 2 s this time
+    now = 2_999;
+    expect(m.useLane('S', 0.3)).toBe(true);
+    now = 3_000;
+    expect(m.useLane('S', 0.3)).toBe(false);
+    fill(1); // 10 %: the contention is over
+    expect(m.useLane('S', 0.3)).toBe(false);
+    fill(8); // (1 + 8) of 20 recent attempts aborted: 45 %
+    expect(m.useLane('S', 0.3)).toBe(true); // hot again later: back to the base 1 s cooldown
+    now = 4_000;
+    expect(m.useLane('S', 0.3)).toBe(false);
+  });
+
   it('lanes: the same SKUs always hash to the same lane, and SKUs spread over the lanes', () => {
     expect(laneFor(['SKU-B', 'SKU-A'], 4)).toBe(laneFor(['SKU-A'], 4));
     const used = new Set(Array.from({ length: 50 }, (_, i) => laneFor([`SKU-${i}`], 4)));

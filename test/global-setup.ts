@@ -3,7 +3,7 @@
  * DATABASE_URL), migrated and seeded, and the real payment provider as a separate process on loopback.
  * Temporal servers are per file (time-skipping or dev server).
  */
-import { spawn, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { chmodSync, mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -11,6 +11,7 @@ import type { TestProject } from 'vitest/node' with { 'resolution-mode': 'import
 import { migrateAll } from '../db/migrate';
 import { createPool } from '../db/pool';
 import { ensurePostgres, type PostgresHandle } from '../db/postgres';
+import { startProviderProcess, stopProcess } from '../lib/processes';
 
 export const TEST_PROVIDER_API_KEY = 'test-provider-key';
 export const TEST_PROVIDER_ADMIN_KEY = 'test-provider-admin-key';
@@ -28,25 +29,6 @@ declare module 'vitest' {
 let pg: PostgresHandle | undefined;
 let provider: ChildProcess | undefined;
 let tmp: string | undefined;
-
-export async function startProviderProcess(env: NodeJS.ProcessEnv): Promise<{ child: ChildProcess; url: string; adminUrl: string }> {
-  const root = path.resolve(__dirname, '..');
-  const child = spawn(process.execPath, [require.resolve('tsx/cli'), path.join(root, 'provider', 'server.ts')], {
-    env: { ...process.env, ...env },
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
-  const { url, adminUrl } = await new Promise<{ url: string; adminUrl: string }>((resolve, reject) => {
-    let buf = '';
-    const onData = (chunk: Buffer): void => {
-      buf += chunk.toString('utf8');
-      const m = /"event":"listening","url":"([^"]+)","adminUrl":"([^"]+)"/.exec(buf);
-      if (m) resolve({ url: m[1]!, adminUrl: m[2]! });
-    };
-    child.stdout!.on('data', onData);
-    child.once('exit', (code) => reject(new Error(`provider exited with code ${code}`)));
-  });
-  return { child, url, adminUrl };
-}
 
 export async function setup(project: TestProject): Promise<void> {
   tmp = mkdtempSync(path.join(os.tmpdir(), 'order-saga-test-'));
@@ -71,10 +53,7 @@ export async function setup(project: TestProject): Promise<void> {
 }
 
 export async function teardown(): Promise<void> {
-  if (provider && provider.exitCode === null) {
-    provider.kill('SIGTERM');
-    await new Promise((r) => provider!.once('exit', r));
-  }
+  await stopProcess(provider);
   await pg?.stop();
   if (tmp) rmSync(tmp, { recursive: true, force: true });
 }

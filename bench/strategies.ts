@@ -1,0 +1,227 @@
+/**
+ * P1 of the benchmark: five ways to take one unit of stock under contention, at the activity layer
+ * (no Temporal), on a real Postgres. Each task carries `logicMs` of simulated business logic.
+ */
+import type { Pool, PoolClient } from 'pg';
+import { backoffMs, DEFAULT_CAS } from '../activities/inventory';
+import { InventoryMetrics } from '../activities/inventory-metrics';
+import { withTransaction } from '../db/pool';
+import { percentile } from '../lib/load';
+
+export const STRATEGIES = ['naive', 'for-update-logic-in-tx', 'for-update-short', 'cas', 'adaptive'] as const;
+export type Strategy = (typeof STRATEGIES)[number];
+
+export interface CellResult {
+  strategy: Strategy;
+  skus: number;
+  seconds: number;
+  done: number;
+  gaveUp: number;
+  throughput: number;
+  p50: number;
+  p99: number;
+  attempts: number;
+  aborts: number;
+  laneCommits: number;
+  abortRate: number;
+  lostUpdates: number;
+}
+
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+const INITIAL = 1_000_000_000;
+
+export async function setupBenchTable(db: Pool): Promise<void> {
+  await db.query('CREATE SCHEMA IF NOT EXISTS bench');
+  await db.query('CREATE TABLE IF NOT EXISTS bench.stock (id integer PRIMARY KEY, stock bigint NOT NULL CHECK (stock >= 0), version bigint NOT NULL DEFAULT 0)');
+}
+
+async function resetStock(db: Pool, skus: number): Promise<void> {
+  await db.query('TRUNCATE bench.stock');
+  await db.query({ text: 'INSERT INTO bench.stock (id, stock) SELECT g, $2 FROM generate_series(1, $1) g', values: [skus, INITIAL] });
+  await db.query('VACUUM ANALYZE bench.stock');
+}
+
+/** One lane: runs submitted commits one at a time (the serial lane, in process). */
+class SerialLane {
+  private tail: Promise<unknown> = Promise.resolve();
+  run<T>(fn: () => Promise<T>): Promise<T> {
+    const next = this.tail.then(fn, fn);
+    this.tail = next.catch(() => undefined);
+    return next;
+  }
+}
+
+/** The lane's commit: a short SELECT … FOR UPDATE transaction with no business logic inside. */
+async function lockedCommit(db: Pool, id: number): Promise<boolean> {
+  return withTransaction(db, async (c: PoolClient) => {
+    const { rows } = await c.query<{ stock: string }>({ name: 'bench-q1', text: 'SELECT stock FROM bench.stock WHERE id = $1 FOR UPDATE', values: [id] });
+    if (Number(rows[0]!.stock) < 1) return false;
+    await c.query({ name: 'bench-lock-update', text: 'UPDATE bench.stock SET stock = stock - 1, version = version + 1 WHERE id = $1', values: [id] });
+    return true;
+  });
+}
+
+interface Counters {
+  attempts: number;
+  aborts: number;
+  laneCommits: number;
+}
+
+/** Builds the per-task operation of a strategy. Returns true when one unit was taken. */
+function operation(strategy: Strategy, db: Pool, logicMs: number, counters: Counters, lanes: number): (id: number) => Promise<boolean> {
+  const logic = (): Promise<void> => sleep(logicMs);
+  const cas = DEFAULT_CAS;
+  switch (strategy) {
+    case 'naive':
+      return async (id) => {
+        counters.attempts++;
+        const { rows } = await db.query<{ stock: string }>({ name: 'bench-q2', text: 'SELECT stock FROM bench.stock WHERE id = $1', values: [id] });
+        await logic();
+        await db.query({ name: 'bench-q3', text: 'UPDATE bench.stock SET stock = $2 WHERE id = $1', values: [id, Number(rows[0]!.stock) - 1] });
+        return true;
+      };
+    case 'for-update-logic-in-tx':
+      return (id) =>
+        withTransaction(db, async (c) => {
+          counters.attempts++;
+          await c.query({ name: 'bench-q4', text: 'SELECT stock FROM bench.stock WHERE id = $1 FOR UPDATE', values: [id] });
+          await logic(); // the anti-pattern: the lock is held while the logic runs
+          await c.query({ name: 'bench-lock-update', text: 'UPDATE bench.stock SET stock = stock - 1, version = version + 1 WHERE id = $1', values: [id] });
+          return true;
+        });
+    case 'for-update-short':
+      return async (id) => {
+        counters.attempts++;
+        await db.query({ name: 'bench-q5', text: 'SELECT stock FROM bench.stock WHERE id = $1', values: [id] });
+        await logic();
+        return lockedCommit(db, id);
+      };
+    case 'cas':
+      return async (id) => {
+        for (let attempt = 0; attempt < cas.maxAttempts; attempt++) {
+          counters.attempts++;
+          const { rows } = await db.query<{ version: string }>({ name: 'bench-read', text: 'SELECT stock, version FROM bench.stock WHERE id = $1', values: [id] });
+          await logic();
+          const res = await db.query({
+            name: 'bench-cas',
+            text: 'UPDATE bench.stock SET stock = stock - 1, version = version + 1 WHERE id = $1 AND version = $2 AND stock >= 1',
+            values: [id, rows[0]!.version],
+          });
+          if (res.rowCount === 1) return true;
+          counters.aborts++;
+          await sleep(backoffMs(attempt, cas));
+        }
+        return false; // gave up: ContentionExhausted
+      };
+    case 'adaptive': {
+      // The production router: per-key recent abort rate; over the threshold, or out of attempts, the
+      // commit goes to a serial lane. The logic always runs in the task's own worker, outside locks.
+      const metrics = new InventoryMetrics();
+      const laneOf = Array.from({ length: lanes }, () => new SerialLane());
+      const toLane = async (id: number): Promise<boolean> => {
+        const ok = await laneOf[id % lanes]!.run(() => lockedCommit(db, id));
+        counters.laneCommits++;
+        metrics.recordLaneCommit([String(id)]);
+        return ok;
+      };
+      return async (id) => {
+        const key = [String(id)];
+        for (let attempt = 0; attempt < cas.maxAttempts; attempt++) {
+          if (metrics.useLane(key[0]!, cas.abortRateThreshold)) {
+            metrics.recordFallback(key);
+            await logic();
+            return toLane(id);
+          }
+          counters.attempts++;
+          const { rows } = await db.query<{ version: string }>({ name: 'bench-read', text: 'SELECT stock, version FROM bench.stock WHERE id = $1', values: [id] });
+          await logic();
+          const res = await db.query({
+            name: 'bench-cas',
+            text: 'UPDATE bench.stock SET stock = stock - 1, version = version + 1 WHERE id = $1 AND version = $2 AND stock >= 1',
+            values: [id, rows[0]!.version],
+          });
+          metrics.recordAttempt(key, res.rowCount !== 1);
+          if (res.rowCount === 1) return true;
+          counters.aborts++;
+          await sleep(backoffMs(attempt, cas));
+        }
+        metrics.recordFallback(key);
+        return toLane(id);
+      };
+    }
+  }
+}
+
+/** Runs one cell: `workers` concurrent loops for `durationMs`, each task on a random one of `skus` keys. */
+export async function runCell(
+  db: Pool,
+  strategy: Strategy,
+  skus: number,
+  opts: { workers: number; logicMs: number; durationMs: number; lanes: number },
+): Promise<CellResult> {
+  await resetStock(db, skus);
+  const counters: Counters = { attempts: 0, aborts: 0, laneCommits: 0 };
+  const op = operation(strategy, db, opts.logicMs, counters, opts.lanes);
+  const latencies: number[] = [];
+  let done = 0;
+  let gaveUp = 0;
+  const started = Date.now();
+  const deadline = started + opts.durationMs;
+  await Promise.all(
+    Array.from({ length: opts.workers }, async () => {
+      while (Date.now() < deadline) {
+        const id = 1 + Math.floor(Math.random() * skus);
+        const t = Date.now();
+        if (await op(id)) {
+          done++;
+          latencies.push(Date.now() - t);
+        } else gaveUp++;
+      }
+    }),
+  );
+  const seconds = (Date.now() - started) / 1000;
+  const { rows } = await db.query<{ taken: string }>({ text: 'SELECT ($1::bigint * count(*) - sum(stock))::bigint AS taken FROM bench.stock', values: [INITIAL] });
+  latencies.sort((a, b) => a - b);
+  const executions = counters.attempts + counters.laneCommits;
+  return {
+    strategy,
+    skus,
+    seconds: Math.round(seconds * 10) / 10,
+    done,
+    gaveUp,
+    throughput: Math.round((done / seconds) * 10) / 10,
+    p50: percentile(latencies, 50),
+    p99: percentile(latencies, 99),
+    attempts: counters.attempts,
+    aborts: counters.aborts,
+    laneCommits: counters.laneCommits,
+    abortRate: executions === 0 ? 0 : Math.round((counters.aborts / executions) * 1000) / 1000,
+    // Units the tasks believe they took, minus the units the table lost.
+    lostUpdates: done - Number(rows[0]!.taken),
+  };
+}
+
+/** P3's CAS commit path with no logic: read the version, then the conditional single-row UPDATE. */
+export async function casCommitThroughput(db: Pool, opts: { clients: number; keys: number; durationMs: number }): Promise<{ tps: number; done: number; aborts: number }> {
+  await resetStock(db, opts.keys);
+  let done = 0;
+  let aborts = 0;
+  const started = Date.now();
+  const deadline = started + opts.durationMs;
+  await Promise.all(
+    Array.from({ length: opts.clients }, async () => {
+      while (Date.now() < deadline) {
+        const id = 1 + Math.floor(Math.random() * opts.keys);
+        const { rows } = await db.query<{ version: string }>({ name: 'bench-read-version', text: 'SELECT version FROM bench.stock WHERE id = $1', values: [id] });
+        const res = await db.query({
+          name: 'bench-cas',
+          text: 'UPDATE bench.stock SET stock = stock - 1, version = version + 1 WHERE id = $1 AND version = $2 AND stock >= 1',
+          values: [id, rows[0]!.version],
+        });
+        if (res.rowCount === 1) done++;
+        else aborts++;
+      }
+    }),
+  );
+  return { tps: Math.round(done / ((Date.now() - started) / 1000)), done, aborts };
+}
