@@ -8,19 +8,23 @@ import { parseArgs } from 'node:util';
 import {
   Client,
   Connection,
+  ScheduleAlreadyRunning,
+  ScheduleOverlapPolicy,
   WorkflowExecutionAlreadyStartedError,
   WorkflowFailedError,
   WorkflowNotFoundError,
   WorkflowUpdateFailedError,
 } from '@temporalio/client';
-import { WorkflowIdConflictPolicy, WorkflowIdReusePolicy } from '@temporalio/common';
+import { WorkflowIdConflictPolicy, WorkflowIdReusePolicy, type Duration } from '@temporalio/common';
 import { Pool } from 'pg';
 import { ABORT_RATE_CRITICAL, ABORT_RATE_HEALTHY, type SkuStats } from './activities/inventory-metrics';
 import { checkAgainstCatalogue } from './activities/orders';
 import { createPool } from './db/pool';
 import { ORDER_STATUSES, OrderValidationError, orderTotalCents, parseOrder, workflowIdFor, type OrderInput, type OrderResult } from './domain/order';
 import { readConfig, runUrl, type AppConfig } from './lib/config';
+import { checkInvariants, formatReport } from './lib/invariants';
 import { progressBar, runLoad } from './lib/load';
+import { DEFAULT_SAGA_CONFIG } from './workflows/order-saga';
 import { cancelUpdate, RESOLVE_ACTIONS, resolveUpdate, stateQuery, type ResolveAction, type SagaState } from './workflows/messages';
 import { CustomerIdKey, NeedsAttentionKey, OrderStatusKey, TotalCentsKey } from './workflows/search-attributes';
 
@@ -46,6 +50,9 @@ Commands:
   resolve <orderId> --action <action> [--note <t>] operator action on an UNKNOWN charge or NEEDS_ATTENTION
   list [--status <STATUS>] [--json]                orders by status, from Temporal's visibility store
   stats [--json]                                   per-SKU CAS attempts, aborts, abort rate, fallbacks
+  check [--json]                                   invariant check of the database and the provider's ledger
+  schedule reconcile [--every 1h]                  create (or update) the reconciliation Schedule
+  findings [--json]                                the last reconciliation run's findings
   load --orders N --concurrency C --hot-skus K     a load: N orders, C in flight, K hot SKUs
 
 Run "npx tsx client.ts <command> --help" for a command's details.
@@ -86,6 +93,21 @@ Places N orders (1 line, 1 unit each) with C in flight. A share F of them (defau
 K hot SKUs; the rest spread over 50 cold SKUs. The run creates its own products (LOAD-<run>-…).
 Shows a progress bar on a terminal, then orders/s, p50/p99 saga latency, statuses and the abort
 rate. Needs DATABASE_URL (or a running "npm start").`,
+  check: `Usage: npx tsx client.ts check [--json]
+
+Reads the application database and the provider's ledger (DATABASE_URL) in one snapshot and reports
+every violation with its order IDs: double charges, refunds without or above a charge, charged
+FAILED/CANCELLED orders without exactly one refund, stock + held + sold ≠ initial, orders neither
+decided nor within their deadline, HELD reservations on failed orders, charges with no order.
+Exit code 0 when clean, 1 when there are violations.`,
+  schedule: `Usage: npx tsx client.ts schedule reconcile [--every <duration>]
+
+Creates the Temporal Schedule "reconcile" (or updates its interval if it exists) that runs the
+reconcileWorkflow every <duration> (default 1h; for example 15m, 6h). Each run checks every
+invariant, sweeps for orphan charges and overdue sagas, and records findings; it never compensates.`,
+  findings: `Usage: npx tsx client.ts findings [--json]
+
+Prints the last reconciliation run's findings (from the database). Exit code 1 when it found any.`,
   list: `Usage: npx tsx client.ts list [--status <STATUS>] [--json]
 
 Lists order sagas from Temporal's visibility store (search attribute OrderStatus).
@@ -291,6 +313,83 @@ async function list(args: string[], cfg: AppConfig, io: Out): Promise<number> {
   return EXIT.ok;
 }
 
+async function check(args: string[], cfg: AppConfig, io: Out): Promise<number> {
+  const { values } = parseArgs({ args, options: { json: { type: 'boolean' }, help: { type: 'boolean' } } });
+  if (values.help) return io.out(HELP.check!), EXIT.ok;
+  if (!cfg.databaseUrl) throw new CliError('check needs DATABASE_URL (or a running "npm start")', 1);
+  const db = createPool(cfg.databaseUrl, { max: 1 });
+  try {
+    const report = await checkInvariants(db, { deadlineMs: DEFAULT_SAGA_CONFIG.deadlineMs });
+    if (values.json) io.out(JSON.stringify(report));
+    else for (const line of formatReport(report)) io.out(line);
+    return report.violations.length === 0 ? EXIT.ok : EXIT.notCompleted;
+  } finally {
+    await db.end();
+  }
+}
+
+export const RECONCILE_SCHEDULE_ID = 'reconcile';
+
+async function schedule(args: string[], cfg: AppConfig, io: Out): Promise<number> {
+  const { values, positionals } = parseArgs({ args, allowPositionals: true, options: { every: { type: 'string' }, json: { type: 'boolean' }, help: { type: 'boolean' } } });
+  if (values.help) return io.out(HELP.schedule!), EXIT.ok;
+  if (positionals[0] !== 'reconcile') throw new CliError('invalid input: schedule: the only schedule is "reconcile"', EXIT.invalid);
+  const every = values.every ?? '1h';
+  if (!/^\d+(s|m|h|d)$/.test(every) || Number.parseInt(every, 10) === 0 || (every.endsWith('s') && Number.parseInt(every, 10) < 60)) {
+    throw new CliError('invalid input: --every: a duration such as 15m, 1h or 1d (at least 60s)', EXIT.invalid);
+  }
+  const client = await connect(cfg);
+  const spec = { intervals: [{ every: every as Duration }] };
+  let created = true;
+  try {
+    await client.schedule.create({
+      scheduleId: RECONCILE_SCHEDULE_ID,
+      spec,
+      action: { type: 'startWorkflow', workflowType: 'reconcileWorkflow', taskQueue: cfg.taskQueue, workflowId: 'reconcile' },
+      policies: { overlap: ScheduleOverlapPolicy.SKIP, catchupWindow: '1h' },
+    });
+  } catch (err) {
+    if (!(err instanceof ScheduleAlreadyRunning)) throw err;
+    created = false;
+    await client.schedule.getHandle(RECONCILE_SCHEDULE_ID).update((prev) => ({ ...prev, spec }));
+  }
+  const url = `${cfg.uiUrl}/namespaces/${encodeURIComponent(cfg.namespace)}/schedules/${RECONCILE_SCHEDULE_ID}`;
+  if (values.json) io.out(JSON.stringify({ scheduleId: RECONCILE_SCHEDULE_ID, every, created, uiUrl: url }));
+  else io.out(`schedule ${RECONCILE_SCHEDULE_ID}: ${created ? 'created' : 'updated'}, every ${every}\n  web ui: ${url}`);
+  return EXIT.ok;
+}
+
+async function findings(args: string[], cfg: AppConfig, io: Out): Promise<number> {
+  const { values } = parseArgs({ args, options: { json: { type: 'boolean' }, help: { type: 'boolean' } } });
+  if (values.help) return io.out(HELP.findings!), EXIT.ok;
+  if (!cfg.databaseUrl) throw new CliError('findings needs DATABASE_URL (or a running "npm start")', 1);
+  const db = createPool(cfg.databaseUrl, { max: 1 });
+  try {
+    const run = await db.query<{ run_id: string; started_at: Date; orders: number; violations: number }>(
+      'SELECT run_id, started_at, orders, violations FROM reconciliation_runs ORDER BY started_at DESC LIMIT 1',
+    );
+    const last = run.rows[0];
+    if (!last) {
+      if (values.json) io.out(JSON.stringify({ run: null, findings: [] }));
+      else io.out('no reconciliation has run yet (client.ts schedule reconcile)');
+      return EXIT.ok;
+    }
+    const rows = await db.query<{ rule: string; order_ids: string[]; detail: string }>({
+      text: 'SELECT rule, order_ids, detail FROM reconciliation_findings WHERE run_id = $1 ORDER BY id',
+      values: [last.run_id],
+    });
+    const out = { run: { runId: last.run_id, at: last.started_at.toISOString(), orders: last.orders, violations: last.violations }, findings: rows.rows.map((r) => ({ rule: r.rule, orderIds: r.order_ids, detail: r.detail })) };
+    if (values.json) io.out(JSON.stringify(out));
+    else {
+      io.out(`reconciliation ${out.run.runId} at ${out.run.at}: ${out.run.orders} orders, ${out.findings.length} finding(s)`);
+      for (const f of out.findings) io.out(`  ${f.rule}: ${f.detail}${f.orderIds.length ? ` [orders: ${f.orderIds.join(', ')}]` : ''}`);
+    }
+    return out.findings.length === 0 ? EXIT.ok : EXIT.notCompleted;
+  } finally {
+    await db.end();
+  }
+}
+
 async function fetchStats(cfg: AppConfig): Promise<SkuStats[]> {
   let res: Response;
   try {
@@ -400,6 +499,12 @@ export async function runCli(argv: string[], cfg: AppConfig = readConfig(), io: 
         return await list(rest, cfg, io);
       case 'stats':
         return await stats(rest, cfg, io);
+      case 'check':
+        return await check(rest, cfg, io);
+      case 'schedule':
+        return await schedule(rest, cfg, io);
+      case 'findings':
+        return await findings(rest, cfg, io);
       case 'load':
         return await load(rest, cfg, io);
       case undefined:

@@ -33,7 +33,7 @@ export async function createOrderWorkers(
   if (!cfg.databaseUrl && !extra.db) throw new Error('DATABASE_URL is required');
   const db = extra.db ?? createPool(cfg.databaseUrl!, { max: 20 });
   const metrics = extra.metrics ?? new InventoryMetrics();
-  const provider = createProviderClient({ baseUrl: cfg.providerUrl, apiKey: cfg.providerApiKey, timeoutMs: 10_000 });
+  const provider = createProviderClient({ baseUrl: cfg.providerUrl, apiKey: cfg.providerApiKey, timeoutMs: cfg.providerTimeoutMs });
   const activities = createActivities({ db, provider, metrics });
   const main = await Worker.create({
     connection,
@@ -90,7 +90,7 @@ export function startMetricsServer(metrics: InventoryMetrics, port: number, host
 async function main(): Promise<void> {
   const cfg = readConfig();
   const runtimeMetrics = process.env.TEMPORAL_METRICS_ADDRESS ?? '127.0.0.1:9464';
-  Runtime.install({ telemetryOptions: { metrics: { prometheus: { bindAddress: runtimeMetrics } } } });
+  if (runtimeMetrics !== 'off') Runtime.install({ telemetryOptions: { metrics: { prometheus: { bindAddress: runtimeMetrics } } } });
   const connection = await NativeConnection.connect({ address: cfg.temporalAddress });
   const lanes = Number(process.env.INVENTORY_LANES ?? DEFAULT_SAGA_CONFIG.inventoryLanes);
   const w = await createOrderWorkers(cfg, connection, { lanes });
@@ -98,7 +98,7 @@ async function main(): Promise<void> {
   const port = (server.address() as AddressInfo).port;
   process.stdout.write(
     `worker: polling task queue "${cfg.taskQueue}" and ${lanes} serial lane(s) on ${cfg.temporalAddress} (namespace ${cfg.namespace}); ` +
-      `inventory metrics http://127.0.0.1:${port}/metrics, Temporal metrics http://${runtimeMetrics}/metrics\n`,
+      `inventory metrics http://127.0.0.1:${port}/metrics, Temporal metrics ${runtimeMetrics === 'off' ? 'off' : `http://${runtimeMetrics}/metrics`}\n`,
   );
   try {
     await w.run(); // SIGINT/SIGTERM shut the workers down gracefully (the SDK installs those handlers)

@@ -5,6 +5,7 @@ import type { InventoryMetrics } from './inventory-metrics';
 import { notificationActivities } from './notifications';
 import { orderActivities } from './orders';
 import { paymentActivities } from './payments';
+import { reconciliationActivities } from './reconciliation';
 import { shippingActivities } from './shipping';
 
 export interface ActivityDeps {
@@ -23,6 +24,7 @@ export function createActivities(deps: ActivityDeps) {
     ...paymentActivities(deps),
     ...shippingActivities(deps),
     ...notificationActivities(deps),
+    ...reconciliationActivities(deps),
   };
 }
 

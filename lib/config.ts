@@ -23,6 +23,8 @@ export interface AppConfig {
   databaseUrl?: string;
   providerUrl: string;
   providerApiKey: string;
+  /** How long the worker waits for the provider before it treats the call as timed out (then inquires). */
+  providerTimeoutMs: number;
   /** The worker's inventory metrics endpoint (GET /metrics, GET /stats). */
   workerMetricsUrl: string;
 }
@@ -38,6 +40,7 @@ export function readConfig(processEnv: NodeJS.ProcessEnv = process.env): AppConf
     databaseUrl: env.DATABASE_URL,
     providerUrl: env.PROVIDER_URL ?? 'http://127.0.0.1:4010',
     providerApiKey: env.PROVIDER_API_KEY ?? DEV_PROVIDER_API_KEY,
+    providerTimeoutMs: Number(env.PROVIDER_TIMEOUT_MS ?? 10_000),
     workerMetricsUrl: (env.WORKER_METRICS_URL ?? `http://127.0.0.1:${env.WORKER_METRICS_PORT ?? 9465}`).replace(/\/$/, ''),
   };
 }

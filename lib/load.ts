@@ -25,6 +25,8 @@ export interface LoadOptions {
   stats?: () => Promise<SkuStats[]>;
   /** Stop placing new orders after this long (ms); the ones in flight still finish. */
   maxDurationMs?: number;
+  /** Stop waiting for one saga after this long (ms): it is counted as UNSETTLED (the checker looks at it). */
+  resultTimeoutMs?: number;
 }
 
 export interface LoadSummary {
@@ -97,13 +99,16 @@ export async function runLoad(client: Client, db: Pool, opts: LoadOptions): Prom
       const order = orders[next++]!;
       const t = Date.now();
       try {
-        const result: OrderResult = await client.workflow.execute(orderSaga, {
-          taskQueue: opts.taskQueue,
-          workflowId: workflowIdFor(order.orderId),
-          args: [order],
-        });
-        statuses[result.status] = (statuses[result.status] ?? 0) + 1;
-        latencies.push(Date.now() - t);
+        const handle = await client.workflow.start(orderSaga, { taskQueue: opts.taskQueue, workflowId: workflowIdFor(order.orderId), args: [order] });
+        let timer: NodeJS.Timeout | undefined;
+        const timeout = opts.resultTimeoutMs
+          ? new Promise<'UNSETTLED'>((r) => (timer = setTimeout(() => r('UNSETTLED'), opts.resultTimeoutMs)))
+          : new Promise<never>(() => undefined);
+        const result: OrderResult | 'UNSETTLED' = await Promise.race([handle.result(), timeout]);
+        clearTimeout(timer);
+        const status = result === 'UNSETTLED' ? result : result.status;
+        statuses[status] = (statuses[status] ?? 0) + 1;
+        if (result !== 'UNSETTLED') latencies.push(Date.now() - t);
       } catch (err) {
         errors++;
         if (firstErrors.length < 5) firstErrors.push(`${order.orderId}: ${(err as Error).message}`);

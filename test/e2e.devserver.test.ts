@@ -17,7 +17,9 @@ import { readConfig, type AppConfig } from '../lib/config';
 import { devServerExecutable } from '../lib/temporal-servers';
 import { createOrderWorkers, type OrderWorkers } from '../worker';
 import { CustomerIdKey, NeedsAttentionKey, OrderStatusKey, TotalCentsKey } from '../workflows/search-attributes';
+import { runCli } from '../client';
 import { createProduct, ledger, makeOrder, orderRow, productRow, testAdmin, testPool, uid } from './helpers';
+import { MALFORMED_ORDERS } from './malformed-orders';
 
 const ROOT = path.resolve(__dirname, '..');
 let env: TestWorkflowEnvironment;
@@ -271,6 +273,57 @@ describe('end to end on the dev server', () => {
       await page.screenshot({ path: path.join(artifacts, 'web-ui-compensated-run.png'), fullPage: true });
     } finally {
       await browser.close();
+    }
+  });
+
+  it(`${MALFORMED_ORDERS.length} malformed orders through client.ts place: exit 2, the field named, 0 rows and 0 workflows`, async () => {
+    const ordersBefore = Number((await db.query('SELECT count(*) FROM orders')).rows[0].count);
+    const workflowsBefore = (await env.client.workflow.count()).count;
+    for (const { name, order, field } of MALFORMED_ORDERS) {
+      const out: string[] = [];
+      const err: string[] = [];
+      const code = await runCli(['place', '--file', orderFile(order), '--json'], cfg, { out: (l) => out.push(l), err: (l) => err.push(l) });
+      expect(code, name).toBe(2);
+      expect(err.join('\n'), name).toMatch(field);
+      expect(out, name).toEqual([]);
+    }
+    expect(Number((await db.query('SELECT count(*) FROM orders')).rows[0].count)).toBe(ordersBefore);
+    expect((await env.client.workflow.count()).count).toBe(workflowsBefore);
+  });
+
+  it('the reconcile Schedule is created idempotently, runs the checks, records findings, and never compensates', async () => {
+    const first = await cli(['schedule', 'reconcile', '--every', '1h', '--json']);
+    expect(first.code, first.stderr).toBe(0);
+    expect(JSON.parse(first.stdout)).toMatchObject({ scheduleId: 'reconcile', created: true });
+    const second = await cli(['schedule', 'reconcile', '--every', '30m', '--json']);
+    expect(JSON.parse(second.stdout)).toMatchObject({ created: false, every: '30m' });
+    expect((await cli(['schedule', 'reconcile', '--every', 'soon'])).code).toBe(2);
+    const described = await env.client.schedule.getHandle('reconcile').describe();
+    expect(described.spec.intervals?.[0]?.every).toBe(30 * 60_000);
+
+    // An orphan: a successful charge at the provider whose order does not exist.
+    const orphan = `orphan-${uid()}`;
+    await db.query({
+      text: `INSERT INTO provider.charges (idempotency_key, request_hash, amount_cents, currency, payment_method, reference, status)
+             VALUES ($1, 'h', 4200, 'USD', 'tok_visa', $2, 'succeeded')`,
+      values: [`${orphan}:charge`, orphan],
+    });
+    try {
+      const before = Number((await db.query('SELECT count(*) FROM reconciliation_runs')).rows[0].count);
+      await env.client.schedule.getHandle('reconcile').trigger();
+      for (let i = 0; i < 100 && Number((await db.query('SELECT count(*) FROM reconciliation_runs')).rows[0].count) === before; i++) {
+        await new Promise((r) => setTimeout(r, 200));
+      }
+      const f = await cli(['findings', '--json']);
+      expect(f.code).toBe(1);
+      const report = JSON.parse(f.stdout) as { findings: { rule: string; orderIds: string[] }[] };
+      expect(report.findings).toContainEqual(expect.objectContaining({ rule: 'no successful charge whose order is missing', orderIds: [orphan] }));
+      // It reported; it did not refund.
+      const refunds = await db.query({ text: 'SELECT 1 FROM provider.refunds WHERE charge_key = $1', values: [`${orphan}:charge`] });
+      expect(refunds.rowCount).toBe(0);
+    } finally {
+      await db.query({ text: 'DELETE FROM provider.charges WHERE idempotency_key = $1', values: [`${orphan}:charge`] });
+      await env.client.schedule.getHandle('reconcile').delete();
     }
   });
 });

@@ -1,2 +1,3 @@
 export { orderSaga, DEFAULT_SAGA_CONFIG, type SagaConfig } from './order-saga';
+export { reconcileWorkflow } from './reconcile';
 export * from './messages';

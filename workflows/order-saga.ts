@@ -83,7 +83,7 @@ const laneOpts: ActivityOptions = {
 };
 /** Compensations retry until they succeed; only a non-retryable failure stops them. */
 const compensationOpts: ActivityOptions = {
-  startToCloseTimeout: '30s',
+  startToCloseTimeout: '15s',
   retry: { initialInterval: '1s', backoffCoefficient: 2, maximumInterval: '5m', nonRetryableErrorTypes: NON_RETRYABLE },
 };
 /** Status bookkeeping retries without limit: it must not be the reason a saga stops. */

@@ -1,0 +1,110 @@
+/**
+ * The invariant checker: reads the application database and the provider's ledger in one consistent
+ * snapshot and reports every violation with the order IDs involved. Used by `client.ts check`, the
+ * reconciliation workflow, the chaos soak and the tests.
+ */
+import type { Pool } from 'pg';
+
+export interface Violation {
+  rule: string;
+  orderIds: string[];
+  detail: string;
+}
+
+export interface CheckReport {
+  checkedAt: string;
+  orders: number;
+  skus: number;
+  violations: Violation[];
+}
+
+export const RULES = {
+  doubleCharge: 'no order charged twice',
+  refundWithoutCharge: 'no refund without a charge',
+  refundAboveCharge: 'no refund above its charge',
+  failedChargedRefundedOnce: 'every FAILED or CANCELLED order that was charged has exactly one refund',
+  stockConserved: 'stock + held + sold = initial for every SKU',
+  orderDecided: 'every order is terminal, NEEDS_ATTENTION with a reason, or running within its deadline',
+  noHeldOnFailed: 'no reservation left HELD on a FAILED or CANCELLED order',
+  orphanCharge: 'no successful charge whose order is missing',
+} as const;
+
+export async function checkInvariants(db: Pool, opts: { deadlineMs: number; now?: Date }): Promise<CheckReport> {
+  const client = await db.connect();
+  try {
+    await client.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
+    const violations: Violation[] = [];
+    const add = (rule: string, rows: { order_id: string; detail: string }[]): void => {
+      for (const r of rows) violations.push({ rule, orderIds: [r.order_id], detail: r.detail });
+    };
+
+    add(RULES.doubleCharge, (await client.query<{ order_id: string; detail: string }>(`
+      SELECT reference AS order_id, count(*) || ' successful charges: ' || string_agg(idempotency_key, ', ') AS detail
+      FROM provider.charges WHERE status = 'succeeded' AND reference IS NOT NULL
+      GROUP BY reference HAVING count(*) > 1`)).rows);
+
+    add(RULES.refundWithoutCharge, (await client.query<{ order_id: string; detail: string }>(`
+      SELECT COALESCE(c.reference, r.charge_key) AS order_id, 'refund ' || r.idempotency_key || ' of a charge that is ' || c.status AS detail
+      FROM provider.refunds r JOIN provider.charges c ON c.idempotency_key = r.charge_key
+      WHERE c.status <> 'succeeded'`)).rows);
+
+    add(RULES.refundAboveCharge, (await client.query<{ order_id: string; detail: string }>(`
+      SELECT COALESCE(c.reference, c.idempotency_key) AS order_id,
+             'refunded ' || sum(r.amount_cents) || ' of a ' || c.amount_cents || ' charge' AS detail
+      FROM provider.refunds r JOIN provider.charges c ON c.idempotency_key = r.charge_key
+      GROUP BY c.idempotency_key, c.reference, c.amount_cents HAVING sum(r.amount_cents) > c.amount_cents`)).rows);
+
+    add(RULES.failedChargedRefundedOnce, (await client.query<{ order_id: string; detail: string }>(`
+      SELECT o.order_id, o.status || ', charged ' || c.amount_cents || ', ' || count(r.*) || ' refund(s) totalling ' || COALESCE(sum(r.amount_cents), 0) AS detail
+      FROM orders o
+      JOIN provider.charges c ON c.idempotency_key = o.order_id || ':charge' AND c.status = 'succeeded'
+      LEFT JOIN provider.refunds r ON r.charge_key = c.idempotency_key
+      WHERE o.status IN ('FAILED', 'CANCELLED')
+      GROUP BY o.order_id, o.status, c.amount_cents
+      HAVING count(r.*) <> 1 OR COALESCE(sum(r.amount_cents), 0) <> c.amount_cents`)).rows);
+
+    const stock = await client.query<{ sku: string; detail: string; orders: string[] | null }>(`
+      SELECT p.sku,
+             'initial ' || p.initial_stock || ' ≠ stock ' || p.stock || ' + held ' || COALESCE(h.held, 0) || ' + sold ' || COALESCE(h.sold, 0) AS detail,
+             h.orders
+      FROM products p
+      LEFT JOIN (SELECT sku, sum(qty) FILTER (WHERE status = 'HELD') AS held, sum(qty) FILTER (WHERE status = 'SOLD') AS sold,
+                        array_agg(order_id ORDER BY order_id) FILTER (WHERE status <> 'RELEASED') AS orders
+                 FROM reservations GROUP BY sku) h ON h.sku = p.sku
+      WHERE p.stock + COALESCE(h.held, 0) + COALESCE(h.sold, 0) <> p.initial_stock`);
+    for (const r of stock.rows) violations.push({ rule: RULES.stockConserved, orderIds: (r.orders ?? []).slice(0, 20), detail: `${r.sku}: ${r.detail}` });
+
+    add(RULES.orderDecided, (await client.query<{ order_id: string; detail: string }>({
+      text: `SELECT order_id, status || CASE WHEN status = 'NEEDS_ATTENTION' THEN ' with no reason' ELSE ' since ' || created_at END AS detail
+             FROM orders
+             WHERE (status = 'NEEDS_ATTENTION' AND (reason IS NULL OR reason = ''))
+                OR (status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED', 'NEEDS_ATTENTION') AND created_at < $1::timestamptz - ($2::bigint * interval '1 millisecond'))`,
+      values: [(opts.now ?? new Date()).toISOString(), opts.deadlineMs],
+    })).rows);
+
+    add(RULES.noHeldOnFailed, (await client.query<{ order_id: string; detail: string }>(`
+      SELECT o.order_id, o.status || ' with ' || count(*) || ' HELD reservation(s)' AS detail
+      FROM orders o JOIN reservations r ON r.order_id = o.order_id AND r.status = 'HELD'
+      WHERE o.status IN ('FAILED', 'CANCELLED') GROUP BY o.order_id, o.status`)).rows);
+
+    add(RULES.orphanCharge, (await client.query<{ order_id: string; detail: string }>(`
+      SELECT c.reference AS order_id, 'charge ' || c.idempotency_key || ' succeeded for an order that does not exist' AS detail
+      FROM provider.charges c LEFT JOIN orders o ON o.order_id = c.reference
+      WHERE c.status = 'succeeded' AND c.reference IS NOT NULL AND o.order_id IS NULL`)).rows);
+
+    const counts = await client.query<{ orders: string; skus: string }>('SELECT (SELECT count(*) FROM orders) AS orders, (SELECT count(*) FROM products) AS skus');
+    await client.query('COMMIT');
+    return { checkedAt: (opts.now ?? new Date()).toISOString(), orders: Number(counts.rows[0]!.orders), skus: Number(counts.rows[0]!.skus), violations };
+  } catch (err) {
+    await client.query('ROLLBACK').catch(() => undefined);
+    throw err;
+  } finally {
+    client.release();
+  }
+}
+
+export function formatReport(r: CheckReport): string[] {
+  const lines = [`checked ${r.orders} orders and ${r.skus} SKUs at ${r.checkedAt}: ${r.violations.length} violation(s)`];
+  for (const v of r.violations) lines.push(`  VIOLATION ${v.rule}: ${v.detail}${v.orderIds.length ? ` [orders: ${v.orderIds.join(', ')}]` : ''}`);
+  return lines;
+}

@@ -1,0 +1,138 @@
+/**
+ * Crash safety on the real dev server: the worker process is killed with SIGKILL right after a side
+ * effect committed and before its activity completed; a fresh worker picks the saga up from its
+ * history. Exactly one charge, and the stock moves exactly once.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { existsSync, mkdtempSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { TestWorkflowEnvironment } from '@temporalio/testing';
+import { bundleWorkflowCode, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
+import type { Pool } from 'pg';
+import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
+import { workflowIdFor, type OrderInput } from '../domain/order';
+import { readConfig } from '../lib/config';
+import { devServerExecutable } from '../lib/temporal-servers';
+import { createOrderWorkers } from '../worker';
+import { orderSaga } from '../workflows';
+import { CustomerIdKey, NeedsAttentionKey, OrderStatusKey, TotalCentsKey } from '../workflows/search-attributes';
+import { createProduct, ledger, makeOrder, orderRow, productRow, reservations, testAdmin, testPool, uid } from './helpers';
+
+const ROOT = path.resolve(__dirname, '..');
+let env: TestWorkflowEnvironment;
+let db: Pool;
+let bundle: WorkflowBundleWithSourceMap;
+const admin = testAdmin();
+const tmp = mkdtempSync(path.join(os.tmpdir(), 'order-saga-crash-'));
+const quiet = { log() {}, trace() {}, debug() {}, info() {}, warn() {}, error() {} };
+
+beforeAll(async () => {
+  const executable = devServerExecutable();
+  env = await TestWorkflowEnvironment.createLocal({
+    server: { ...(executable ? { executable } : {}), ip: '127.0.0.1', searchAttributes: [OrderStatusKey, CustomerIdKey, NeedsAttentionKey, TotalCentsKey], log: { format: 'pretty', level: 'error' } },
+  });
+  db = testPool();
+  bundle = await bundleWorkflowCode({ workflowsPath: path.join(ROOT, 'workflows', 'index.ts'), logger: quiet });
+});
+afterEach(async () => {
+  await admin.clear();
+});
+afterAll(async () => {
+  await db?.end();
+  await env?.teardown();
+});
+
+function envFor(taskQueue: string): NodeJS.ProcessEnv {
+  return {
+    TEMPORAL_ADDRESS: env.address,
+    TASK_QUEUE: taskQueue,
+    DATABASE_URL: inject('databaseUrl'),
+    PROVIDER_URL: inject('providerUrl'),
+    PROVIDER_API_KEY: inject('providerApiKey'),
+  };
+}
+
+/** Starts the crash worker as one process (node --import tsx), so SIGKILL reaches the worker itself. */
+async function crashWorker(taskQueue: string, point: string, marker: string): Promise<ChildProcess> {
+  const child = spawn(process.execPath, ['--import', 'tsx', path.join(ROOT, 'test', 'support', 'crash-worker.ts')], {
+    cwd: ROOT,
+    env: { ...process.env, ...envFor(taskQueue), CRASH_POINT: point, CRASH_MARKER: marker },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  await new Promise<void>((resolve, reject) => {
+    child.stdout!.on('data', (c: Buffer) => c.toString().includes('crash-worker: ready') && resolve());
+    child.once('exit', (code) => reject(new Error(`crash worker exited (${code})`)));
+  });
+  return child;
+}
+
+async function until(pred: () => Promise<boolean>, what: string, ms = 60_000): Promise<void> {
+  const end = Date.now() + ms;
+  while (Date.now() < end) {
+    if (await pred()) return;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`timed out waiting for ${what}`);
+}
+
+async function kill9(child: ChildProcess): Promise<void> {
+  const exited = new Promise((r) => child.once('exit', r));
+  child.kill('SIGKILL');
+  await exited;
+}
+
+/** Runs the saga: first on the crash worker until `crashed` says it is time, SIGKILL, then on a fresh worker. */
+async function crashAndRecover(order: OrderInput, point: string, crashed: (marker: string) => Promise<boolean>) {
+  const taskQueue = `crash-${uid()}`;
+  const marker = path.join(tmp, `${uid()}.marker`);
+  const first = await crashWorker(taskQueue, point, marker);
+  const handle = await env.client.workflow.start(orderSaga, { taskQueue, workflowId: workflowIdFor(order.orderId), args: [order] });
+  try {
+    await until(() => crashed(marker), `crash point ${point}`);
+  } finally {
+    await kill9(first);
+  }
+  const fresh = await createOrderWorkers(readConfig(envFor(taskQueue)), env.nativeConnection, { db, workflowBundle: bundle, lanes: 0 });
+  const running = fresh.run();
+  try {
+    return await handle.result();
+  } finally {
+    fresh.shutdown();
+    await running;
+  }
+}
+
+describe('crash safety: SIGKILL of the worker between a commit and its activity completing', () => {
+  it('after the provider committed the charge: the restarted saga ends with exactly one charge', async () => {
+    const p = await createProduct(db, { stock: 5, priceCents: 1700 });
+    const order = makeOrder([{ sku: p.sku, qty: 1, unitPriceCents: p.priceCents }]);
+    // The provider commits the charge, then never answers: the worker sits in the activity.
+    await admin.set({ kind: 'lose-response-after-commit', mode: 'hang', target: 'charges', count: 1, keyPrefix: `${order.orderId}:` });
+    const result = await crashAndRecover(order, 'none', async () => (await ledger(db, order.orderId)).charges.some((c) => c.status === 'succeeded'));
+    expect(result.status).toBe('COMPLETED');
+    expect(await ledger(db, order.orderId)).toEqual({ charges: [{ status: 'succeeded', amount: 1700 }], refunds: [] });
+    expect((await productRow(db, p.sku)).stock).toBe(4);
+  });
+
+  it('mid-reserve, after the CAS committed: the stock is taken exactly once', async () => {
+    const p = await createProduct(db, { stock: 5, priceCents: 900 });
+    const order = makeOrder([{ sku: p.sku, qty: 2, unitPriceCents: p.priceCents }]);
+    const result = await crashAndRecover(order, 'after-reserve-commit', async (m) => existsSync(m));
+    expect(result.status).toBe('COMPLETED');
+    expect(await productRow(db, p.sku)).toEqual({ stock: 3, version: 1 });
+    expect(await reservations(db, order.orderId)).toEqual([{ sku: p.sku, qty: 2, status: 'SOLD' }]);
+    expect((await ledger(db, order.orderId)).charges).toHaveLength(1);
+  });
+
+  it('mid-release, after the release committed: the stock comes back exactly once', async () => {
+    const p = await createProduct(db, { stock: 5, priceCents: 900 });
+    const order = makeOrder([{ sku: p.sku, qty: 2, unitPriceCents: p.priceCents }], { paymentMethod: 'tok_declined' });
+    const result = await crashAndRecover(order, 'after-release-commit', async (m) => existsSync(m));
+    expect(result.status).toBe('FAILED');
+    expect((await orderRow(db, order.orderId))?.status).toBe('FAILED');
+    expect(await productRow(db, p.sku)).toEqual({ stock: 5, version: 2 });
+    expect(await reservations(db, order.orderId)).toEqual([{ sku: p.sku, qty: 2, status: 'RELEASED' }]);
+    expect((await ledger(db, order.orderId)).refunds).toEqual([]);
+  });
+});

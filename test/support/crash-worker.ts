@@ -1,0 +1,50 @@
+/**
+ * A worker process for the crash-safety tests: the real worker, except that at CRASH_POINT it writes
+ * the file CRASH_MARKER and then hangs, so the test can SIGKILL it at exactly that point.
+ *   after-reserve-commit  the reservation has committed; the activity has not completed
+ *   after-release-commit  the release has committed; the activity has not completed
+ * (The charge case needs no hook: the provider's hang fault commits and never answers.)
+ */
+import { writeFileSync } from 'node:fs';
+import { NativeConnection, Worker } from '@temporalio/worker';
+import { createActivities } from '../../activities';
+import { createPool } from '../../db/pool';
+import { readConfig } from '../../lib/config';
+import { createProviderClient } from '../../provider/client';
+
+async function main(): Promise<void> {
+  const cfg = readConfig(process.env);
+  const point = process.env.CRASH_POINT ?? '';
+  const marker = process.env.CRASH_MARKER ?? '';
+  const db = createPool(cfg.databaseUrl!);
+  const real = createActivities({ db, provider: createProviderClient({ baseUrl: cfg.providerUrl, apiKey: cfg.providerApiKey, timeoutMs: 60_000 }) });
+  const hang = (): Promise<never> => new Promise(() => undefined);
+  const activities = {
+    ...real,
+    reserveInventory: async (req: Parameters<typeof real.reserveInventory>[0]) => {
+      const r = await real.reserveInventory(req);
+      if (point === 'after-reserve-commit') {
+        writeFileSync(marker, 'reserved');
+        await hang();
+      }
+      return r;
+    },
+    releaseInventory: async (req: Parameters<typeof real.releaseInventory>[0]) => {
+      const r = await real.releaseInventory(req);
+      if (point === 'after-release-commit') {
+        writeFileSync(marker, 'released');
+        await hang();
+      }
+      return r;
+    },
+  };
+  const connection = await NativeConnection.connect({ address: cfg.temporalAddress });
+  const worker = await Worker.create({ connection, taskQueue: cfg.taskQueue, workflowsPath: require.resolve('../../workflows'), activities });
+  process.stdout.write('crash-worker: ready\n');
+  await worker.run();
+}
+
+main().catch((err: Error) => {
+  process.stderr.write(`crash-worker: ${err.stack ?? err.message}\n`);
+  process.exit(1);
+});
