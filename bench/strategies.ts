@@ -71,6 +71,20 @@ interface Counters {
 function operation(strategy: Strategy, db: Pool, logicMs: number, counters: Counters, lanes: number): (id: number) => Promise<boolean> {
   const logic = (): Promise<void> => sleep(logicMs);
   const cas = DEFAULT_CAS;
+  /** One optimistic attempt: snapshot read, the logic, then the version-guarded write. */
+  const casAttempt = async (id: number): Promise<boolean> => {
+    counters.attempts++;
+    const { rows } = await db.query<{ version: string }>({ name: 'bench-read', text: 'SELECT stock, version FROM bench.stock WHERE id = $1', values: [id] });
+    await logic();
+    const res = await db.query({
+      name: 'bench-cas',
+      text: 'UPDATE bench.stock SET stock = stock - 1, version = version + 1 WHERE id = $1 AND version = $2 AND stock >= 1',
+      values: [id, rows[0]!.version],
+    });
+    if (res.rowCount === 1) return true;
+    counters.aborts++;
+    return false;
+  };
   switch (strategy) {
     case 'naive':
       return async (id) => {
@@ -99,16 +113,7 @@ function operation(strategy: Strategy, db: Pool, logicMs: number, counters: Coun
     case 'cas':
       return async (id) => {
         for (let attempt = 0; attempt < cas.maxAttempts; attempt++) {
-          counters.attempts++;
-          const { rows } = await db.query<{ version: string }>({ name: 'bench-read', text: 'SELECT stock, version FROM bench.stock WHERE id = $1', values: [id] });
-          await logic();
-          const res = await db.query({
-            name: 'bench-cas',
-            text: 'UPDATE bench.stock SET stock = stock - 1, version = version + 1 WHERE id = $1 AND version = $2 AND stock >= 1',
-            values: [id, rows[0]!.version],
-          });
-          if (res.rowCount === 1) return true;
-          counters.aborts++;
+          if (await casAttempt(id)) return true;
           await sleep(backoffMs(attempt, cas));
         }
         return false; // gave up: ContentionExhausted
@@ -132,17 +137,9 @@ function operation(strategy: Strategy, db: Pool, logicMs: number, counters: Coun
             await logic();
             return toLane(id);
           }
-          counters.attempts++;
-          const { rows } = await db.query<{ version: string }>({ name: 'bench-read', text: 'SELECT stock, version FROM bench.stock WHERE id = $1', values: [id] });
-          await logic();
-          const res = await db.query({
-            name: 'bench-cas',
-            text: 'UPDATE bench.stock SET stock = stock - 1, version = version + 1 WHERE id = $1 AND version = $2 AND stock >= 1',
-            values: [id, rows[0]!.version],
-          });
-          metrics.recordAttempt(key, res.rowCount !== 1);
-          if (res.rowCount === 1) return true;
-          counters.aborts++;
+          const committed = await casAttempt(id);
+          metrics.recordAttempt(key, !committed);
+          if (committed) return true;
           await sleep(backoffMs(attempt, cas));
         }
         metrics.recordFallback(key);

@@ -37,6 +37,8 @@ export interface LoadSummary {
   ordersPerSecond: number;
   latencyMs: { p50: number; p99: number; max: number };
   statuses: Record<string, number>;
+  /** Why the orders that did not complete ended as they did (reason → count). */
+  reasons: Record<string, number>;
   errors: number;
   firstErrors: string[];
   hotSkus: string[];
@@ -88,6 +90,7 @@ export async function runLoad(client: Client, db: Pool, opts: LoadOptions): Prom
   });
   const latencies: number[] = [];
   const statuses: Record<string, number> = {};
+  const reasons: Record<string, number> = {};
   const firstErrors: string[] = [];
   let errors = 0;
   let next = 0;
@@ -108,7 +111,13 @@ export async function runLoad(client: Client, db: Pool, opts: LoadOptions): Prom
         clearTimeout(timer);
         const status = result === 'UNSETTLED' ? result : result.status;
         statuses[status] = (statuses[status] ?? 0) + 1;
-        if (result !== 'UNSETTLED') latencies.push(Date.now() - t);
+        if (result !== 'UNSETTLED') {
+          latencies.push(Date.now() - t);
+          if (result.status !== 'COMPLETED') {
+            const why = `${result.status}: ${(result.reason ?? '').split(':')[0]}`;
+            reasons[why] = (reasons[why] ?? 0) + 1;
+          }
+        }
       } catch (err) {
         errors++;
         if (firstErrors.length < 5) firstErrors.push(`${order.orderId}: ${(err as Error).message}`);
@@ -127,6 +136,7 @@ export async function runLoad(client: Client, db: Pool, opts: LoadOptions): Prom
     ordersPerSecond: Math.round((done / seconds) * 10) / 10,
     latencyMs: { p50: percentile(latencies, 50), p99: percentile(latencies, 99), max: latencies[latencies.length - 1] ?? 0 },
     statuses,
+    reasons,
     errors,
     firstErrors,
     hotSkus: hot,

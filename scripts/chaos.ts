@@ -161,6 +161,7 @@ async function main(): Promise<number> {
     say('');
     say(`== chaos soak summary (${quick ? 'quick' : 'full'}) ==`);
     say(`orders:     ${summary.placed} placed of ${orders}; statuses ${Object.entries(summary.statuses).map(([k, v]) => `${k} ${v}`).join(', ')}; client errors ${summary.errors}`);
+    say(`not completed, by reason: ${Object.entries(summary.reasons).map(([k, v]) => `${k} × ${v}`).join('; ') || '-'}`);
     say(`throughput: ${summary.ordersPerSecond} orders/s; saga latency p50 ${summary.latencyMs.p50} ms, p99 ${summary.latencyMs.p99} ms`);
     say(`faults:     worker SIGKILLs ${faults.workerKills}; Postgres restarts ${faults.postgresRestarts}; provider lost responses after commit ${injected['lose-response-after-commit']}, 5xx before commit ${injected['fail-before-commit']}, slower than the timeout ${injected.delay}`);
     say(`settled:    ${running === 0 ? 'yes' : `no (${running} still running)`}; NEEDS_ATTENTION ${attention}`);

@@ -128,7 +128,7 @@ describe('undo log', () => {
     expect(await quota(customer, p.sku)).toBe(2);
     expect((await productRow(db, p.sku)).stock).toBe(98);
     // Releasing a reservation gives its quota back.
-    const reservedId = ids.find((id, i) => settled[i]!.status === 'fulfilled')!;
+    const reservedId = ids.find((_id, i) => settled[i]!.status === 'fulfilled')!;
     await runActivity(acts.releaseInventory, { orderId: reservedId });
     expect(await quota(customer, p.sku)).toBe(1);
   });

@@ -8,15 +8,14 @@ import { existsSync, mkdtempSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
-import { bundleWorkflowCode, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
+import type { WorkflowBundleWithSourceMap } from '@temporalio/worker';
 import type { Pool } from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
 import { workflowIdFor, type OrderInput } from '../domain/order';
 import { readConfig } from '../lib/config';
-import { devServerExecutable } from '../lib/temporal-servers';
 import { createOrderWorkers } from '../worker';
 import { orderSaga } from '../workflows';
-import { CustomerIdKey, NeedsAttentionKey, OrderStatusKey, TotalCentsKey } from '../workflows/search-attributes';
+import { bundleWorkflows, startDevServer } from './temporal-env';
 import { createProduct, ledger, makeOrder, orderRow, productRow, reservations, testAdmin, testPool, uid } from './helpers';
 
 const ROOT = path.resolve(__dirname, '..');
@@ -25,15 +24,11 @@ let db: Pool;
 let bundle: WorkflowBundleWithSourceMap;
 const admin = testAdmin();
 const tmp = mkdtempSync(path.join(os.tmpdir(), 'order-saga-crash-'));
-const quiet = { log() {}, trace() {}, debug() {}, info() {}, warn() {}, error() {} };
 
 beforeAll(async () => {
-  const executable = devServerExecutable();
-  env = await TestWorkflowEnvironment.createLocal({
-    server: { ...(executable ? { executable } : {}), ip: '127.0.0.1', searchAttributes: [OrderStatusKey, CustomerIdKey, NeedsAttentionKey, TotalCentsKey], log: { format: 'pretty', level: 'error' } },
-  });
+  env = await startDevServer();
   db = testPool();
-  bundle = await bundleWorkflowCode({ workflowsPath: path.join(ROOT, 'workflows', 'index.ts'), logger: quiet });
+  bundle = await bundleWorkflows();
 });
 afterEach(async () => {
   await admin.clear();

@@ -9,15 +9,14 @@ import os from 'node:os';
 import path from 'node:path';
 import { WorkflowNotFoundError } from '@temporalio/client';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
-import { bundleWorkflowCode } from '@temporalio/worker';
 import type { Pool } from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { workflowIdFor } from '../domain/order';
 import { readConfig, type AppConfig } from '../lib/config';
-import { devServerExecutable } from '../lib/temporal-servers';
 import { createOrderWorkers, type OrderWorkers } from '../worker';
-import { CustomerIdKey, NeedsAttentionKey, OrderStatusKey, TotalCentsKey } from '../workflows/search-attributes';
+import { OrderStatusKey, TotalCentsKey } from '../workflows/search-attributes';
 import { runCli } from '../client';
+import { bundleWorkflows, startDevServer } from './temporal-env';
 import { createProduct, ledger, makeOrder, orderRow, productRow, testAdmin, testPool, uid } from './helpers';
 import { MALFORMED_ORDERS } from './malformed-orders';
 
@@ -44,18 +43,8 @@ function freePort(): Promise<number> {
 }
 
 beforeAll(async () => {
-  const executable = devServerExecutable();
   uiPort = await freePort();
-  env = await TestWorkflowEnvironment.createLocal({
-    server: {
-      ...(executable ? { executable } : {}),
-      ip: '127.0.0.1',
-      ui: true,
-      uiPort,
-      searchAttributes: [OrderStatusKey, CustomerIdKey, NeedsAttentionKey, TotalCentsKey],
-      log: { format: 'pretty', level: 'error' },
-    },
-  });
+  env = await startDevServer({ uiPort });
   db = testPool();
   childEnv = {
     TEMPORAL_ADDRESS: env.address,
@@ -67,7 +56,7 @@ beforeAll(async () => {
     PROVIDER_API_KEY: inject('providerApiKey'),
   };
   cfg = readConfig(childEnv);
-  const workflowBundle = await bundleWorkflowCode({ workflowsPath: path.join(ROOT, 'workflows', 'index.ts'), logger: quiet });
+  const workflowBundle = await bundleWorkflows();
   workers = await createOrderWorkers(cfg, env.nativeConnection, { db, workflowBundle });
   running = workers.run();
 });
@@ -80,7 +69,6 @@ afterAll(async () => {
   await env?.teardown();
 });
 
-const quiet = { log() {}, trace() {}, debug() {}, info() {}, warn() {}, error() {} };
 
 /** Runs `npx tsx client.ts …` as its own process, as a person would. */
 function cli(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {

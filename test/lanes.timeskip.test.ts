@@ -2,31 +2,27 @@
  * The workflow's fallback to the serial inventory lanes, on the real time-skipping server with a real
  * Postgres: routing on `route-to-lane` and on ContentionExhausted, and one task at a time per lane.
  */
-import path from 'node:path';
 import { WorkflowClient } from '@temporalio/client';
 import { ApplicationFailure } from '@temporalio/common';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
-import { bundleWorkflowCode, Worker, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
+import { Worker, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
 import type { Pool } from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createActivities, type OrderActivities } from '../activities';
 import type { ReserveRequest, ReserveResult } from '../activities/inventory';
 import { laneFor, laneTaskQueue } from '../domain/lanes';
 import { workflowIdFor, type OrderInput } from '../domain/order';
-import { registerSearchAttributes, testServerExecutable } from '../lib/temporal-servers';
 import { orderSaga } from '../workflows';
+import { bundleWorkflows, startTimeSkipping } from './temporal-env';
 import { createProduct, ledger, makeOrder, productRow, reservations, testPool, testProvider, uid } from './helpers';
 
 let env: TestWorkflowEnvironment;
 let bundle: WorkflowBundleWithSourceMap;
 let db: Pool;
-const quiet = { log() {}, trace() {}, debug() {}, info() {}, warn() {}, error() {} };
 
 beforeAll(async () => {
-  const executable = testServerExecutable();
-  env = await TestWorkflowEnvironment.createTimeSkipping(executable ? { server: { executable } } : {});
-  await registerSearchAttributes(env.connection, env.namespace ?? 'default');
-  bundle = await bundleWorkflowCode({ workflowsPath: path.resolve(__dirname, '../workflows/index.ts'), logger: quiet });
+  env = await startTimeSkipping();
+  bundle = await bundleWorkflows();
   db = testPool();
 });
 afterAll(async () => {

@@ -11,15 +11,15 @@ import { WorkflowUpdateFailedError, type WorkflowHandle } from '@temporalio/clie
 import { ApplicationFailure, type HistoryAndWorkflowId } from '@temporalio/common';
 import { historyToJSON, type History } from '@temporalio/common/lib/proto-utils';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
-import { bundleWorkflowCode, Worker, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
+import { Worker, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
 import type { Pool } from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { createActivities, type OrderActivities } from '../activities';
 import { workflowIdFor, type OrderInput, type OrderResult } from '../domain/order';
-import { registerSearchAttributes, testServerExecutable } from '../lib/temporal-servers';
 import type { ProviderClient } from '../provider/client';
 import { cancelUpdate, orderSaga, resolveUpdate, stateQuery, type ResolveRequest, type SagaConfig, type SagaState } from '../workflows';
 import { NeedsAttentionKey, OrderStatusKey } from '../workflows/search-attributes';
+import { bundleWorkflows, startTimeSkipping } from './temporal-env';
 import { createProduct, ledger, makeOrder, orderRow, productRow, reservations, testAdmin, testPool, testProvider, uid } from './helpers';
 
 const ROOT = path.resolve(__dirname, '..');
@@ -32,10 +32,8 @@ const admin = testAdmin();
 const histories: { name: string; workflowId: string; history: History }[] = [];
 
 beforeAll(async () => {
-  const executable = testServerExecutable();
-  env = await TestWorkflowEnvironment.createTimeSkipping(executable ? { server: { executable } } : {});
-  await registerSearchAttributes(env.connection, env.namespace ?? 'default');
-  bundle = await bundleWorkflowCode({ workflowsPath: path.join(ROOT, 'workflows', 'index.ts'), logger: quiet });
+  env = await startTimeSkipping();
+  bundle = await bundleWorkflows();
   db = testPool();
 });
 
@@ -48,7 +46,6 @@ afterAll(async () => {
   await env?.teardown();
 });
 
-const quiet = { log() {}, trace() {}, debug() {}, info() {}, warn() {}, error() {} };
 
 type Name = keyof OrderActivities;
 type Fault = (call: number) => Error | undefined | Promise<Error | undefined>;

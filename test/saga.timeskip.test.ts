@@ -2,15 +2,14 @@
  * The order saga on the real Java time-skipping server, with real activities, a real Postgres and the
  * real provider process.
  */
-import path from 'node:path';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
-import { bundleWorkflowCode, Worker, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
+import { Worker, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
 import type { Pool } from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createActivities } from '../activities';
 import { workflowIdFor, type OrderResult } from '../domain/order';
-import { registerSearchAttributes, testServerExecutable } from '../lib/temporal-servers';
 import { orderSaga } from '../workflows';
+import { bundleWorkflows, startTimeSkipping } from './temporal-env';
 import { createProduct, ledger, makeOrder, orderRow, productRow, reservations, testPool, testProvider, uid } from './helpers';
 
 let env: TestWorkflowEnvironment;
@@ -18,10 +17,8 @@ let bundle: WorkflowBundleWithSourceMap;
 let db: Pool;
 
 beforeAll(async () => {
-  const executable = testServerExecutable();
-  env = await TestWorkflowEnvironment.createTimeSkipping(executable ? { server: { executable } } : {});
-  await registerSearchAttributes(env.connection, env.namespace ?? 'default');
-  bundle = await bundleWorkflowCode({ workflowsPath: path.resolve(__dirname, '../workflows/index.ts'), logger: quietLogger });
+  env = await startTimeSkipping();
+  bundle = await bundleWorkflows();
   db = testPool();
 });
 
@@ -30,7 +27,6 @@ afterAll(async () => {
   await env?.teardown();
 });
 
-const quietLogger = { log() {}, trace() {}, debug() {}, info() {}, warn() {}, error() {} };
 
 async function runSaga(order: ReturnType<typeof makeOrder>): Promise<OrderResult> {
   const taskQueue = `saga-${uid()}`;
