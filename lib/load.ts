@@ -48,6 +48,14 @@ export interface LoadSummary {
   orderIds: string[];
 }
 
+/** A well-mixed hash of (i, seed) onto [0, 1). */
+function unitHash(i: number, seed: number): number {
+  let h = Math.imul(i + 1, 0x9e3779b1) ^ Math.imul(seed, 0x85ebca6b);
+  h = Math.imul(h ^ (h >>> 16), 0x7feb352d);
+  h = Math.imul(h ^ (h >>> 15), 0x846ca68b);
+  return ((h ^ (h >>> 16)) >>> 0) / 2 ** 32;
+}
+
 export function percentile(sorted: number[], p: number): number {
   if (sorted.length === 0) return 0;
   return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))]!;
@@ -75,11 +83,10 @@ export async function runLoad(client: Client, db: Pool, opts: LoadOptions): Prom
   const runId = randomUUID().slice(0, 8);
   const { hot, cold } = await loadProducts(db, runId, opts);
   const before = opts.stats ? await opts.stats().catch(() => undefined) : undefined;
-  // Deterministic per run: order i's SKU and card follow from i.
+  // Deterministic per run: order i's SKU and card follow from i (two independent hashes of i).
   const orders: OrderInput[] = Array.from({ length: opts.orders }, (_, i) => {
-    const r = ((i * 2654435761) % 1000) / 1000;
-    const sku = r < opts.hotShare ? hot[i % hot.length]! : cold[i % cold.length]!;
-    const declined = ((i * 40503) % 1000) / 1000 < opts.declineShare;
+    const sku = unitHash(i, 1) < opts.hotShare ? hot[i % hot.length]! : cold[i % cold.length]!;
+    const declined = unitHash(i, 2) < opts.declineShare;
     return {
       orderId: `load-${runId}-${i}`,
       customerId: `load-cust-${i % 97}`,
