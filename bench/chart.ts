@@ -55,9 +55,9 @@ export function renderChart(cells: CellResult[], subtitle: string): string {
   const legend = (Object.keys(COLORS) as Strategy[])
     .map((s, i) => `<rect x="${70 + i * 200}" y="425" width="14" height="14" fill="${COLORS[s]}"/><text x="${90 + i * 200}" y="437" font-size="13">${s}</text>`)
     .join('\n');
-  return `<svg xmlns="http://www.w3.org/2000/svg" width="1140" height="470" font-family="sans-serif">
+  return `<svg xmlns="http://www.w3.org/2000/svg" width="1140" height="490" font-family="sans-serif">
 <rect width="100%" height="100%" fill="white"/>
-<text x="570" y="18" text-anchor="middle" font-size="13" fill="#555">${subtitle}</text>
+<text x="570" y="478" text-anchor="middle" font-size="13" fill="#555">${subtitle}</text>
 ${panel(cells, (c) => c.throughput, 'Throughput (units/s)', 'units/s', 0, false)}
 ${panel(cells, (c) => c.p99, 'p99 latency (ms)', 'ms', 580, true)}
 ${legend}
