@@ -92,7 +92,8 @@ async function main(): Promise<void> {
   const runtimeMetrics = process.env.TEMPORAL_METRICS_ADDRESS ?? '127.0.0.1:9464';
   if (runtimeMetrics !== 'off') Runtime.install({ telemetryOptions: { metrics: { prometheus: { bindAddress: runtimeMetrics } } } });
   const connection = await NativeConnection.connect({ address: cfg.temporalAddress });
-  const lanes = Number(process.env.INVENTORY_LANES ?? DEFAULT_SAGA_CONFIG.inventoryLanes);
+  // As many lanes as the workflows hash SKUs over (DEFAULT_SAGA_CONFIG.inventoryLanes).
+  const lanes = DEFAULT_SAGA_CONFIG.inventoryLanes;
   const w = await createOrderWorkers(cfg, connection, { lanes });
   const server = await startMetricsServer(w.metrics, Number(process.env.WORKER_METRICS_PORT ?? 9465));
   const port = (server.address() as AddressInfo).port;
