@@ -210,7 +210,10 @@ async function place(args: string[], cfg: AppConfig, io: Out): Promise<number> {
     result = (await handle.result()) as OrderResult;
   } catch (err) {
     if (!(err instanceof WorkflowFailedError)) throw err;
-    const reason = (err.cause as Error | undefined)?.message ?? err.message;
+    const cause = err.cause as (Error & { type?: string }) | undefined;
+    const reason = cause?.message ?? err.message;
+    // Without DATABASE_URL the client cannot check the catalogue; the workflow's boundary did.
+    if (cause?.type === 'InvalidOrder') throw new CliError(`invalid order: ${reason}`, EXIT.invalid);
     printResult(io, !!values.json, { ...base, status: 'FAILED', reason });
     return EXIT.notCompleted;
   }

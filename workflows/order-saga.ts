@@ -151,7 +151,7 @@ export async function orderSaga(input: OrderInput, config: Partial<SagaConfig> =
     attempts: {},
     pivotPassed: false,
   };
-  const compensations: { name: string; summary: string; run: () => Promise<unknown> }[] = [];
+  const compensations: { name: string; run: () => Promise<unknown> }[] = [];
   let pivotStarted = false;
   let cancelReason: string | undefined;
   let overdue = false;
@@ -251,7 +251,6 @@ export async function orderSaga(input: OrderInput, config: Partial<SagaConfig> =
           return r.status;
         }
       } catch (err) {
-        if (isCancellation(err)) throw err;
         log.warn('inquiry failed; charge outcome unknown', { orderId, error: describe(err) });
       }
       if (state.status !== 'UNKNOWN_PAYMENT') await setStatus('UNKNOWN_PAYMENT');
@@ -259,14 +258,12 @@ export async function orderSaga(input: OrderInput, config: Partial<SagaConfig> =
       if (overdue || Date.now() - started + wait > cfg.unknownEscalationMs) {
         const why = overdue ? 'saga deadline passed' : `no answer after ${Math.round((Date.now() - started) / 60_000)} min`;
         // Never refund blindly: a person settles it (after checking the provider's dashboard).
-        const action = await CancellationScope.nonCancellable(() =>
-          escalate('charge-outcome', `charge ${orderId}:charge outcome unknown (${why})`),
-        );
+        const action = await escalate('charge-outcome', `charge ${orderId}:charge outcome unknown (${why})`);
         state.unknowns = [];
         return action === 'charge-succeeded' ? 'succeeded' : 'failed';
       }
-      // A durable timer; it is not cancelled by a cancel request: an unknown charge is settled first.
-      await CancellationScope.nonCancellable(() => sleep(wait, { summary: `charge outcome unknown; next inquiry in ${Math.round(wait / 1000)} s` }));
+      // A durable timer (the caller runs this loop non-cancellably: an unknown charge is settled first).
+      await sleep(wait, { summary: `charge outcome unknown; next inquiry in ${Math.round(wait / 1000)} s` });
     }
   }
 
@@ -285,7 +282,8 @@ export async function orderSaga(input: OrderInput, config: Partial<SagaConfig> =
         if (type === 'PaymentDeclined' || type === 'PaymentRejected') throw err;
         log.warn('charge timed out or failed; inquiring before deciding', { orderId, error: describe(err) });
       }
-      const verdict = await inquireUntilKnown();
+      // Not cancellable either: a cancel waits until the charge's outcome is known (or escalated).
+      const verdict = await CancellationScope.nonCancellable(() => inquireUntilKnown());
       if (verdict === 'succeeded') return;
       if (verdict === 'failed') throw ApplicationFailure.create({ type: 'PaymentDeclined', message: 'charge failed at the provider', nonRetryable: true });
       if (round >= 3) {
@@ -370,7 +368,6 @@ export async function orderSaga(input: OrderInput, config: Partial<SagaConfig> =
       const lines = order.items.map((i) => `${i.qty}×${i.sku}`).join(', ');
       compensations.push({
         name: 'releaseInventory',
-        summary: `release ${lines}`,
         run: () => act(compensationOpts, 'releaseInventory', `compensate: release ${lines}`, { orderId }),
       });
       state.compensations.push('releaseInventory');
@@ -379,7 +376,6 @@ export async function orderSaga(input: OrderInput, config: Partial<SagaConfig> =
       await setStatus('RESERVED');
       compensations.push({
         name: 'refundPayment',
-        summary: `refund ${orderId}:charge`,
         run: () => act(compensationOpts, 'refundPayment', `compensate: refund ${orderId}:charge (key ${orderId}:charge:refund)`, { orderId }),
       });
       state.compensations.push('refundPayment');
