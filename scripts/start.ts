@@ -28,8 +28,10 @@ async function main(): Promise<void> {
   const children: ChildProcess[] = [];
   let stopping = false;
 
-  const shutdown = async (code: number): Promise<never> => {
-    if (!stopping) {
+  let stopped: Promise<void> | undefined;
+  /** Stops children (newest first), then the servers; a second signal waits for the same stop. */
+  const shutdown = async (code: number): Promise<void> => {
+    stopped ??= (async () => {
       stopping = true;
       say('stopping…');
       for (const child of [...children].reverse()) {
@@ -44,9 +46,13 @@ async function main(): Promise<void> {
       for (const c of cleanups.reverse()) await c().catch((err: Error) => say(`cleanup: ${err.message}`));
       rmSync(RUNTIME_FILE, { force: true });
       say('stopped');
-    }
-    process.exit(code);
+      process.exit(code);
+    })();
+    await stopped;
   };
+  // After the terminal closes, writing to it fails; stopping must go on regardless.
+  process.stdout.on('error', () => undefined);
+  process.stderr.on('error', () => undefined);
   process.on('SIGINT', () => void shutdown(0));
   process.on('SIGTERM', () => void shutdown(0));
   process.on('SIGHUP', () => void shutdown(0)); // the terminal closed, or npm exited first
