@@ -142,10 +142,13 @@ const chargeHttpStatus = (c: Charge): number => (c.status === 'failed' ? 402 : 2
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
-/** Applies the faults that fire before the work: a delay, then maybe a 5xx with nothing written. */
-async function beforeWork(fired: Map<FaultKind, FaultRule>): Promise<void> {
+/**
+ * Applies the faults that fire before the work: a delay (for a charge, the delay comes later, while
+ * it is `processing`), then maybe a 5xx with nothing written.
+ */
+async function beforeWork(fired: Map<FaultKind, FaultRule>, delayHere = true): Promise<void> {
   const delay = fired.get('delay');
-  if (delay?.delayMs) await sleep(delay.delayMs);
+  if (delayHere && delay?.delayMs) await sleep(delay.delayMs);
   if (fired.has('fail-before-commit')) {
     throw new HttpError(503, { error: 'unavailable', message: 'injected fault: failed before commit, nothing written' });
   }
@@ -160,37 +163,68 @@ export function createProviderHandler(pool: Pool, faults: FaultBook = new FaultB
     if (!found.rowCount) throw new HttpError(401, { error: 'unauthenticated', message: 'unknown API key' });
   }
 
-  async function getCharge(key: string): Promise<Charge | undefined> {
-    const { rows } = await pool.query<ChargeRow>({ text: CHARGE_SELECT, values: [key] });
-    return rows[0] && toCharge(rows[0]);
+  /** Charges this process is deciding right now: the same key meanwhile gets 409. */
+  const inFlight = new Set<string>();
+
+  /** Decides a `processing` charge from its stored payment method (a test card can be declined). */
+  async function decide(key: string): Promise<void> {
+    await pool.query({
+      text: `UPDATE provider.charges SET status = CASE WHEN payment_method = ANY($2::text[]) THEN 'failed' ELSE 'succeeded' END,
+                    failure_code = CASE WHEN payment_method = ANY($2::text[]) THEN $3::jsonb ->> payment_method END,
+                    updated_at = now()
+             WHERE idempotency_key = $1 AND status = 'processing'`,
+      values: [key, Object.keys(DECLINED_PAYMENT_METHODS), JSON.stringify(DECLINED_PAYMENT_METHODS)],
+    });
   }
 
-  async function createCharge(key: string, body: ChargeRequest): Promise<{ status: number; charge: Charge; replayed: boolean }> {
+  /**
+   * A `processing` charge that no request of this process is deciding was cut off (a crash, or the
+   * database went away mid-request): finish it now, as a gateway's recovery would, instead of leaving
+   * it processing forever.
+   */
+  async function recover(row: ChargeRow | undefined): Promise<ChargeRow | undefined> {
+    if (!row || row.status !== 'processing' || inFlight.has(row.idempotency_key)) return row;
+    await decide(row.idempotency_key);
+    log('charge recovered', { key: row.idempotency_key });
+    const { rows } = await pool.query<ChargeRow>({ text: CHARGE_SELECT, values: [row.idempotency_key] });
+    return rows[0];
+  }
+
+  async function getCharge(key: string): Promise<Charge | undefined> {
+    const { rows } = await pool.query<ChargeRow>({ text: CHARGE_SELECT, values: [key] });
+    const row = await recover(rows[0]);
+    return row && toCharge(row);
+  }
+
+  /** `processingMs`: how long the charge stays `processing` (a slow gateway) before it is decided. */
+  async function createCharge(key: string, body: ChargeRequest, processingMs = 0): Promise<{ status: number; charge: Charge; replayed: boolean }> {
     const hash = sha256(JSON.stringify([body.amountCents, body.currency, body.paymentMethod, body.reference ?? null]));
-    const inserted = await pool.query({
-      text: `INSERT INTO provider.charges (idempotency_key, request_hash, amount_cents, currency, payment_method, reference, status)
-             VALUES ($1, $2, $3, $4, $5, $6, 'processing') ON CONFLICT (idempotency_key) DO NOTHING`,
-      values: [key, hash, body.amountCents, body.currency, body.paymentMethod, body.reference ?? null],
-    });
-    if (!inserted.rowCount) {
-      const { rows } = await pool.query<ChargeRow>({ text: CHARGE_SELECT, values: [key] });
-      const row = rows[0];
-      if (!row) throw new HttpError(409, { error: 'conflict', message: 'charge is being written; retry' });
-      if (row.request_hash !== hash) {
-        throw new HttpError(422, { error: 'idempotency_key_reused', message: 'this Idempotency-Key was used with other parameters' });
+    if (inFlight.has(key)) throw new HttpError(409, { error: 'request_in_flight', message: 'a request with this Idempotency-Key is in flight' });
+    inFlight.add(key);
+    try {
+      const inserted = await pool.query({
+        text: `INSERT INTO provider.charges (idempotency_key, request_hash, amount_cents, currency, payment_method, reference, status)
+               VALUES ($1, $2, $3, $4, $5, $6, 'processing') ON CONFLICT (idempotency_key) DO NOTHING`,
+        values: [key, hash, body.amountCents, body.currency, body.paymentMethod, body.reference ?? null],
+      });
+      if (!inserted.rowCount) {
+        const { rows } = await pool.query<ChargeRow>({ text: CHARGE_SELECT, values: [key] });
+        if (rows[0] && rows[0].request_hash !== hash) {
+          throw new HttpError(422, { error: 'idempotency_key_reused', message: 'this Idempotency-Key was used with other parameters' });
+        }
+        inFlight.delete(key); // the row is not ours to decide: recover it if it was cut off
+        const row = await recover(rows[0]);
+        if (!row) throw new HttpError(409, { error: 'conflict', message: 'charge is being written; retry' });
+        const charge = toCharge(row);
+        return { status: chargeHttpStatus(charge), charge, replayed: true };
       }
-      if (row.status === 'processing') {
-        throw new HttpError(409, { error: 'request_in_flight', message: 'a request with this Idempotency-Key is in flight' });
-      }
-      const charge = toCharge(row);
-      return { status: chargeHttpStatus(charge), charge, replayed: true };
+      if (processingMs > 0) await sleep(processingMs); // meanwhile the same key gets 409, the inquiry `processing`
+      await decide(key);
+    } finally {
+      inFlight.delete(key);
     }
-    const failureCode = DECLINED_PAYMENT_METHODS[body.paymentMethod];
-    await pool.query({
-      text: `UPDATE provider.charges SET status = $2, failure_code = $3, updated_at = now() WHERE idempotency_key = $1`,
-      values: [key, failureCode ? 'failed' : 'succeeded', failureCode ?? null],
-    });
-    const charge = (await getCharge(key))!;
+    const { rows } = await pool.query<ChargeRow>({ text: CHARGE_SELECT, values: [key] });
+    const charge = toCharge(rows[0]!);
     log('charge', { key, status: charge.status, amountCents: charge.amountCents });
     return { status: chargeHttpStatus(charge), charge, replayed: false };
   }
@@ -262,8 +296,8 @@ export function createProviderHandler(pool: Pool, faults: FaultBook = new FaultB
         const key = idempotencyKey(req);
         const body = parseChargeRequest(await readJson(req));
         const fired = faults.take('charges', key);
-        await beforeWork(fired);
-        const r = await createCharge(key, body);
+        await beforeWork(fired, false);
+        const r = await createCharge(key, body, fired.get('delay')?.delayMs);
         if (loseResponse(fired.get('lose-response-after-commit'), key)) return;
         return send(r.status, r.charge, r.replayed ? { [REPLAY_HEADER]: 'true' } : {});
       }

@@ -1,7 +1,7 @@
 /** The payment provider, as a separate process over HTTP, with its state in Postgres. */
 import type { Pool } from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { testPool, uid } from './helpers';
+import { testAdmin, testPool, uid } from './helpers';
 
 let db: Pool;
 beforeAll(() => {
@@ -93,5 +93,46 @@ describe('payment provider', () => {
     const badJson = await post('/v1/charges', '{not json', { key });
     expect(badJson.status).toBe(400);
     expect(await rows('charges', key)).toBe(0);
+  });
+
+  it('the same key while the first request is in flight gets 409, and the inquiry says processing meanwhile', async () => {
+    const key = `k-${uid()}:charge`;
+    const admin = testAdmin();
+    await admin.set({ kind: 'delay', target: 'charges', delayMs: 1_500, count: 1, keyPrefix: key });
+    try {
+      const first = post('/v1/charges', charge, { key });
+      await new Promise((r) => setTimeout(r, 400));
+      const second = await post('/v1/charges', charge, { key });
+      expect(second.status).toBe(409);
+      expect(second.json.error).toBe('request_in_flight');
+      expect((await get(`/v1/charges/${encodeURIComponent(key)}`)).json).toMatchObject({ status: 'processing' });
+      expect((await first).status).toBe(201);
+      const third = await post('/v1/charges', charge, { key });
+      expect(third.status).toBe(201);
+      expect(third.replayed).toBe(true);
+      expect(await rows('charges', key)).toBe(1);
+    } finally {
+      await admin.clear();
+    }
+  });
+
+  it('fail-before-commit answers 503 and writes nothing; the same key then succeeds once', async () => {
+    const key = `k-${uid()}:charge`;
+    const admin = testAdmin();
+    await admin.set({ kind: 'fail-before-commit', target: 'charges', count: 1, keyPrefix: key });
+    try {
+      expect((await post('/v1/charges', charge, { key })).status).toBe(503);
+      expect(await rows('charges', key)).toBe(0);
+      expect((await post('/v1/charges', charge, { key })).status).toBe(201);
+      expect(await rows('charges', key)).toBe(1);
+    } finally {
+      await admin.clear();
+    }
+  });
+
+  it('the admin API needs its own key and names a bad field', async () => {
+    const res = await fetch(new URL('/admin/faults', inject('providerAdminUrl')), { headers: { authorization: `Bearer ${inject('providerApiKey')}` } });
+    expect(res.status).toBe(401);
+    await expect(testAdmin().set({ kind: 'explode' as never, count: 1 } as never)).rejects.toMatchObject({ status: 400, body: { field: 'kind' } });
   });
 });
