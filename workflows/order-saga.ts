@@ -21,6 +21,7 @@ import {
   OrderValidationError,
   orderTotalCents,
   parseOrder,
+  TERMINAL_STATUSES,
   type OrderInput,
   type OrderResult,
   type OrderStatus,
@@ -440,6 +441,4 @@ export async function orderSaga(input: OrderInput, config: Partial<SagaConfig> =
   });
 }
 
-function isFinal(status: OrderStatus): boolean {
-  return status === 'COMPLETED' || status === 'FAILED' || status === 'CANCELLED';
-}
+const isFinal = (status: OrderStatus): boolean => TERMINAL_STATUSES.includes(status);

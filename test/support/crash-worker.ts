@@ -18,25 +18,21 @@ async function main(): Promise<void> {
   const marker = process.env.CRASH_MARKER ?? '';
   const db = createPool(cfg.databaseUrl!);
   const real = createActivities({ db, provider: createProviderClient({ baseUrl: cfg.providerUrl, apiKey: cfg.providerApiKey, timeoutMs: 60_000 }) });
-  const hang = (): Promise<never> => new Promise(() => undefined);
+  /** Runs the real activity; at this crash point, marks the file and never completes. */
+  const hangAfter =
+    <A extends unknown[], R>(at: string, fn: (...args: A) => Promise<R>) =>
+    async (...args: A): Promise<R> => {
+      const r = await fn(...args);
+      if (point === at) {
+        writeFileSync(marker, at);
+        await new Promise<never>(() => undefined);
+      }
+      return r;
+    };
   const activities = {
     ...real,
-    reserveInventory: async (req: Parameters<typeof real.reserveInventory>[0]) => {
-      const r = await real.reserveInventory(req);
-      if (point === 'after-reserve-commit') {
-        writeFileSync(marker, 'reserved');
-        await hang();
-      }
-      return r;
-    },
-    releaseInventory: async (req: Parameters<typeof real.releaseInventory>[0]) => {
-      const r = await real.releaseInventory(req);
-      if (point === 'after-release-commit') {
-        writeFileSync(marker, 'released');
-        await hang();
-      }
-      return r;
-    },
+    reserveInventory: hangAfter('after-reserve-commit', real.reserveInventory),
+    releaseInventory: hangAfter('after-release-commit', real.releaseInventory),
   };
   const connection = await NativeConnection.connect({ address: cfg.temporalAddress });
   const worker = await Worker.create({ connection, taskQueue: cfg.taskQueue, workflowsPath: require.resolve('../../workflows'), activities });
