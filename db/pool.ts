@@ -11,6 +11,11 @@ export function createPool(connectionString: string, extra: Partial<PoolConfig> 
 /** Runs fn inside BEGIN/COMMIT, rolls back on any error and always releases the client. */
 export async function withTransaction<T>(pool: Pool, fn: (client: PoolClient) => Promise<T>): Promise<T> {
   const client = await pool.connect();
+  // If the server goes away between two statements, pg emits 'error' on the checked-out client; the
+  // next statement rejects anyway, so the event must not crash the process.
+  let broken = false;
+  const ignore = (): void => void (broken = true);
+  client.on('error', ignore);
   try {
     await client.query('BEGIN');
     const result = await fn(client);
@@ -20,6 +25,7 @@ export async function withTransaction<T>(pool: Pool, fn: (client: PoolClient) =>
     await client.query('ROLLBACK').catch(() => undefined);
     throw err;
   } finally {
-    client.release();
+    client.off('error', ignore);
+    client.release(broken ? new Error('connection lost') : undefined); // a broken client is discarded
   }
 }

@@ -31,6 +31,9 @@ export const RULES = {
 
 export async function checkInvariants(db: Pool, opts: { deadlineMs: number; now?: Date }): Promise<CheckReport> {
   const client = await db.connect();
+  let broken = false;
+  const ignore = (): void => void (broken = true); // see withTransaction: the next statement reports the failure
+  client.on('error', ignore);
   try {
     await client.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
     const violations: Violation[] = [];
@@ -99,7 +102,8 @@ export async function checkInvariants(db: Pool, opts: { deadlineMs: number; now?
     await client.query('ROLLBACK').catch(() => undefined);
     throw err;
   } finally {
-    client.release();
+    client.off('error', ignore);
+    client.release(broken ? new Error('connection lost') : undefined); // a broken client is discarded
   }
 }
 

@@ -72,7 +72,8 @@ async function main(): Promise<number> {
     const admin = createProviderAdmin({ baseUrl: prov.adminUrl, adminKey });
     const providerTimeoutMs = 2_000;
 
-    const startWorker = (): Promise<ChildProcess> =>
+    /** Starts the worker; resolves once it polls. Rejects with the tail of its stderr if it exits first. */
+    const startOnce = (): Promise<ChildProcess> =>
       new Promise((resolve, reject) => {
         // One process (node --import tsx), so SIGKILL reaches the worker itself.
         const child = spawn(process.execPath, ['--import', 'tsx', path.join(ROOT, 'worker.ts')], {
@@ -90,10 +91,27 @@ async function main(): Promise<number> {
           },
           stdio: ['ignore', 'pipe', 'pipe'],
         });
-        child.stderr!.resume();
-        child.stdout!.on('data', (c: Buffer) => c.toString().includes('polling task queue') && resolve(child));
-        child.once('exit', (code, signal) => reject(new Error(`worker exited before it was ready (${code ?? signal})`)));
+        let out = '';
+        let err = '';
+        child.stderr!.on('data', (c: Buffer) => void (err = (err + c.toString()).slice(-4_000)));
+        child.stdout!.on('data', (c: Buffer) => {
+          out = (out + c.toString()).slice(-4_000); // the ready line may arrive split over chunks
+          if (out.includes('polling task queue')) resolve(child);
+        });
+        child.once('exit', (code, signal) => reject(new Error(`worker exited before it was ready (${code ?? signal}): ${err.trim().slice(-1_500)}`)));
       });
+    /** A few tries: the worker may start while Postgres is restarting. */
+    const startWorker = async (): Promise<ChildProcess> => {
+      for (let attempt = 1; ; attempt++) {
+        try {
+          return await startOnce();
+        } catch (err) {
+          if (attempt >= 5) throw err;
+          say(`worker did not start (try ${attempt}): ${(err as Error).message.split('\n')[0]}`);
+          await sleep(1_000 * attempt);
+        }
+      }
+    };
     worker = await startWorker();
 
     await admin.set({ kind: 'lose-response-after-commit', target: 'charges', rate: 0.1, forMs: 86_400_000 });
@@ -105,13 +123,19 @@ async function main(): Promise<number> {
         await sleep(killEveryMs * (0.75 + Math.random() * 0.5));
         if (stopKilling) break;
         const w = worker!;
-        const exited = new Promise((r) => w.once('exit', r));
-        w.kill('SIGKILL');
-        await exited;
-        faults.workerKills++;
+        if (w.exitCode === null && w.signalCode === null) {
+          const exited = new Promise((r) => w.once('exit', r));
+          w.kill('SIGKILL');
+          await exited;
+          faults.workerKills++;
+        } else {
+          say(`the worker had exited by itself (${w.exitCode ?? w.signalCode}); restarting it`);
+        }
         worker = await startWorker();
       }
     })();
+    // A worker that cannot be brought back ends the soak with an error, rather than a hang.
+    const killerFailed = killer.then(() => new Promise<never>(() => undefined));
 
     const db = createPool(url, { max: 2 });
     let restarted = false;
@@ -138,7 +162,7 @@ async function main(): Promise<number> {
         }
       },
     });
-    const summary = await load;
+    const summary = await Promise.race([load, killerFailed]);
     bar.end();
     stopKilling = true;
     await killer;
