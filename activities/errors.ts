@@ -13,6 +13,14 @@ export const ErrorTypes = {
   RefundRejected: 'RefundRejected',
   ShipmentRejected: 'ShipmentRejected',
   PurchaseLimitExceeded: 'PurchaseLimitExceeded',
+  /** The order row does not allow the step: details name its current status (the semantic lock). */
+  OrderStateConflict: 'OrderStateConflict',
+  /** An order with this ID exists with other contents, or belongs to another workflow. */
+  OrderMismatch: 'OrderMismatch',
+  /** The provider reports the charge refunded: it does not count as paid. */
+  ChargeRefunded: 'ChargeRefunded',
+  /** The provider still says `processing`: a refund would be blind, so a person decides. */
+  ChargeProcessing: 'ChargeProcessing',
 } as const;
 export type ErrorType = (typeof ErrorTypes)[keyof typeof ErrorTypes];
 

@@ -4,6 +4,7 @@ import { withTransaction } from '../db/pool';
 import type { OrderItem } from '../domain/order';
 import { businessFailure, ErrorTypes } from './errors';
 import { ABORT_RATE_CRITICAL, InventoryMetrics } from './inventory-metrics';
+import { readOrder, stateConflict, transition } from './order-lock';
 import { holdPurchaseQuota } from './purchase-policy';
 import { UndoLog } from './undo-log';
 
@@ -36,8 +37,9 @@ export interface SnapshotRow {
 }
 
 /**
- * Business logic that runs between the snapshot read and the write, outside any transaction (seed
- * 003's validatePurchasePolicy sits here). Side effects it takes record their inverse in `undo`.
+ * Business logic that runs between the snapshot read and the write, outside any transaction. Side
+ * effects it takes record their inverse in `undo`. (The purchase quota is not here: it commits inside
+ * the reservation's transaction, see holdPurchaseQuota.)
  */
 export type ReserveLogic = (req: ReserveRequest, snapshot: SnapshotRow[], undo: UndoLog) => Promise<void>;
 
@@ -51,9 +53,24 @@ class AlreadyReserved extends Error {}
 
 const sortItems = <T extends { sku: string }>(items: T[]): T[] => [...items].sort((a, b) => (a.sku < b.sku ? -1 : a.sku > b.sku ? 1 : 0));
 
-async function hasReservation(db: Pool | PoolClient, orderId: string): Promise<boolean> {
-  const prior = await db.query({ text: 'SELECT 1 FROM reservations WHERE order_id = $1 LIMIT 1', values: [orderId] });
-  return (prior.rowCount ?? 0) > 0;
+/**
+ * The order row guards the reservation: a PENDING order may reserve; an order already past it whose
+ * lines are held (or sold), with none released, is already reserved (a retry, or a Reset run); any
+ * other status is refused. A release leaves the order COMPENSATING or terminal: that is its tombstone,
+ * so a late reservation after it is refused here and again inside the commit.
+ */
+async function reserveGate(db: Pool | PoolClient, orderId: string): Promise<'reserve' | 'already-reserved'> {
+  const order = await readOrder(db, orderId);
+  if (order?.status === 'PENDING') return 'reserve';
+  if (order && ['RESERVED', 'UNKNOWN_PAYMENT', 'CHARGED', 'SHIPPED'].includes(order.status)) {
+    const { rows } = await db.query<{ kept: string; released: string }>({
+      text: `SELECT count(*) FILTER (WHERE status IN ('HELD', 'SOLD')) AS kept, count(*) FILTER (WHERE status = 'RELEASED') AS released
+             FROM reservations WHERE order_id = $1`,
+      values: [orderId],
+    });
+    if (Number(rows[0]!.kept) > 0 && Number(rows[0]!.released) === 0) return 'already-reserved';
+  }
+  return stateConflict(orderId, order?.status, 'reserve inventory');
 }
 
 async function readSnapshot(db: Pool | PoolClient, skus: string[], forUpdate = false): Promise<SnapshotRow[]> {
@@ -81,13 +98,24 @@ function checkStock(items: ReserveRequest['items'], snapshot: SnapshotRow[]): vo
   }
 }
 
-async function insertReservations(c: PoolClient, req: ReserveRequest, items: ReserveRequest['items']): Promise<void> {
+/** After a commit found rows of this order already there: only a real reservation counts as one. */
+async function confirmReserved(db: Pool, orderId: string): Promise<void> {
+  if ((await reserveGate(db, orderId)) === 'reserve') stateConflict(orderId, 'PENDING', 'reserve: reservation rows of this order exist already');
+}
+
+/**
+ * The commit's tail, inside the reservation's transaction: the order moves PENDING → RESERVED, the
+ * purchase quota is held, and the reservation rows are written HELD (each recording its quota hold).
+ */
+async function commitReservation(c: PoolClient, req: ReserveRequest, items: ReserveRequest['items'], snapshot: SnapshotRow[]): Promise<void> {
+  // Another execution of this same reserve committed first (the order is RESERVED): undo ours, report theirs.
+  if (!(await transition(c, req.orderId, 'RESERVED'))) throw new AlreadyReserved();
+  const quota = await holdPurchaseQuota(c, req, snapshot);
   for (const item of items) {
     const res = await c.query({
-      text: `INSERT INTO reservations (order_id, sku, qty, status) VALUES ($1, $2, $3, 'HELD') ON CONFLICT (order_id, sku) DO NOTHING`,
-      values: [req.orderId, item.sku, item.qty],
+      text: `INSERT INTO reservations (order_id, sku, qty, status, quota_qty) VALUES ($1, $2, $3, 'HELD', $4) ON CONFLICT (order_id, sku) DO NOTHING`,
+      values: [req.orderId, item.sku, item.qty, quota.get(item.sku) ?? 0],
     });
-    // Another execution of this same reserve committed first: undo ours, report theirs.
     if (res.rowCount !== 1) throw new AlreadyReserved();
   }
 }
@@ -111,7 +139,8 @@ export async function reserveOptimistic(db: Pool, req: ReserveRequest, opts: Cas
   const skus = items.map((i) => i.sku);
   let conflicts = 0;
   for (let attempt = 0; attempt < opts.maxAttempts; attempt++) {
-    if (await hasReservation(db, req.orderId)) return { outcome: 'already-reserved', path: 'cas', attempts: attempt, conflicts };
+    io.heartbeat({ attempt, conflicts }); // every attempt: a stuck one is detected by its heartbeat timeout
+    if ((await reserveGate(db, req.orderId)) === 'already-reserved') return { outcome: 'already-reserved', path: 'cas', attempts: attempt, conflicts };
     const hot = io.metrics && skus.find((s) => io.metrics!.useLane(s, opts.abortRateThreshold));
     if (hot) {
       io.metrics!.recordFallback(skus);
@@ -133,19 +162,21 @@ export async function reserveOptimistic(db: Pool, req: ReserveRequest, opts: Cas
           });
           if (res.rowCount !== 1) throw new CasConflict(item.sku);
         }
-        await insertReservations(c, req, items);
+        await commitReservation(c, req, items, snapshot);
       });
       io.metrics?.recordAttempt(skus, false);
       return { outcome: 'reserved', path: 'cas', attempts: attempt + 1, conflicts };
     } catch (err) {
       await undo.rollback();
-      if (err instanceof AlreadyReserved) return { outcome: 'already-reserved', path: 'cas', attempts: attempt + 1, conflicts };
+      if (err instanceof AlreadyReserved) {
+        await confirmReserved(db, req.orderId);
+        return { outcome: 'already-reserved', path: 'cas', attempts: attempt + 1, conflicts };
+      }
       if (!(err instanceof CasConflict)) throw err;
       conflicts++;
       io.metrics?.recordAttempt(skus, true);
       const wait = backoffMs(attempt, opts);
       log.debug('CAS conflict, retrying', { orderId: req.orderId, sku: err.message, attempt, waitMs: Math.round(wait) });
-      io.heartbeat({ attempt, conflicts });
       await io.sleep(wait);
     }
   }
@@ -161,10 +192,11 @@ export async function reserveOptimistic(db: Pool, req: ReserveRequest, opts: Cas
  * transaction that locks the rows with SELECT … FOR UPDATE in primary-key order, checks and writes.
  * No business logic runs while the locks are held. One lane runs one of these at a time.
  */
-export async function reserveSerial(db: Pool, req: ReserveRequest, io: Pick<ReserveIo, 'logic' | 'metrics'>): Promise<ReserveResult> {
+export async function reserveSerial(db: Pool, req: ReserveRequest, io: Pick<ReserveIo, 'logic' | 'metrics' | 'heartbeat'>): Promise<ReserveResult> {
   const items = sortItems(req.items);
   const skus = items.map((i) => i.sku);
-  if (await hasReservation(db, req.orderId)) return { outcome: 'already-reserved', path: 'lane', attempts: 0, conflicts: 0 };
+  io.heartbeat({ lane: true });
+  if ((await reserveGate(db, req.orderId)) === 'already-reserved') return { outcome: 'already-reserved', path: 'lane', attempts: 0, conflicts: 0 };
   const undo = new UndoLog();
   try {
     const snapshot = await readSnapshot(db, skus);
@@ -176,38 +208,47 @@ export async function reserveSerial(db: Pool, req: ReserveRequest, io: Pick<Rese
       for (const item of items) {
         await c.query({ text: 'UPDATE products SET stock = stock - $2, version = version + 1 WHERE sku = $1', values: [item.sku, item.qty] });
       }
-      await insertReservations(c, req, items);
+      await commitReservation(c, req, items, locked);
     });
     io.metrics?.recordLaneCommit(skus);
     return { outcome: 'reserved', path: 'lane', attempts: 1, conflicts: 0 };
   } catch (err) {
     await undo.rollback();
-    if (err instanceof AlreadyReserved) return { outcome: 'already-reserved', path: 'lane', attempts: 1, conflicts: 0 };
+    if (err instanceof AlreadyReserved) {
+      await confirmReserved(db, req.orderId);
+      return { outcome: 'already-reserved', path: 'lane', attempts: 1, conflicts: 0 };
+    }
     throw err;
   }
 }
 
 /**
- * Compensation for the reservation. Only HELD rows become RELEASED; the stock, and any purchase
- * quota the reservation held, go back in the same transaction. So a second release (or a release
- * with nothing reserved) changes nothing.
+ * Compensation for the reservation, in one transaction: the order moves to COMPENSATING (its
+ * tombstone: a late reservation commit after this is refused), only HELD rows become RELEASED, and the
+ * stock and exactly the purchase quota those rows held go back. A second release, or a release with
+ * nothing reserved, changes nothing. Refused once the order has shipped: the pivot is never undone.
  */
 export async function releaseReservation(db: Pool, orderId: string): Promise<{ released: { sku: string; qty: number }[] }> {
   return withTransaction(db, async (c) => {
-    const { rows } = await c.query<{ sku: string; qty: number }>({
-      text: `UPDATE reservations SET status = 'RELEASED', updated_at = now() WHERE order_id = $1 AND status = 'HELD' RETURNING sku, qty`,
+    const order = await readOrder(c, orderId, true);
+    if (!order) return { released: [] }; // never created: nothing to undo
+    if (order.status === 'SHIPPED' || order.status === 'COMPLETED') stateConflict(orderId, order.status, 'release inventory after the pivot');
+    if (order.status !== 'FAILED' && order.status !== 'CANCELLED') await transition(c, orderId, 'COMPENSATING');
+    const { rows } = await c.query<{ sku: string; qty: number; quota_qty: number }>({
+      text: `UPDATE reservations SET status = 'RELEASED', updated_at = now() WHERE order_id = $1 AND status = 'HELD' RETURNING sku, qty, quota_qty`,
       values: [orderId],
     });
     rows.sort((a, b) => (a.sku < b.sku ? -1 : 1));
     for (const r of rows) {
       await c.query({ text: 'UPDATE products SET stock = stock + $2, version = version + 1 WHERE sku = $1', values: [r.sku, r.qty] });
-      await c.query({
-        text: `UPDATE purchase_quota q SET held = q.held - $3 FROM orders o
-               WHERE o.order_id = $1 AND q.customer_id = o.customer_id AND q.sku = $2`,
-        values: [orderId, r.sku, r.qty],
-      });
+      if (r.quota_qty > 0) {
+        await c.query({
+          text: 'UPDATE purchase_quota SET held = held - $3 WHERE customer_id = $1 AND sku = $2',
+          values: [order.customer_id, r.sku, r.quota_qty],
+        });
+      }
     }
-    return { released: rows };
+    return { released: rows.map(({ sku, qty }) => ({ sku, qty })) };
   });
 }
 
@@ -221,7 +262,7 @@ export interface InventoryDeps {
 
 export function inventoryActivities(deps: InventoryDeps) {
   const opts: CasOptions = { ...DEFAULT_CAS, ...deps.cas };
-  const logic: ReserveLogic = deps.reserveLogic ?? ((req, snapshot, undo) => holdPurchaseQuota(deps.db, req, snapshot, undo));
+  const logic = deps.reserveLogic;
   return {
     async reserveInventory(req: ReserveRequest): Promise<ReserveResult> {
       const ctx = Context.current();
@@ -237,7 +278,8 @@ export function inventoryActivities(deps: InventoryDeps) {
 
     /** Runs on a serial lane's task queue (one task at a time per lane). */
     async reserveInventorySerial(req: ReserveRequest): Promise<ReserveResult> {
-      const result = await reserveSerial(deps.db, req, { logic, metrics: deps.metrics });
+      const ctx = Context.current();
+      const result = await reserveSerial(deps.db, req, { logic, metrics: deps.metrics, heartbeat: (d) => ctx.heartbeat(d) });
       log.info('inventory reserved by the serial lane', { orderId: req.orderId, ...result });
       return result;
     },

@@ -2,30 +2,37 @@ import { log } from '@temporalio/activity';
 import type { Pool } from 'pg';
 import { orderTotalCents, parseOrder, workflowIdFor, type OrderInput, type OrderStatus } from '../domain/order';
 import { businessFailure, ErrorTypes } from './errors';
+import { callerRunId, isTerminal, readOrder, transition, type OrderLockRow } from './order-lock';
 
 export interface ProductRow {
   sku: string;
   name: string;
   price_cents: string;
+  currency: string;
   stock: number;
   initial_stock: number;
   version: string;
 }
 
 /**
- * Checks an order against the catalogue: every SKU exists and every unit price is the catalogue's.
+ * Checks an order against the catalogue: every SKU exists, is priced in the order's currency, and
+ * every unit price is the catalogue's.
  * Returns the field and problem of the first mismatch, or undefined. Shared by the client (before it
  * starts a workflow) and by createOrder (the workflow boundary).
  */
 export async function checkAgainstCatalogue(db: Pool, order: OrderInput): Promise<{ field: string; problem: string } | undefined> {
-  const { rows } = await db.query<Pick<ProductRow, 'sku' | 'price_cents'>>({
-    text: 'SELECT sku, price_cents FROM products WHERE sku = ANY($1::text[])',
+  const { rows } = await db.query<Pick<ProductRow, 'sku' | 'price_cents' | 'currency'>>({
+    text: 'SELECT sku, price_cents, currency FROM products WHERE sku = ANY($1::text[])',
     values: [order.items.map((i) => i.sku)],
   });
-  const prices = new Map(rows.map((r) => [r.sku, Number(r.price_cents)]));
+  const bySku = new Map(rows.map((r) => [r.sku, r]));
   for (const [i, item] of order.items.entries()) {
-    const price = prices.get(item.sku);
-    if (price === undefined) return { field: `items[${i}].sku`, problem: `unknown SKU ${item.sku}` };
+    const row = bySku.get(item.sku);
+    if (row === undefined) return { field: `items[${i}].sku`, problem: `unknown SKU ${item.sku}` };
+    if (row.currency !== order.currency) {
+      return { field: 'currency', problem: `the catalogue prices ${item.sku} in ${row.currency}, not ${order.currency}` };
+    }
+    const price = Number(row.price_cents);
     if (price !== item.unitPriceCents) {
       return { field: `items[${i}].unitPriceCents`, problem: `catalogue price of ${item.sku} is ${price}, not ${item.unitPriceCents}` };
     }
@@ -33,31 +40,68 @@ export async function checkAgainstCatalogue(db: Pool, order: OrderInput): Promis
   return undefined;
 }
 
+/** Does the stored order say the same as this input? (A second start with other contents must not act.) */
+function sameOrder(row: OrderLockRow, order: OrderInput): boolean {
+  const items = (o: { sku: string; qty: number; unitPriceCents: number }[]): string =>
+    JSON.stringify([...o].sort((a, b) => (a.sku < b.sku ? -1 : 1)).map((i) => [i.sku, i.qty, i.unitPriceCents]));
+  return row.customer_id === order.customerId && row.currency === order.currency && Number(row.total_cents) === orderTotalCents(order) && items(row.items) === items(order.items);
+}
+
+/** What createOrder found: a new row, an open order this run now owns, or an order already settled. */
+export type CreateOrderResult = { outcome: 'created' | 'owned'; status: OrderStatus } | { outcome: 'settled'; status: OrderStatus };
+
 export function orderActivities({ db }: { db: Pool }) {
-  return {
-    /** Writes the order row PENDING: the semantic lock. Idempotent: a retry finds the row and returns. */
-    async createOrder(input: OrderInput): Promise<void> {
+  const activities = {
+    /**
+     * Writes the order row PENDING (the semantic lock) and makes the calling run its owner. An order
+     * that exists already is not written again: if it is settled (terminal) the run must end without
+     * effects; if it is open with the same contents (a retry, a Reset, a start after the old run was
+     * terminated) the run takes ownership; with other contents it is refused.
+     */
+    async createOrder(input: OrderInput): Promise<CreateOrderResult> {
       const order = parseOrder(input);
-      const problem = await checkAgainstCatalogue(db, order);
-      if (problem) throw businessFailure(ErrorTypes.InvalidOrder, `${problem.field}: ${problem.problem}`, problem);
-      const res = await db.query({
-        text: `INSERT INTO orders (order_id, customer_id, status, currency, total_cents, items, payment_method, workflow_id)
-               VALUES ($1, $2, 'PENDING', $3, $4, $5, $6, $7) ON CONFLICT (order_id) DO NOTHING`,
-        values: [order.orderId, order.customerId, order.currency, orderTotalCents(order), JSON.stringify(order.items),
-          order.paymentMethod, workflowIdFor(order.orderId)],
+      const existing = await readOrder(db, order.orderId);
+      if (!existing) {
+        const problem = await checkAgainstCatalogue(db, order);
+        if (problem) throw businessFailure(ErrorTypes.InvalidOrder, `${problem.field}: ${problem.problem}`, problem);
+        const res = await db.query({
+          text: `INSERT INTO orders (order_id, customer_id, status, currency, total_cents, items, payment_method, workflow_id, owner_run_id)
+                 VALUES ($1, $2, 'PENDING', $3, $4, $5, $6, $7, $8) ON CONFLICT (order_id) DO NOTHING`,
+          values: [order.orderId, order.customerId, order.currency, orderTotalCents(order), JSON.stringify(order.items),
+            order.paymentMethod, workflowIdFor(order.orderId), callerRunId() ?? null],
+        });
+        if (res.rowCount === 1) {
+          log.info('order row written', { orderId: order.orderId });
+          return { outcome: 'created', status: 'PENDING' };
+        }
+        return activities.createOrder(input); // another writer inserted it meanwhile: decide on its row
+      }
+      if (isTerminal(existing.status)) {
+        log.warn('order already settled; this run changes nothing', { orderId: order.orderId, status: existing.status });
+        return { outcome: 'settled', status: existing.status };
+      }
+      if (!sameOrder(existing, order)) {
+        throw businessFailure(ErrorTypes.OrderMismatch, `order ${order.orderId} exists (${existing.status}) with other contents; this run changed nothing`, {
+          orderId: order.orderId,
+          status: existing.status,
+        });
+      }
+      const claimed = await db.query({
+        text: 'UPDATE orders SET owner_run_id = $2, updated_at = now() WHERE order_id = $1 AND status = $3',
+        values: [order.orderId, callerRunId() ?? null, existing.status],
       });
-      log.info('order row written', { orderId: order.orderId, created: res.rowCount === 1 });
+      if (claimed.rowCount !== 1) return activities.createOrder(input); // it moved meanwhile: decide again
+      log.warn('open order taken over by this run', { orderId: order.orderId, status: existing.status, previousOwner: existing.owner_run_id });
+      return { outcome: 'owned', status: existing.status };
     },
 
-    /** Mirrors the saga's status (and reason) onto the order row. */
+    /** Writes the saga's status (and reason) onto the order row: a guarded transition, refused if illegal. */
     async setOrderStatus(req: { orderId: string; status: OrderStatus; reason?: string }): Promise<void> {
-      await db.query({
-        text: 'UPDATE orders SET status = $2, reason = $3, updated_at = now() WHERE order_id = $1',
-        values: [req.orderId, req.status, req.reason ?? null],
-      });
+      await transition(db, req.orderId, req.status, { reason: req.reason });
       if (req.status === 'NEEDS_ATTENTION') {
         log.error('ALERT order needs attention', { orderId: req.orderId, reason: req.reason });
       }
     },
   };
+  return activities;
 }

@@ -1,9 +1,11 @@
 import { log } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
-import { chargeKeyFor, refundKeyFor } from '../domain/order';
+import { chargeKeyFor, refundKeyFor, type OrderStatus } from '../domain/order';
 import type { ChargeStatus } from '../provider/api';
+import type { Pool } from 'pg';
 import { ProviderHttpError, type ProviderClient } from '../provider/client';
 import { businessFailure, ErrorTypes } from './errors';
+import { readOrder, stateConflict } from './order-lock';
 
 export interface ChargeRequest {
   orderId: string;
@@ -12,7 +14,11 @@ export interface ChargeRequest {
   paymentMethod: string;
 }
 
-export type InquiryResult = { status: ChargeStatus | 'not_found'; amountCents?: number };
+/** What the provider knows of a charge; `refundedCents` > 0 means it does not count as paid. */
+export type InquiryResult = { status: ChargeStatus | 'not_found'; amountCents?: number; refundedCents?: number };
+
+/** The order statuses in which a charge request may be sent (or replayed). */
+const CHARGEABLE = ['RESERVED', 'UNKNOWN_PAYMENT', 'CHARGED'];
 
 export type RefundResult =
   | { outcome: 'refunded'; amountCents: number; replayed: boolean }
@@ -27,11 +33,20 @@ function rethrowProviderError(err: unknown, type: typeof ErrorTypes.PaymentRejec
   throw ApplicationFailure.retryable((err as Error).message, 'ProviderUnavailable');
 }
 
-export function paymentActivities({ provider }: { provider: ProviderClient }) {
+export function paymentActivities({ db, provider }: { db: Pool; provider: ProviderClient }) {
   return {
-    /** Charges with key `<orderId>:charge`. A replay returns the first result; a decline is final. */
+    /**
+     * Charges with key `<orderId>:charge`, only while the order row allows it (RESERVED, or a charge
+     * already under way) and only for the row's own total and currency. A replay returns the first
+     * result; a decline is final; a replay of a charge that was refunded is not paid.
+     */
     async chargePayment(req: ChargeRequest): Promise<{ chargeKey: string; amountCents: number }> {
       const key = chargeKeyFor(req.orderId);
+      const order = await readOrder(db, req.orderId);
+      if (!order || !CHARGEABLE.includes(order.status)) stateConflict(req.orderId, order?.status, 'charge');
+      if (Number(order.total_cents) !== req.amountCents || order.currency !== req.currency) {
+        throw businessFailure(ErrorTypes.OrderMismatch, `charge of ${req.amountCents} ${req.currency} does not match order ${req.orderId} (${order.total_cents} ${order.currency})`);
+      }
       try {
         const r = await provider.charge(key, {
           amountCents: req.amountCents,
@@ -42,6 +57,11 @@ export function paymentActivities({ provider }: { provider: ProviderClient }) {
         if (r.http === 402) {
           throw businessFailure(ErrorTypes.PaymentDeclined, `card declined: ${r.charge.failureCode ?? 'declined'}`, {
             failureCode: r.charge.failureCode,
+          });
+        }
+        if (r.charge.refundedCents > 0) {
+          throw businessFailure(ErrorTypes.ChargeRefunded, `charge ${key} was refunded (${r.charge.refundedCents} of ${r.charge.amountCents}); it does not count as paid`, {
+            refundedCents: r.charge.refundedCents,
           });
         }
         log.info('charge succeeded', { key, amountCents: r.charge.amountCents, replayed: r.replayed });
@@ -57,7 +77,9 @@ export function paymentActivities({ provider }: { provider: ProviderClient }) {
       const key = chargeKeyFor(req.orderId);
       try {
         const charge = await provider.getCharge(key);
-        const result: InquiryResult = charge ? { status: charge.status, amountCents: charge.amountCents } : { status: 'not_found' };
+        const result: InquiryResult = charge
+          ? { status: charge.status, amountCents: charge.amountCents, refundedCents: charge.refundedCents }
+          : { status: 'not_found' };
         log.info('charge inquiry', { key, ...result });
         return result;
       } catch (err) {
@@ -67,17 +89,25 @@ export function paymentActivities({ provider }: { provider: ProviderClient }) {
 
     /**
      * Compensation for the charge: a refund with key `<orderId>:charge:refund`. It asks first and refunds
-     * only a charge the provider says succeeded; nothing to refund is a no-op, and `processing` is an
-     * error to retry, never a blind refund.
+     * only a charge the provider says succeeded; nothing to refund is a no-op. `processing` is never
+     * refunded blindly: it is a non-retryable ChargeProcessing, so the saga escalates to a person. Never
+     * for an order that has shipped (its row, its reservations or its shipment say so).
      */
     async refundPayment(req: { orderId: string }): Promise<RefundResult> {
       const chargeKey = chargeKeyFor(req.orderId);
+      const shipped = await db.query<{ status: OrderStatus }>({
+        text: `SELECT o.status FROM orders o WHERE o.order_id = $1 AND (o.status IN ('SHIPPED', 'COMPLETED')
+                 OR EXISTS (SELECT 1 FROM shipments s WHERE s.order_id = o.order_id)
+                 OR EXISTS (SELECT 1 FROM reservations r WHERE r.order_id = o.order_id AND r.status = 'SOLD'))`,
+        values: [req.orderId],
+      });
+      if (shipped.rowCount) stateConflict(req.orderId, shipped.rows[0]!.status, 'refund a shipped order');
       try {
         const charge = await provider.getCharge(chargeKey);
         if (!charge) return { outcome: 'nothing-to-refund', chargeStatus: 'not_found' };
         if (charge.status === 'failed') return { outcome: 'nothing-to-refund', chargeStatus: 'failed' };
         if (charge.status === 'processing') {
-          throw ApplicationFailure.retryable(`charge ${chargeKey} is still processing; not refunding blindly`, 'ChargeProcessing');
+          throw businessFailure(ErrorTypes.ChargeProcessing, `charge ${chargeKey} is still processing at the provider; not refunding blindly`);
         }
         const r = await provider.refund(refundKeyFor(req.orderId), { chargeKey, amountCents: charge.amountCents });
         log.info('refund succeeded', { chargeKey, amountCents: r.refund.amountCents, replayed: r.replayed });

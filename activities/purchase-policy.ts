@@ -1,34 +1,32 @@
-import type { Pool } from 'pg';
+import type { PoolClient } from 'pg';
 import { businessFailure, ErrorTypes } from './errors';
 import type { ReserveRequest, SnapshotRow } from './inventory';
-import type { UndoLog } from './undo-log';
 
 /**
- * The purchase policy (seed 003's validatePurchasePolicy), run outside any transaction between the
- * snapshot read and the CAS write. For a product with `max_per_customer`, it holds the customer's
- * quota with one conditional upsert, and records the inverse in the attempt's undo log.
+ * The purchase policy (seed 003's validatePurchasePolicy). For a product with `max_per_customer`, it
+ * holds the customer's quota with one conditional upsert, inside the reservation's own transaction:
+ * the hold commits with the stock and the reservation row (which records it as `quota_qty`), or not
+ * at all. A crash between the two cannot leak a hold or lock the customer out. Returns the quantity
+ * held per SKU.
  */
-export async function holdPurchaseQuota(db: Pool, req: ReserveRequest, snapshot: SnapshotRow[], undo: UndoLog): Promise<void> {
+export async function holdPurchaseQuota(c: PoolClient, req: ReserveRequest, snapshot: SnapshotRow[]): Promise<Map<string, number>> {
+  const held = new Map<string, number>();
   for (const row of snapshot) {
     if (row.max_per_customer === null) continue;
     const qty = req.items.find((i) => i.sku === row.sku)!.qty;
-    const held = await db.query({
+    const res = await c.query({
       text: `INSERT INTO purchase_quota (customer_id, sku, held) SELECT $1::text, $2::text, $3::int WHERE $3::int <= $4::int
              ON CONFLICT (customer_id, sku) DO UPDATE SET held = purchase_quota.held + EXCLUDED.held
              WHERE purchase_quota.held + EXCLUDED.held <= $4::int`,
       values: [req.customerId, row.sku, qty, row.max_per_customer],
     });
-    if (held.rowCount !== 1) {
+    if (res.rowCount !== 1) {
       throw businessFailure(ErrorTypes.PurchaseLimitExceeded, `${row.sku}: at most ${row.max_per_customer} per customer`, {
         sku: row.sku,
         limit: row.max_per_customer,
       });
     }
-    undo.record(`quota ${req.customerId}/${row.sku} -${qty}`, async () => {
-      await db.query({
-        text: 'UPDATE purchase_quota SET held = held - $3 WHERE customer_id = $1 AND sku = $2',
-        values: [req.customerId, row.sku, qty],
-      });
-    });
+    held.set(row.sku, qty);
   }
+  return held;
 }

@@ -2,6 +2,8 @@ import { createHash } from 'node:crypto';
 import { log } from '@temporalio/activity';
 import type { Pool } from 'pg';
 import { withTransaction } from '../db/pool';
+import { businessFailure, ErrorTypes } from './errors';
+import { stateConflict, transition } from './order-lock';
 
 /** A tracking number derived from the order ID, so a retried shipment is the same shipment. */
 export const trackingNumberFor = (orderId: string): string =>
@@ -10,23 +12,37 @@ export const trackingNumberFor = (orderId: string): string =>
 export function shippingActivities({ db }: { db: Pool }) {
   return {
     /**
-     * The pivot. Creates the shipment and turns the order's HELD reservations into SOLD, in one
-     * transaction. Idempotent: a retry finds the shipment and changes nothing.
+     * The pivot. In one transaction: the order moves CHARGED → SHIPPED, every line of the order turns
+     * HELD → SOLD (all or nothing: a line not held for this order rejects the shipment), and the
+     * shipment is created. Idempotent: a retry finds the order shipped and returns the same shipment.
+     * `byOperator`: the operator shipped by hand (resolve mark-resolved at the pivot); the same
+     * bookkeeping, so no reservation stays HELD.
      */
-    async createShipment(req: { orderId: string }): Promise<{ trackingNumber: string }> {
-      const trackingNumber = trackingNumberFor(req.orderId);
-      await withTransaction(db, async (c) => {
+    async createShipment(req: { orderId: string; byOperator?: boolean }): Promise<{ trackingNumber: string }> {
+      const trackingNumber = (req.byOperator ? 'MANUAL-' : '') + trackingNumberFor(req.orderId);
+      const shipped = await withTransaction(db, async (c) => {
+        if (!(await transition(c, req.orderId, 'SHIPPED'))) {
+          const prior = await c.query<{ tracking_number: string }>({ text: 'SELECT tracking_number FROM shipments WHERE order_id = $1', values: [req.orderId] });
+          if (prior.rows[0]) return prior.rows[0].tracking_number;
+          stateConflict(req.orderId, undefined, 'ship: the order is past SHIPPED with no shipment');
+        }
+        const lines = await c.query<{ lines: number; sold: string }>({
+          text: `WITH sold AS (UPDATE reservations SET status = 'SOLD', updated_at = now() WHERE order_id = $1 AND status = 'HELD' RETURNING sku)
+                 SELECT jsonb_array_length(o.items) AS lines, (SELECT count(*) FROM sold) AS sold FROM orders o WHERE o.order_id = $1`,
+          values: [req.orderId],
+        });
+        const { lines: wanted, sold } = lines.rows[0]!;
+        if (Number(sold) !== wanted) {
+          throw businessFailure(ErrorTypes.ShipmentRejected, `order ${req.orderId}: ${sold} of ${wanted} line(s) held; nothing shipped`, { held: Number(sold), lines: wanted });
+        }
         await c.query({
           text: 'INSERT INTO shipments (order_id, tracking_number) VALUES ($1, $2) ON CONFLICT (order_id) DO NOTHING',
           values: [req.orderId, trackingNumber],
         });
-        await c.query({
-          text: `UPDATE reservations SET status = 'SOLD', updated_at = now() WHERE order_id = $1 AND status = 'HELD'`,
-          values: [req.orderId],
-        });
+        return trackingNumber;
       });
-      log.info('shipment created', { orderId: req.orderId, trackingNumber });
-      return { trackingNumber };
+      log.info('shipment created', { orderId: req.orderId, trackingNumber: shipped, byOperator: !!req.byOperator });
+      return { trackingNumber: shipped };
     },
   };
 }

@@ -10,3 +10,6 @@ export function laneFor(skus: string[], lanes: number): number {
 
 /** The task queue of lane `n` for the main task queue `taskQueue`. */
 export const laneTaskQueue = (taskQueue: string, n: number): string => `${taskQueue}-inventory-lane-${n}`;
+
+/** The most lanes a saga's config may name (the worker runs DEFAULT_SAGA_CONFIG.inventoryLanes). */
+export const MAX_LANES = 64;

@@ -139,7 +139,10 @@ export const refundKeyFor = (orderId: string): string => `${orderId}:charge:refu
 /** The saga's result, returned by the workflow and printed by the client. */
 export interface OrderResult {
   orderId: string;
-  status: OrderStatus;
+  /** ALREADY_SETTLED: another run had settled this order; this run stopped without effects. */
+  status: OrderStatus | 'ALREADY_SETTLED';
+  /** With ALREADY_SETTLED: the order's own status. */
+  orderStatus?: OrderStatus;
   reason?: string;
   chargeStatus?: 'succeeded' | 'not_charged' | 'refunded';
 }

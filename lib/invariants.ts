@@ -3,6 +3,7 @@
  * snapshot and reports every violation with the order IDs involved. Used by `client.ts check`, the
  * reconciliation workflow, the chaos soak and the tests.
  */
+import { WorkflowNotFoundError, type Client } from '@temporalio/client';
 import type { Pool } from 'pg';
 
 export interface Violation {
@@ -27,9 +28,37 @@ export const RULES = {
   orderDecided: 'every order is terminal, NEEDS_ATTENTION with a reason, or running within its deadline',
   noHeldOnFailed: 'no reservation left HELD on a FAILED or CANCELLED order',
   orphanCharge: 'no successful charge whose order is missing',
+  shippedPaidOnce: 'every SHIPPED or COMPLETED order has exactly one succeeded, unrefunded charge equal to its total in its currency',
+  noRefundOnShipped: 'no refund on a shipped order',
+  shipmentsMatchSold: 'shipments match SOLD reservations, and no HELD reservation remains on a COMPLETED order',
+  quotaMatchesHolds: 'purchase quota held equals what the HELD and SOLD reservations hold',
+  closedRunTerminal: 'an order whose workflow has closed is in a terminal status',
 } as const;
 
-export async function checkInvariants(db: Pool, opts: { deadlineMs: number; now?: Date }): Promise<CheckReport> {
+/** Latest execution status (RUNNING, COMPLETED, FAILED, TERMINATED, …, or NOT_FOUND) of each workflow ID. */
+export type WorkflowLookup = (workflowIds: string[]) => Promise<Map<string, string>>;
+
+/** A WorkflowLookup that asks Temporal (describe of each workflow's latest run), a few at a time. */
+export function temporalLookup(client: Client): WorkflowLookup {
+  return async (ids) => {
+    const out = new Map<string, string>();
+    const queue = [...ids];
+    const one = async (): Promise<void> => {
+      for (let id = queue.shift(); id !== undefined; id = queue.shift()) {
+        try {
+          out.set(id, (await client.workflow.getHandle(id).describe()).status.name);
+        } catch (err) {
+          if (!(err instanceof WorkflowNotFoundError)) throw err;
+          out.set(id, 'NOT_FOUND');
+        }
+      }
+    };
+    await Promise.all(Array.from({ length: 8 }, one));
+    return out;
+  };
+}
+
+export async function checkInvariants(db: Pool, opts: { deadlineMs: number; now?: Date; workflows?: WorkflowLookup }): Promise<CheckReport> {
   const client = await db.connect();
   let broken = false;
   const ignore = (): void => void (broken = true); // see withTransaction: the next statement reports the failure
@@ -95,8 +124,75 @@ export async function checkInvariants(db: Pool, opts: { deadlineMs: number; now?
       FROM provider.charges c LEFT JOIN orders o ON o.order_id = c.reference
       WHERE c.status = 'succeeded' AND c.reference IS NOT NULL AND o.order_id IS NULL`)).rows);
 
+    add(RULES.shippedPaidOnce, (await client.query<{ order_id: string; detail: string }>(`
+      SELECT o.order_id,
+             o.status || ' order of ' || o.total_cents || ' ' || o.currency || ': ' ||
+             COALESCE(c.status || ' charge of ' || c.amount_cents || ' ' || c.currency || ', refunded ' || COALESCE(r.refunded, 0), 'no charge') AS detail
+      FROM orders o
+      LEFT JOIN provider.charges c ON c.idempotency_key = o.order_id || ':charge'
+      LEFT JOIN (SELECT charge_key, sum(amount_cents) AS refunded FROM provider.refunds GROUP BY charge_key) r ON r.charge_key = c.idempotency_key
+      WHERE o.status IN ('SHIPPED', 'COMPLETED')
+        AND (c.idempotency_key IS NULL OR c.status <> 'succeeded' OR c.amount_cents <> o.total_cents OR c.currency <> o.currency
+             OR COALESCE(r.refunded, 0) <> 0)`)).rows);
+
+    add(RULES.noRefundOnShipped, (await client.query<{ order_id: string; detail: string }>(`
+      SELECT o.order_id, 'refund ' || r.idempotency_key || ' of ' || r.amount_cents || ' on a ' || o.status || ' order'
+             || CASE WHEN s.order_id IS NOT NULL THEN ' with shipment ' || s.tracking_number ELSE '' END AS detail
+      FROM provider.refunds r
+      JOIN orders o ON r.charge_key = o.order_id || ':charge'
+      LEFT JOIN shipments s ON s.order_id = o.order_id
+      WHERE o.status IN ('SHIPPED', 'COMPLETED') OR s.order_id IS NOT NULL`)).rows);
+
+    add(RULES.shipmentsMatchSold, (await client.query<{ order_id: string; detail: string }>(`
+      SELECT o.order_id,
+             o.status || CASE WHEN s.order_id IS NULL THEN ' order without a shipment' ELSE ' order with shipment ' || s.tracking_number END
+             || ': ' || count(r.*) FILTER (WHERE r.status = 'SOLD') || ' SOLD, ' || count(r.*) FILTER (WHERE r.status = 'HELD') || ' HELD, '
+             || count(r.*) FILTER (WHERE r.status = 'RELEASED') || ' RELEASED of ' || jsonb_array_length(o.items) || ' line(s)' AS detail
+      FROM orders o
+      LEFT JOIN shipments s ON s.order_id = o.order_id
+      LEFT JOIN reservations r ON r.order_id = o.order_id
+      GROUP BY o.order_id, o.status, o.items, s.order_id, s.tracking_number
+      HAVING (s.order_id IS NOT NULL AND (count(r.*) FILTER (WHERE r.status = 'SOLD') <> count(r.*)
+                                          OR count(r.*) FILTER (WHERE r.status = 'SOLD') < jsonb_array_length(o.items)
+                                          OR o.status IN ('FAILED', 'CANCELLED')))
+          OR (s.order_id IS NULL AND count(r.*) FILTER (WHERE r.status = 'SOLD') > 0)
+          OR (o.status = 'COMPLETED' AND count(r.*) FILTER (WHERE r.status = 'HELD') > 0)`)).rows);
+
+    const quota = await client.query<{ customer_id: string; sku: string; detail: string; orders: string[] | null }>(`
+      SELECT COALESCE(q.customer_id, h.customer_id) AS customer_id, COALESCE(q.sku, h.sku) AS sku, h.orders,
+             'quota held ' || COALESCE(q.held, 0) || ' ≠ ' || COALESCE(h.held, 0) || ' held by HELD/SOLD reservations' AS detail
+      FROM purchase_quota q
+      FULL OUTER JOIN (SELECT o.customer_id, r.sku, sum(r.quota_qty) AS held, array_agg(o.order_id ORDER BY o.order_id) AS orders
+                       FROM reservations r JOIN orders o ON o.order_id = r.order_id
+                       WHERE r.status IN ('HELD', 'SOLD') AND r.quota_qty > 0 GROUP BY o.customer_id, r.sku) h
+        ON h.customer_id = q.customer_id AND h.sku = q.sku
+      WHERE COALESCE(q.held, 0) <> COALESCE(h.held, 0)`);
+    for (const r of quota.rows) {
+      violations.push({ rule: RULES.quotaMatchesHolds, orderIds: (r.orders ?? []).slice(0, 20), detail: `${r.customer_id}/${r.sku}: ${r.detail}` });
+    }
+
+    const open = await client.query<{ order_id: string; workflow_id: string; status: string }>(
+      `SELECT order_id, workflow_id, status FROM orders WHERE status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED') ORDER BY order_id LIMIT 5000`,
+    );
+
     const counts = await client.query<{ orders: string; skus: string }>('SELECT (SELECT count(*) FROM orders) AS orders, (SELECT count(*) FROM products) AS skus');
     await client.query('COMMIT');
+    // Temporal's visibility: an open order whose workflow has closed will never be settled by it.
+    if (opts.workflows && open.rows.length > 0) {
+      const runs = await opts.workflows([...new Set(open.rows.map((r) => r.workflow_id))]);
+      const closed = open.rows.filter((r) => (runs.get(r.workflow_id) ?? 'RUNNING') !== 'RUNNING');
+      // A run writes the terminal status just before it closes: re-read, so that is not a finding.
+      const still = closed.length
+        ? await db.query<{ order_id: string; status: string }>({
+            text: `SELECT order_id, status FROM orders WHERE order_id = ANY($1::text[]) AND status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED')`,
+            values: [closed.map((r) => r.order_id)],
+          })
+        : { rows: [] };
+      for (const r of still.rows) {
+        const workflowId = closed.find((c) => c.order_id === r.order_id)!.workflow_id;
+        violations.push({ rule: RULES.closedRunTerminal, orderIds: [r.order_id], detail: `${r.status} order, but workflow ${workflowId} is ${runs.get(workflowId)}` });
+      }
+    }
     return { checkedAt: (opts.now ?? new Date()).toISOString(), orders: Number(counts.rows[0]!.orders), skus: Number(counts.rows[0]!.skus), violations };
   } catch (err) {
     await client.query('ROLLBACK').catch(() => undefined);

@@ -18,7 +18,7 @@ import { DefaultLogger, Runtime } from '@temporalio/worker';
 import { migrateAll } from '../db/migrate';
 import { createPool } from '../db/pool';
 import { ensurePostgres, type PostgresHandle } from '../db/postgres';
-import { checkInvariants, formatReport } from '../lib/invariants';
+import { checkInvariants, formatReport, temporalLookup } from '../lib/invariants';
 import { progressBar, runLoad } from '../lib/load';
 import { startProviderProcess, stopProcess } from '../lib/processes';
 import { devServerExecutable } from '../lib/temporal-servers';
@@ -177,7 +177,7 @@ async function main(): Promise<number> {
       await sleep(1_000);
     }
     const attention = (await env.client.workflow.count(`WorkflowType = 'orderSaga' AND ExecutionStatus = 'Running' AND NeedsAttention = true`)).count;
-    const report = await checkInvariants(db, { deadlineMs: DEFAULT_SAGA_CONFIG.deadlineMs });
+    const report = await checkInvariants(db, { deadlineMs: DEFAULT_SAGA_CONFIG.deadlineMs, workflows: temporalLookup(env.client) });
     const injected = (await admin.list()).injected;
     await db.end();
 

@@ -4,7 +4,6 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createActivities } from '../activities';
 import { backoffMs, DEFAULT_CAS, type ReserveLogic, type ReserveResult } from '../activities/inventory';
 import { InventoryMetrics } from '../activities/inventory-metrics';
-import { holdPurchaseQuota } from '../activities/purchase-policy';
 import { UndoLog } from '../activities/undo-log';
 import { laneFor } from '../domain/lanes';
 import { createProduct, productRow, reservations, runActivity, testPool, testProvider, uid } from './helpers';
@@ -79,37 +78,38 @@ describe('undo log', () => {
     expect(ran).toEqual(['c', 'b', 'a']);
   });
 
-  it('an aborted attempt leaves no trace: its quota hold is given back before the retry', async () => {
+  it('an aborted attempt leaves no trace: its quota hold rolls back with its CAS, the retry holds it once', async () => {
     const p = await createProduct(db, { stock: 20 });
     await db.query({ text: 'UPDATE products SET max_per_customer = 5 WHERE sku = $1', values: [p.sku] });
     const [a, b] = [`undo-a-${uid()}`, `undo-b-${uid()}`];
     const [ca, cb] = [`ca-${uid()}`, `cb-${uid()}`];
     await orderRows([a], ca);
     await orderRows([b], cb);
-    // Both attempts hold their quota, then wait for each other, so exactly one CAS aborts.
+    // Both attempts read the same version, then wait for each other, so exactly one CAS aborts.
     let arrived = 0;
     let release!: () => void;
-    const bothHeld = new Promise<void>((r) => (release = r));
-    const heldDuringFirstAttempt: number[] = [];
+    const bothRead = new Promise<void>((r) => (release = r));
+    const heldBeforeCommit: number[] = [];
     const seen = new Set<string>();
-    const logic: ReserveLogic = async (req, snapshot, undo) => {
-      await holdPurchaseQuota(db, req, snapshot, undo);
+    const logic: ReserveLogic = async (req) => {
       if (seen.has(req.orderId)) return;
       seen.add(req.orderId);
-      heldDuringFirstAttempt.push(await quota(req.customerId, p.sku));
+      heldBeforeCommit.push(await quota(req.customerId, p.sku)); // nothing is held outside the commit
       if (++arrived === 2) release();
-      await bothHeld;
+      await bothRead;
     };
     const acts = createActivities({ db, provider: testProvider(), reserveLogic: logic, cas: { baseMs: 1, maxMs: 5, jitterMs: 5 } });
     const results = await Promise.all([
       runActivity(acts.reserveInventory, { orderId: a, customerId: ca, items: [{ sku: p.sku, qty: 3 }] }),
       runActivity(acts.reserveInventory, { orderId: b, customerId: cb, items: [{ sku: p.sku, qty: 4 }] }),
     ]);
-    expect(heldDuringFirstAttempt.sort()).toEqual([3, 4]);
+    expect(heldBeforeCommit).toEqual([0, 0]);
     expect(results.map((r) => r.conflicts).sort()).toEqual([0, 1]); // one attempt aborted and retried
-    // After the abort, its undo gave the hold back; the retry took it again: held once, not twice.
+    // The aborted attempt's hold rolled back with it; the retry took it again: held once, not twice.
     expect(await quota(ca, p.sku)).toBe(3);
     expect(await quota(cb, p.sku)).toBe(4);
+    const rows = await db.query<{ quota_qty: number }>({ text: 'SELECT quota_qty FROM reservations WHERE order_id = ANY($1) ORDER BY qty', values: [[a, b]] });
+    expect(rows.rows.map((r) => r.quota_qty)).toEqual([3, 4]); // each reservation records its own hold
     expect((await productRow(db, p.sku)).stock).toBe(13);
   });
 

@@ -76,8 +76,9 @@ describe('reserveInventory (optimistic CAS)', () => {
     expect((await runActivity(acts.releaseInventory, { orderId: id })).released).toEqual([{ sku: p.sku, qty: 4 }]);
     expect((await runActivity(acts.releaseInventory, { orderId: id })).released).toEqual([]);
     expect((await productRow(db, p.sku)).stock).toBe(10);
-    // A reserve arriving after the release must not take the stock again.
-    expect((await runActivity(acts.reserveInventory, req)).outcome).toBe('already-reserved');
+    // A reserve arriving after the release must not take the stock again: the release left the order
+    // COMPENSATING (its tombstone), so the reservation is refused with the order's status.
+    await expect(runActivity(acts.reserveInventory, req)).rejects.toMatchObject({ type: 'OrderStateConflict', nonRetryable: true, details: [{ status: 'COMPENSATING' }] });
     expect((await productRow(db, p.sku)).stock).toBe(10);
   });
 

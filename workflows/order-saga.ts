@@ -16,12 +16,14 @@ import {
   type ActivityOptions,
 } from '@temporalio/workflow';
 import type { OrderActivities } from '../activities';
-import { laneFor, laneTaskQueue } from '../domain/lanes';
+import { laneFor, laneTaskQueue, MAX_LANES } from '../domain/lanes';
 import {
+  chargeKeyFor,
   OrderValidationError,
   orderTotalCents,
   parseOrder,
   TERMINAL_STATUSES,
+  workflowIdFor,
   type OrderInput,
   type OrderResult,
   type OrderStatus,
@@ -54,11 +56,35 @@ export const DEFAULT_SAGA_CONFIG: SagaConfig = {
   inventoryLanes: 2,
 };
 
+/** Checks the `config` argument as strictly as the order: known keys, whole positive numbers. */
+export function parseSagaConfig(raw: unknown): SagaConfig {
+  if (raw === undefined || raw === null) return { ...DEFAULT_SAGA_CONFIG };
+  if (typeof raw !== 'object' || Array.isArray(raw)) throw new OrderValidationError('config', 'must be an object');
+  const cfg: SagaConfig = { ...DEFAULT_SAGA_CONFIG };
+  for (const [key, value] of Object.entries(raw as Record<string, unknown>)) {
+    if (!(key in DEFAULT_SAGA_CONFIG)) throw new OrderValidationError(`config.${key}`, 'unknown field');
+    const max = key === 'inventoryLanes' ? MAX_LANES : 365 * 24 * HOUR;
+    if (typeof value !== 'number' || !Number.isInteger(value) || value < 1 || value > max) {
+      throw new OrderValidationError(`config.${key}`, `must be a whole number from 1 to ${max}`);
+    }
+    cfg[key as keyof SagaConfig] = value;
+  }
+  if (cfg.inquiryMaxMs < cfg.inquiryBaseMs) throw new OrderValidationError('config.inquiryMaxMs', 'must be at least config.inquiryBaseMs');
+  return cfg;
+}
+
 // ---- Named activity option groups: every activity has a timeout and an explicit retry policy ----
 const NON_RETRYABLE = [
   'InvalidOrder', 'InsufficientStock', 'ContentionExhausted', 'PurchaseLimitExceeded',
   'PaymentDeclined', 'PaymentRejected', 'RefundRejected', 'ShipmentRejected',
+  'OrderStateConflict', 'OrderMismatch', 'ChargeRefunded', 'ChargeProcessing',
 ];
+/** Answers about the charge that no retry or inquiry can change. */
+const FINAL_CHARGE_ANSWERS = ['PaymentDeclined', 'PaymentRejected', 'OrderStateConflict', 'OrderMismatch', 'ChargeRefunded', 'OrderSettled'];
+
+/** Patch IDs. Old histories replay the code they ran; new runs take the order row as their lock. */
+const ORDER_ROW_LOCK = 'order-row-lock';
+const RESOLVE_ASKS_PROVIDER = 'resolve-asks-provider';
 
 const orderOpts: ActivityOptions = {
   startToCloseTimeout: '10s',
@@ -73,6 +99,13 @@ const paymentOpts: ActivityOptions = {
   startToCloseTimeout: '15s',
   retry: { initialInterval: '1s', backoffCoefficient: 2, maximumInterval: '10s', maximumAttempts: 4, nonRetryableErrorTypes: NON_RETRYABLE },
 };
+/**
+ * One charge request per attempt, never retried by the server: the saga decides every request itself,
+ * so after a cancel or the deadline no new request goes out (it only learns the fate of the last one).
+ */
+const chargeOnceOpts: ActivityOptions = { startToCloseTimeout: '15s', retry: { maximumAttempts: 1 } };
+/** Rounds of charge request + inquiry before the saga gives up (backward) on a provider that never took it. */
+const CHARGE_ROUNDS = 5;
 const inquiryOpts: ActivityOptions = {
   startToCloseTimeout: '10s',
   retry: { initialInterval: '1s', backoffCoefficient: 2, maximumInterval: '5s', maximumAttempts: 3, nonRetryableErrorTypes: NON_RETRYABLE },
@@ -80,6 +113,7 @@ const inquiryOpts: ActivityOptions = {
 /** The serial lane: a task waits its turn as long as it takes (never dropped); each try is bounded. */
 const laneOpts: ActivityOptions = {
   startToCloseTimeout: '30s',
+  heartbeatTimeout: '10s',
   retry: { initialInterval: '1s', backoffCoefficient: 2, maximumInterval: '30s', nonRetryableErrorTypes: NON_RETRYABLE },
 };
 /** Compensations retry until they succeed; only a non-retryable failure stops them. */
@@ -103,10 +137,37 @@ type Args<K extends ActName> = Parameters<OrderActivities[K]>;
 type Ret<K extends ActName> = Awaited<ReturnType<OrderActivities[K]>>;
 
 /** Runs one activity with a readable summary, shown for the activity in the Web UI. */
-function act<K extends ActName>(opts: ActivityOptions, name: K, summary: string, ...args: Args<K>): Promise<Ret<K>> {
+async function act<K extends ActName>(opts: ActivityOptions, name: K, summary: string, ...args: Args<K>): Promise<Ret<K>> {
   const fn = proxyActivities<OrderActivities>(opts)[name] as ActivityFunctionWithOptions<OrderActivities[K]>;
-  return fn.executeWithOptions({ ...opts, summary }, args) as Promise<Ret<K>>;
+  try {
+    return (await fn.executeWithOptions({ ...opts, summary }, args)) as Ret<K>;
+  } catch (err) {
+    // The row says the order is settled (terminal, owned by another run): this run must stop.
+    const status = settledStatus(err);
+    if (status) throw settled(status);
+    throw err;
+  }
 }
+
+/** The status named by an OrderStateConflict (or OrderSettled) anywhere in the cause chain. */
+const conflictStatus = (err: unknown): OrderStatus | undefined => {
+  let e: unknown = err;
+  while (e instanceof Error) {
+    if (e instanceof ApplicationFailure && (e.type === 'OrderStateConflict' || e.type === 'OrderSettled')) {
+      return ((e.details?.[0] ?? {}) as { status?: OrderStatus }).status ?? undefined;
+    }
+    e = (e as { cause?: unknown }).cause;
+  }
+  return undefined;
+};
+
+/** The order is terminal and this run does not own it: another run settled it. Stop, change nothing. */
+const settled = (status: OrderStatus): ApplicationFailure =>
+  ApplicationFailure.create({ type: 'OrderSettled', message: `order is already ${status}`, nonRetryable: true, details: [{ status }] });
+const settledStatus = (err: unknown): OrderStatus | undefined => {
+  const status = conflictStatus(err);
+  return status && isFinal(status) ? status : undefined;
+};
 
 const failureType = (err: unknown): string | undefined => {
   let e: unknown = err;
@@ -129,9 +190,10 @@ const describe = (err: unknown): string => {
 
 /** The order saga. Workflow ID `order:<orderId>`; its history is the saga log. */
 export async function orderSaga(input: OrderInput, config: Partial<SagaConfig> = {}): Promise<OrderResult> {
-  const cfg: SagaConfig = { ...DEFAULT_SAGA_CONFIG, ...config };
+  let cfg: SagaConfig;
   let order: OrderInput;
   try {
+    cfg = parseSagaConfig(config); // input from outside the client is checked too
     order = parseOrder(input); // the workflow boundary checks again what the client checked
   } catch (err) {
     if (err instanceof OrderValidationError) {
@@ -140,6 +202,17 @@ export async function orderSaga(input: OrderInput, config: Partial<SagaConfig> =
     throw err;
   }
   const orderId = order.orderId;
+  // New runs: the order row is the lock (guarded transitions, one owner, money stops on cancel).
+  const locked = patched(ORDER_ROW_LOCK);
+  if (locked && workflowInfo().workflowId !== workflowIdFor(orderId)) {
+    throw ApplicationFailure.create({
+      type: 'InvalidOrder',
+      message: `workflowId: an order saga runs as ${workflowIdFor(orderId)}, not ${workflowInfo().workflowId}; nothing was done`,
+      nonRetryable: true,
+      details: [{ field: 'workflowId' }],
+    });
+  }
+  const sagaStart = Date.now();
 
   const state: SagaState = {
     orderId,
@@ -157,6 +230,7 @@ export async function orderSaga(input: OrderInput, config: Partial<SagaConfig> =
   let cancelReason: string | undefined;
   let overdue = false;
   let resolution: { action: ResolveAction; note?: string } | undefined;
+  let resolving = false;
   const preScope = new CancellationScope();
 
   setHandler(stateQuery, () => state);
@@ -180,14 +254,23 @@ export async function orderSaga(input: OrderInput, config: Partial<SagaConfig> =
   setHandler(
     resolveUpdate,
     async ({ action, note }) => {
-      resolution = { action, note };
-      await condition(() => resolution === undefined);
-      return state;
+      resolving = true;
+      try {
+        // An operator's word on the charge is checked against the provider's ledger first.
+        if ((action === 'charge-succeeded' || action === 'charge-failed') && patched(RESOLVE_ASKS_PROVIDER)) {
+          await checkResolveWithProvider(action);
+        }
+        resolution = { action, note };
+        await condition(() => resolution === undefined);
+        return state;
+      } finally {
+        resolving = false;
+      }
     },
     {
       validator: ({ action, note }) => {
         if (note !== undefined && (typeof note !== 'string' || note.length > 500)) throw new Error('note must be a string of at most 500 characters');
-        if (resolution !== undefined) throw new Error('another resolve is being applied');
+        if (resolution !== undefined || resolving) throw new Error('another resolve is being applied');
         const allowed: Record<NonNullable<SagaState['awaiting']>, ResolveAction[]> = {
           'charge-outcome': ['charge-succeeded', 'charge-failed'],
           compensation: ['retry', 'mark-resolved'],
@@ -201,13 +284,38 @@ export async function orderSaga(input: OrderInput, config: Partial<SagaConfig> =
     },
   );
 
-  async function setStatus(status: OrderStatus, reason?: string): Promise<void> {
+  /** Refuses the resolve (the Update fails, the saga waits on) unless the provider's ledger agrees. */
+  async function checkResolveWithProvider(action: 'charge-succeeded' | 'charge-failed'): Promise<void> {
+    const key = chargeKeyFor(orderId);
+    let answer;
+    try {
+      answer = await act(inquiryOpts, 'inquireCharge', `resolve ${action}: ask the provider about ${key}`, { orderId });
+    } catch (err) {
+      throw ApplicationFailure.create({ type: 'ResolveRefused', message: `cannot confirm ${action} with the provider: ${describe(err)}`, nonRetryable: true });
+    }
+    const refunded = (answer.refundedCents ?? 0) > 0;
+    const says = `the provider says charge ${key} is ${answer.status}${refunded ? ` and refunded (${answer.refundedCents} cents)` : ''}`;
+    const paid = answer.status === 'succeeded' && !refunded;
+    if (action === 'charge-succeeded' && !paid) throw ApplicationFailure.create({ type: 'ResolveRefused', message: `${says}; not charge-succeeded`, nonRetryable: true });
+    if (action === 'charge-failed' && (paid || answer.status === 'processing')) {
+      const next = paid ? 'resolve charge-succeeded' : 'wait until it decides, then resolve again';
+      throw ApplicationFailure.create({ type: 'ResolveRefused', message: `${says}; not charge-failed (${next})`, nonRetryable: true });
+    }
+  }
+
+  /** The saga's own view and the Web UI's search attributes; no database write. */
+  function mirror(status: OrderStatus, reason?: string): void {
     state.status = status;
     if (reason !== undefined) state.reason = reason;
     upsertSearchAttributes([
       { key: OrderStatusKey, value: status },
       { key: NeedsAttentionKey, value: status === 'NEEDS_ATTENTION' },
     ]);
+  }
+
+  /** A status-only step: a guarded transition of the order row (refused if the row does not allow it). */
+  async function setStatus(status: OrderStatus, reason?: string): Promise<void> {
+    mirror(status, reason);
     await CancellationScope.nonCancellable(() =>
       act(statusOpts, 'setOrderStatus', `order ${orderId} → ${status}`, { orderId, status, reason: state.reason }),
     );
@@ -240,7 +348,7 @@ export async function orderSaga(input: OrderInput, config: Partial<SagaConfig> =
   }
 
   /** When the charge's outcome is unknown: ask the provider by key until it knows, on durable timers. */
-  async function inquireUntilKnown(): Promise<'succeeded' | 'failed' | 'not_found'> {
+  async function inquireUntilKnown(): Promise<'succeeded' | 'failed' | 'not_found' | 'refunded'> {
     state.unknowns = ['charge'];
     const started = Date.now();
     for (let n = 0; ; n++) {
@@ -249,7 +357,8 @@ export async function orderSaga(input: OrderInput, config: Partial<SagaConfig> =
         state.attempts.inquiry = n + 1;
         if (r.status !== 'processing') {
           state.unknowns = [];
-          return r.status;
+          // A charge the provider has refunded does not count as paid.
+          return r.status === 'succeeded' && (r.refundedCents ?? 0) > 0 ? 'refunded' : r.status;
         }
       } catch (err) {
         log.warn('inquiry failed; charge outcome unknown', { orderId, error: describe(err) });
@@ -268,7 +377,43 @@ export async function orderSaga(input: OrderInput, config: Partial<SagaConfig> =
     }
   }
 
+  /** After a cancel or the deadline, no new charge request goes out. */
+  const stopCharging = (): boolean => cancelReason !== undefined || overdue || preScope.consideredCancelled;
+  const stopReason = (): string => cancelReason ?? (overdue ? 'saga deadline passed' : 'cancelled by a Temporal cancellation request');
+
+  /**
+   * The charge under the order lock: every request is the saga's own decision (the activity is never
+   * retried by the server). A timeout or 5xx is followed by an inquiry; only `not_found` (nothing
+   * charged) allows another request, after a pause, and only while no cancel or deadline has come.
+   */
+  async function chargeLocked(): Promise<void> {
+    const request = { orderId, amountCents: orderTotalCents(order), currency: order.currency, paymentMethod: order.paymentMethod };
+    for (let round = 1; ; round++) {
+      if (stopCharging()) throw new CancelledFailure(stopReason());
+      state.attempts.charge = round;
+      try {
+        await CancellationScope.nonCancellable(() =>
+          act(chargeOnceOpts, 'chargePayment', `charge ${request.amountCents} ${order.currency} (key ${orderId}:charge, request ${round})`, request),
+        );
+        return;
+      } catch (err) {
+        if (FINAL_CHARGE_ANSWERS.includes(failureType(err) ?? '')) throw err;
+        log.warn('charge timed out or failed; inquiring before deciding', { orderId, error: describe(err) });
+      }
+      const verdict = await CancellationScope.nonCancellable(() => inquireUntilKnown());
+      if (verdict === 'succeeded') return;
+      if (verdict === 'refunded') throw ApplicationFailure.create({ type: 'ChargeRefunded', message: `charge ${orderId}:charge was refunded`, nonRetryable: true });
+      if (verdict === 'failed') throw ApplicationFailure.create({ type: 'PaymentDeclined', message: 'charge failed at the provider', nonRetryable: true });
+      if (round >= CHARGE_ROUNDS) {
+        throw ApplicationFailure.create({ type: 'PaymentUnavailable', message: `charge not taken after ${round} requests`, nonRetryable: true });
+      }
+      // not_found: nothing was charged. Pause, unless a cancel or the deadline comes first.
+      await CancellationScope.nonCancellable(() => condition(stopCharging, Math.min(cfg.inquiryMaxMs, 1000 * 2 ** (round - 1))));
+    }
+  }
+
   async function charge(): Promise<void> {
+    if (locked) return chargeLocked();
     const request = { orderId, amountCents: orderTotalCents(order), currency: order.currency, paymentMethod: order.paymentMethod };
     for (let round = 1; ; round++) {
       state.attempts.charge = round;
@@ -294,14 +439,27 @@ export async function orderSaga(input: OrderInput, config: Partial<SagaConfig> =
     }
   }
 
+  /**
+   * Runs the compensations LIFO. If another run has already settled the order (terminal), the
+   * compensations still run (each is safe when there is nothing to undo, and never acts on a shipped
+   * order), then the saga stops with OrderSettled.
+   */
   async function compensate(reason: string): Promise<void> {
-    await setStatus('COMPENSATING', reason);
+    let settledAs: OrderStatus | undefined;
+    try {
+      await setStatus('COMPENSATING', reason);
+    } catch (err) {
+      settledAs = settledStatus(err);
+      if (!settledAs) throw err;
+    }
     while (compensations.length > 0) {
       const c = compensations[compensations.length - 1]!;
       state.step = `compensate:${c.name}`;
       try {
         await c.run();
       } catch (err) {
+        settledAs = settledStatus(err);
+        if (settledAs) break; // shipped and settled elsewhere: nothing here may be undone
         const action = await escalate('compensation', `compensation ${c.name} failed: ${describe(err)}`);
         if (action === 'retry') continue;
       }
@@ -309,6 +467,7 @@ export async function orderSaga(input: OrderInput, config: Partial<SagaConfig> =
       state.compensations.pop();
       state.compensationsRun.push(c.name);
     }
+    if (settledAs) throw settled(settledAs);
   }
 
   /**
@@ -331,7 +490,14 @@ export async function orderSaga(input: OrderInput, config: Partial<SagaConfig> =
     const lane = laneFor(order.items.map((i) => i.sku), cfg.inventoryLanes);
     state.attempts.reserveLane = (state.attempts.reserveLane ?? 0) + 1;
     log.info('reservation sent to the serial lane', { orderId, lane, why });
-    await act({ ...laneOpts, taskQueue: laneTaskQueue(workflowInfo().taskQueue, lane) }, 'reserveInventorySerial', `reserve ${lines} (serial lane ${lane}: ${why})`, req);
+    // A lane no worker polls must not hold the saga past its deadline.
+    const untilDeadline = Math.max(1_000, cfg.deadlineMs - (Date.now() - sagaStart));
+    await act(
+      { ...laneOpts, taskQueue: laneTaskQueue(workflowInfo().taskQueue, lane), scheduleToCloseTimeout: untilDeadline },
+      'reserveInventorySerial',
+      `reserve ${lines} (serial lane ${lane}: ${why})`,
+      req,
+    );
   }
 
   /** Backward recovery: compensate LIFO, then end FAILED or CANCELLED with the reason. */
@@ -362,83 +528,132 @@ export async function orderSaga(input: OrderInput, config: Partial<SagaConfig> =
     { key: NeedsAttentionKey, value: false },
   ]);
 
-  // ---- Before the pivot: backward recovery ------------------------------------------------------
+  /** Another run settled this order: this run ends at once, with the order's status, and changes nothing more. */
+  async function alreadySettled(status: OrderStatus): Promise<OrderResult> {
+    log.warn('order already settled by another run; this run stops', { orderId, status });
+    compensations.length = 0;
+    state.compensations = [];
+    state.step = 'already settled';
+    mirror(status, `order ${orderId} is already ${status}: settled by another run; this run stopped without effects`);
+    await condition(allHandlersFinished);
+    return { orderId, status: 'ALREADY_SETTLED', orderStatus: status, reason: state.reason };
+  }
+
   try {
-    await preScope.run(async () => {
-      await step('createOrder', () => act(orderOpts, 'createOrder', `create order ${orderId} (PENDING)`, order));
-      const lines = order.items.map((i) => `${i.qty}×${i.sku}`).join(', ');
-      compensations.push({
-        name: 'releaseInventory',
-        run: () => act(compensationOpts, 'releaseInventory', `compensate: release ${lines}`, { orderId }),
-      });
-      state.compensations.push('releaseInventory');
-      // Not cancellable: its release must never run before a late commit of the reservation.
-      await step('reserveInventory', () => CancellationScope.nonCancellable(() => reserve(lines)));
-      await setStatus('RESERVED');
+    return await sagaSteps();
+  } catch (err) {
+    const status = failureType(err) === 'OrderSettled' ? settledStatus(err) : undefined;
+    if (status) return CancellationScope.nonCancellable(() => alreadySettled(status));
+    throw err;
+  }
+
+  async function sagaSteps(): Promise<OrderResult> {
+    const lines = order.items.map((i) => `${i.qty}×${i.sku}`).join(', ');
+    const registerRefund = (): void => {
       compensations.push({
         name: 'refundPayment',
         run: () => act(compensationOpts, 'refundPayment', `compensate: refund ${orderId}:charge (key ${orderId}:charge:refund)`, { orderId }),
       });
       state.compensations.push('refundPayment');
-      await step('chargePayment', charge);
-      await setStatus('CHARGED');
-    });
-    // A cancel that arrived while a non-cancellable step ran still wins before the pivot.
-    if (preScope.consideredCancelled) throw new CancelledFailure(cancelReason ?? 'cancelled');
-  } catch (err) {
-    if (failureType(err) === 'InvalidOrder' && state.stepsDone.length === 0) {
-      // Nothing was written: no order row, nothing to compensate.
-      throw err;
-    }
-    const cancelled = isCancellation(err);
-    const reason = cancelled ? (cancelReason ?? (overdue ? 'saga deadline passed' : 'cancelled by a Temporal cancellation request')) : describe(err);
-    return backward(reason, cancelled || cancelReason !== undefined);
-  }
+    };
 
-  // ---- The pivot ---------------------------------------------------------------------------------
-  pivotStarted = true;
-  const forward = forwardOpts(cfg.forwardRetryLimitMs);
-  let tracking = '';
-  try {
-    await CancellationScope.nonCancellable(() =>
-      step('createShipment', async () => {
+    // ---- Before the pivot: backward recovery ----------------------------------------------------
+    try {
+      await preScope.run(async () => {
+        // Under the lock not cancellable: once sent, the row exists, so a cancel compensates it.
+        const create = () => act(orderOpts, 'createOrder', `create order ${orderId} (PENDING)`, order);
+        const created = await step('createOrder', () => (locked ? CancellationScope.nonCancellable(create) : create()));
+        if (locked && created?.outcome === 'settled') throw settled(created.status);
+        if (locked && created?.outcome === 'owned') mirror(created.status); // an open order this run took over
+        compensations.push({
+          name: 'releaseInventory',
+          run: () => act(compensationOpts, 'releaseInventory', `compensate: release ${lines}`, { orderId }),
+        });
+        state.compensations.push('releaseInventory');
+        // Under the lock, the refund is registered before the reservation too: a run that meets an
+        // order another run has moved on cannot know whether it was charged, so its backward recovery
+        // always asks the provider (the refund is a no-op when nothing was charged).
+        if (locked) registerRefund();
+        // Not cancellable: its release must never run before a late commit of the reservation.
+        await step('reserveInventory', () => CancellationScope.nonCancellable(() => reserve(lines)));
+        if (locked) mirror('RESERVED'); // the reservation's own transaction moved the row
+        else await setStatus('RESERVED');
+        if (!locked) registerRefund();
+        await step('chargePayment', charge);
+        await setStatus('CHARGED');
+      });
+      // A cancel that arrived while a non-cancellable step ran still wins before the pivot.
+      if (preScope.consideredCancelled) throw new CancelledFailure(cancelReason ?? 'cancelled');
+    } catch (err) {
+      if (state.stepsDone.length === 0 && (locked || failureType(err) === 'InvalidOrder')) {
+        // createOrder did not succeed in this run (under the lock it cannot be cut off once sent):
+        // nothing to compensate, and the row, if any, is not this run's.
+        throw err;
+      }
+      if (failureType(err) === 'OrderSettled' && compensations.length === 0) throw err;
+      const cancelled = isCancellation(err);
+      const reason = cancelled ? (cancelReason ?? (overdue ? 'saga deadline passed' : 'cancelled by a Temporal cancellation request')) : describe(err);
+      return backward(reason, cancelled || cancelReason !== undefined);
+    }
+
+    // ---- The pivot -------------------------------------------------------------------------------
+    pivotStarted = true;
+    const forward = forwardOpts(cfg.forwardRetryLimitMs);
+    let tracking = '';
+    try {
+      await CancellationScope.nonCancellable(() =>
+        step('createShipment', async () => {
+          let byOperator = false;
+          for (;;) {
+            try {
+              const summary = byOperator ? `record the shipment made by hand for ${orderId} (pivot)` : `create shipment for ${orderId} (pivot)`;
+              tracking = (await act(forward, 'createShipment', summary, locked ? { orderId, byOperator } : { orderId })).trackingNumber;
+              return;
+            } catch (err) {
+              if (failureType(err) === 'OrderSettled') throw err;
+              // A rejection (or a row that forbids shipping) means the shipment was not created: no pivot.
+              if (failureType(err) === 'ShipmentRejected' || (locked && failureType(err) === 'OrderStateConflict')) throw err;
+              // Anything else may have shipped: never compensate, escalate.
+              if ((await escalate('forward-step', `createShipment failed at the pivot: ${describe(err)}`)) === 'mark-resolved') {
+                // Shipped by hand: the same bookkeeping (lines SOLD, order SHIPPED), so nothing stays HELD.
+                if (!locked) return;
+                byOperator = true;
+              }
+            }
+          }
+        }),
+      );
+    } catch (err) {
+      if (failureType(err) === 'OrderSettled') throw err;
+      return backward(describe(err), false);
+    }
+
+    // ---- After the pivot: forward recovery only --------------------------------------------------
+    return CancellationScope.nonCancellable(async () => {
+      state.pivotPassed = true;
+      state.compensations = [];
+      compensations.length = 0;
+      if (locked) mirror('SHIPPED'); // the shipment's own transaction moved the row
+      else await setStatus('SHIPPED');
+      let confirmed = false;
+      await step('sendConfirmation', async () => {
         for (;;) {
           try {
-            tracking = (await act(forward, 'createShipment', `create shipment for ${orderId} (pivot)`, { orderId })).trackingNumber;
+            await act(forward, 'sendConfirmation', `send confirmation for ${orderId}`, { orderId, trackingNumber: tracking });
+            confirmed = true;
             return;
           } catch (err) {
-            // A rejection means the shipment was not created: the pivot did not happen.
-            if (failureType(err) === 'ShipmentRejected') throw err;
-            // Anything else may have shipped: never compensate, escalate.
-            if ((await escalate('forward-step', `createShipment failed at the pivot: ${describe(err)}`)) === 'mark-resolved') return;
+            if (failureType(err) === 'OrderSettled') throw err;
+            if ((await escalate('forward-step', `sendConfirmation failed after the pivot: ${describe(err)}`)) === 'mark-resolved') return;
           }
         }
-      }),
-    );
-  } catch (err) {
-    return backward(describe(err), false);
-  }
-
-  // ---- After the pivot: forward recovery only ----------------------------------------------------
-  return CancellationScope.nonCancellable(async () => {
-    state.pivotPassed = true;
-    state.compensations = [];
-    compensations.length = 0;
-    await setStatus('SHIPPED');
-    await step('sendConfirmation', async () => {
-      for (;;) {
-        try {
-          await act(forward, 'sendConfirmation', `send confirmation for ${orderId}`, { orderId, trackingNumber: tracking });
-          return;
-        } catch (err) {
-          if ((await escalate('forward-step', `sendConfirmation failed after the pivot: ${describe(err)}`)) === 'mark-resolved') return;
-        }
-      }
+      });
+      if (locked && confirmed) mirror('COMPLETED'); // the confirmation's own transaction completed the order
+      else await setStatus('COMPLETED');
+      await condition(allHandlersFinished);
+      return { orderId, status: state.status, ...(state.reason ? { reason: state.reason } : {}) };
     });
-    await setStatus('COMPLETED');
-    await condition(allHandlersFinished);
-    return { orderId, status: state.status, ...(state.reason ? { reason: state.reason } : {}) };
-  });
+  }
 }
 
 const isFinal = (status: OrderStatus): boolean => TERMINAL_STATUSES.includes(status);

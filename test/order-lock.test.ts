@@ -1,0 +1,237 @@
+/**
+ * The order row as the saga's lock, activity by activity, on the real Postgres and the real provider:
+ * guarded transitions, one owner, the charge's and refund's preconditions, the all-or-nothing
+ * shipment, the crash-safe purchase quota, the release's tombstone, and currencies.
+ */
+import type { Pool } from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createActivities, type OrderActivities } from '../activities';
+import type { ReserveLogic } from '../activities/inventory';
+import { loadOrder } from '../client';
+import { parseSagaConfig } from '../workflows/order-saga';
+import { createProduct, ledger, makeOrder, mockActivityEnv, orderRow, productRow, reservations, runActivity, testPool, testProvider } from './helpers';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+
+let db: Pool;
+let acts: OrderActivities;
+beforeAll(() => {
+  db = testPool();
+  acts = createActivities({ db, provider: testProvider() });
+});
+afterAll(async () => {
+  await db.end();
+});
+
+async function placed(qty = 2, lines = 1): Promise<{ order: ReturnType<typeof makeOrder>; skus: string[] }> {
+  const products = [];
+  for (let i = 0; i < lines; i++) products.push(await createProduct(db, { stock: 10, priceCents: 1000 }));
+  const order = makeOrder(products.map((p) => ({ sku: p.sku, qty, unitPriceCents: p.priceCents })));
+  expect(await runActivity(acts.createOrder, order)).toEqual({ outcome: 'created', status: 'PENDING' });
+  return { order, skus: products.map((p) => p.sku) };
+}
+
+const reserveReq = (order: ReturnType<typeof makeOrder>) => ({ orderId: order.orderId, customerId: order.customerId, items: order.items });
+const chargeReq = (order: ReturnType<typeof makeOrder>) => ({
+  orderId: order.orderId,
+  amountCents: order.items.reduce((s, i) => s + i.qty * i.unitPriceCents, 0),
+  currency: order.currency,
+  paymentMethod: order.paymentMethod,
+});
+
+describe('the order state machine', () => {
+  it('walks the forward path; an illegal transition is refused naming the current status, even as raw SQL', async () => {
+    const { order } = await placed();
+    await runActivity(acts.reserveInventory, reserveReq(order));
+    expect((await orderRow(db, order.orderId))?.status).toBe('RESERVED');
+    await runActivity(acts.chargePayment, chargeReq(order));
+    await runActivity(acts.setOrderStatus, { orderId: order.orderId, status: 'CHARGED' });
+    await runActivity(acts.createShipment, { orderId: order.orderId });
+    expect((await orderRow(db, order.orderId))?.status).toBe('SHIPPED');
+    await runActivity(acts.sendConfirmation, { orderId: order.orderId, trackingNumber: 'x' });
+    expect((await orderRow(db, order.orderId))?.status).toBe('COMPLETED');
+    // A late, repeated status write is a no-op, never a step back.
+    await runActivity(acts.setOrderStatus, { orderId: order.orderId, status: 'RESERVED' });
+    expect((await orderRow(db, order.orderId))?.status).toBe('COMPLETED');
+    // Terminal stays terminal.
+    await expect(runActivity(acts.setOrderStatus, { orderId: order.orderId, status: 'COMPENSATING' })).rejects.toMatchObject({
+      type: 'OrderStateConflict',
+      nonRetryable: true,
+      details: [{ status: 'COMPLETED' }],
+    });
+    await expect(db.query({ text: `UPDATE orders SET status = 'PENDING' WHERE order_id = $1`, values: [order.orderId] })).rejects.toThrow(/not a legal transition/);
+    expect((await orderRow(db, order.orderId))?.status).toBe('COMPLETED');
+  });
+
+  it('a terminal order is not rewritten by another run, but its owner may repeat its own last write', async () => {
+    const { order } = await placed();
+    await runActivity(acts.setOrderStatus, { orderId: order.orderId, status: 'COMPENSATING', reason: 'r' });
+    await runActivity(acts.setOrderStatus, { orderId: order.orderId, status: 'CANCELLED', reason: 'customer' });
+    await runActivity(acts.setOrderStatus, { orderId: order.orderId, status: 'CANCELLED', reason: 'customer' }); // same run, a retry
+    await db.query({ text: `UPDATE orders SET owner_run_id = 'another-run' WHERE order_id = $1`, values: [order.orderId] });
+    await expect(runActivity(acts.setOrderStatus, { orderId: order.orderId, status: 'CANCELLED', reason: 'x' })).rejects.toMatchObject({
+      type: 'OrderStateConflict',
+      details: [{ status: 'CANCELLED' }],
+    });
+    expect(await orderRow(db, order.orderId)).toEqual({ status: 'CANCELLED', reason: 'customer' });
+  });
+});
+
+describe('one order, one owner', () => {
+  it('createOrder on a settled order reports it settled and writes nothing; other contents are refused; an open order is taken over', async () => {
+    const { order } = await placed();
+    const before = await db.query({ text: 'SELECT * FROM orders WHERE order_id = $1', values: [order.orderId] });
+    const other = { ...order, items: [{ ...order.items[0]!, qty: 3 }] };
+    await expect(runActivity(acts.createOrder, other)).rejects.toMatchObject({ type: 'OrderMismatch', nonRetryable: true });
+    expect(await runActivity(acts.createOrder, order)).toEqual({ outcome: 'owned', status: 'PENDING' });
+    await runActivity(acts.setOrderStatus, { orderId: order.orderId, status: 'COMPENSATING' });
+    await runActivity(acts.setOrderStatus, { orderId: order.orderId, status: 'FAILED', reason: 'declined' });
+    expect(await runActivity(acts.createOrder, order)).toEqual({ outcome: 'settled', status: 'FAILED' });
+    expect(await runActivity(acts.createOrder, other)).toEqual({ outcome: 'settled', status: 'FAILED' });
+    const after = await db.query({ text: 'SELECT customer_id, items, total_cents FROM orders WHERE order_id = $1', values: [order.orderId] });
+    expect(after.rows[0]).toMatchObject({ customer_id: before.rows[0].customer_id, total_cents: before.rows[0].total_cents });
+  });
+});
+
+describe('preconditions of money and goods', () => {
+  it('no charge request for an order that may not be charged (PENDING, cancelled); the provider never hears of it', async () => {
+    const { order } = await placed();
+    await expect(runActivity(acts.chargePayment, chargeReq(order))).rejects.toMatchObject({ type: 'OrderStateConflict', details: [{ status: 'PENDING' }] });
+    await runActivity(acts.setOrderStatus, { orderId: order.orderId, status: 'COMPENSATING' });
+    await runActivity(acts.setOrderStatus, { orderId: order.orderId, status: 'CANCELLED' });
+    await expect(runActivity(acts.chargePayment, chargeReq(order))).rejects.toMatchObject({ type: 'OrderStateConflict', details: [{ status: 'CANCELLED' }] });
+    expect(await ledger(db, order.orderId)).toEqual({ charges: [], refunds: [] });
+  });
+
+  it('a charge for another amount than the order row is refused before the provider', async () => {
+    const { order } = await placed();
+    await runActivity(acts.reserveInventory, reserveReq(order));
+    await expect(runActivity(acts.chargePayment, { ...chargeReq(order), amountCents: 1 })).rejects.toMatchObject({ type: 'OrderMismatch' });
+    expect(await ledger(db, order.orderId)).toEqual({ charges: [], refunds: [] });
+  });
+
+  it('the provider replay of a refunded charge does not count as paid; the inquiry reports the refund', async () => {
+    const { order } = await placed();
+    await runActivity(acts.reserveInventory, reserveReq(order));
+    await runActivity(acts.chargePayment, chargeReq(order));
+    await runActivity(acts.setOrderStatus, { orderId: order.orderId, status: 'COMPENSATING' });
+    expect(await runActivity(acts.refundPayment, { orderId: order.orderId })).toMatchObject({ outcome: 'refunded', amountCents: 2000 });
+    // Replay the charge as a second run would (the row is put back to a chargeable state by hand here).
+    await db.query('BEGIN');
+    await db.query(`SET LOCAL session_replication_role = replica`);
+    await db.query({ text: `UPDATE orders SET status = 'RESERVED' WHERE order_id = $1`, values: [order.orderId] });
+    await db.query('COMMIT');
+    await expect(runActivity(acts.chargePayment, chargeReq(order))).rejects.toMatchObject({ type: 'ChargeRefunded', nonRetryable: true });
+    expect(await runActivity(acts.inquireCharge, { orderId: order.orderId })).toEqual({ status: 'succeeded', amountCents: 2000, refundedCents: 2000 });
+    expect(await ledger(db, order.orderId)).toEqual({ charges: [{ status: 'succeeded', amount: 2000 }], refunds: [{ amount: 2000 }] });
+  });
+
+  it('no refund and no release for a shipped order', async () => {
+    const { order, skus } = await placed();
+    await runActivity(acts.reserveInventory, reserveReq(order));
+    await runActivity(acts.chargePayment, chargeReq(order));
+    await runActivity(acts.setOrderStatus, { orderId: order.orderId, status: 'CHARGED' });
+    await runActivity(acts.createShipment, { orderId: order.orderId });
+    await expect(runActivity(acts.refundPayment, { orderId: order.orderId })).rejects.toMatchObject({ type: 'OrderStateConflict', details: [{ status: 'SHIPPED' }] });
+    await expect(runActivity(acts.releaseInventory, { orderId: order.orderId })).rejects.toMatchObject({ type: 'OrderStateConflict', details: [{ status: 'SHIPPED' }] });
+    expect(await ledger(db, order.orderId)).toEqual({ charges: [{ status: 'succeeded', amount: 2000 }], refunds: [] });
+    expect(await reservations(db, order.orderId)).toEqual([{ sku: skus[0], qty: 2, status: 'SOLD' }]);
+  });
+
+  it('a shipment needs every line HELD for this order: one released line rejects it, and nothing changes', async () => {
+    const { order, skus } = await placed(1, 2);
+    await runActivity(acts.reserveInventory, reserveReq(order));
+    await runActivity(acts.chargePayment, chargeReq(order));
+    await runActivity(acts.setOrderStatus, { orderId: order.orderId, status: 'CHARGED' });
+    await db.query({ text: `UPDATE reservations SET status = 'RELEASED' WHERE order_id = $1 AND sku = $2`, values: [order.orderId, skus[1]] });
+    await expect(runActivity(acts.createShipment, { orderId: order.orderId })).rejects.toMatchObject({ type: 'ShipmentRejected', nonRetryable: true });
+    expect((await orderRow(db, order.orderId))?.status).toBe('CHARGED');
+    expect((await reservations(db, order.orderId)).map((r) => r.status).sort()).toEqual(['HELD', 'RELEASED']);
+    expect((await db.query({ text: 'SELECT 1 FROM shipments WHERE order_id = $1', values: [order.orderId] })).rowCount).toBe(0);
+  });
+});
+
+describe('purchase quota and the release tombstone', () => {
+  const quota = async (customerId: string, sku: string): Promise<number> =>
+    (await db.query<{ held: number }>({ text: 'SELECT held FROM purchase_quota WHERE customer_id = $1 AND sku = $2', values: [customerId, sku] })).rows[0]?.held ?? 0;
+
+  it('a failure between the quota hold and the commit holds nothing: the hold commits with the reservation or not at all', async () => {
+    const { order, skus } = await placed(2);
+    await db.query({ text: 'UPDATE products SET max_per_customer = 2 WHERE sku = $1', values: [skus[0]] });
+    // The insert of the reservation row fails inside the commit, after the quota upsert (a planted
+    // conflicting row stands for a crash at that point): the whole transaction rolls back.
+    await db.query({ text: `INSERT INTO reservations (order_id, sku, qty, status) VALUES ($1, $2, 1, 'RELEASED')`, values: [order.orderId, skus[0]] });
+    await expect(runActivity(acts.reserveInventory, reserveReq(order))).rejects.toMatchObject({ type: 'OrderStateConflict' });
+    expect(await quota(order.customerId, skus[0]!)).toBe(0);
+    expect((await productRow(db, skus[0]!)).stock).toBe(10);
+    expect((await orderRow(db, order.orderId))?.status).toBe('PENDING');
+    await db.query({ text: 'DELETE FROM reservations WHERE order_id = $1', values: [order.orderId] });
+    // The customer is not locked out: the same reservation now takes the whole limit.
+    expect((await runActivity(acts.reserveInventory, reserveReq(order))).outcome).toBe('reserved');
+    expect(await quota(order.customerId, skus[0]!)).toBe(2);
+    await runActivity(acts.releaseInventory, { orderId: order.orderId });
+    expect(await quota(order.customerId, skus[0]!)).toBe(0);
+  });
+
+  it('a release gives back exactly what this order held', async () => {
+    const { order, skus } = await placed(2);
+    await runActivity(acts.reserveInventory, reserveReq(order)); // no limit yet: holds no quota
+    await db.query({ text: 'UPDATE products SET max_per_customer = 5 WHERE sku = $1', values: [skus[0]] });
+    await db.query({ text: 'INSERT INTO purchase_quota (customer_id, sku, held) VALUES ($1, $2, 3)', values: [order.customerId, skus[0]] });
+    await runActivity(acts.releaseInventory, { orderId: order.orderId });
+    expect(await quota(order.customerId, skus[0]!)).toBe(3); // another order's hold is untouched
+    await db.query({ text: 'DELETE FROM purchase_quota WHERE customer_id = $1', values: [order.customerId] });
+  });
+
+  it('a release that runs before a late reservation commit (a zombie attempt) makes that commit fail', async () => {
+    const { order, skus } = await placed(2);
+    let proceed!: () => void;
+    const go = new Promise<void>((r) => (proceed = r));
+    let arrived!: () => void;
+    const reading = new Promise<void>((r) => (arrived = r));
+    const logic: ReserveLogic = async () => {
+      arrived();
+      await go; // the attempt is stuck between its snapshot and its commit
+    };
+    const slow = createActivities({ db, provider: testProvider(), reserveLogic: logic });
+    const zombie = runActivity(slow.reserveInventory, reserveReq(order));
+    await reading;
+    expect((await runActivity(acts.releaseInventory, { orderId: order.orderId })).released).toEqual([]);
+    expect((await orderRow(db, order.orderId))?.status).toBe('COMPENSATING');
+    proceed();
+    await expect(zombie).rejects.toMatchObject({ type: 'OrderStateConflict', details: [{ status: 'COMPENSATING' }] });
+    expect(await reservations(db, order.orderId)).toEqual([]);
+    expect((await productRow(db, skus[0]!)).stock).toBe(10);
+  });
+
+  it('every reserve attempt heartbeats', async () => {
+    const { order } = await placed(1);
+    const env = mockActivityEnv();
+    const beats: unknown[] = [];
+    env.on('heartbeat', (d: unknown) => beats.push(d));
+    await env.run(acts.reserveInventory, reserveReq(order));
+    expect(beats.length).toBeGreaterThanOrEqual(1);
+  });
+});
+
+describe('input from outside the client', () => {
+  it('an order in a currency the catalogue does not price it in is invalid: exit 2, field named, nothing written', async () => {
+    const p = await createProduct(db, { stock: 10, priceCents: 1000 });
+    const order = makeOrder([{ sku: p.sku, qty: 1, unitPriceCents: 1000 }], { currency: 'EUR' });
+    const file = path.join(mkdtempSync(path.join(os.tmpdir(), 'order-')), 'order.json');
+    writeFileSync(file, JSON.stringify(order));
+    await expect(loadOrder(file, db)).rejects.toMatchObject({ code: 2, message: expect.stringMatching(/currency: the catalogue prices .* in USD, not EUR/) });
+    await expect(runActivity(acts.createOrder, order)).rejects.toMatchObject({ type: 'InvalidOrder', message: expect.stringMatching(/^currency:/) });
+    expect(await orderRow(db, order.orderId)).toBeUndefined();
+  });
+
+  it('the saga config is checked: zero or unknown knobs are refused, naming the field', () => {
+    expect(() => parseSagaConfig({ deadlineMs: 0 })).toThrow(/config\.deadlineMs/);
+    expect(() => parseSagaConfig({ inquiryBaseMs: 0 })).toThrow(/config\.inquiryBaseMs/);
+    expect(() => parseSagaConfig({ inventoryLanes: 1000 })).toThrow(/config\.inventoryLanes/);
+    expect(() => parseSagaConfig({ deadlineMs: '1h' })).toThrow(/config\.deadlineMs/);
+    expect(() => parseSagaConfig({ nope: 1 })).toThrow(/config\.nope: unknown field/);
+    expect(parseSagaConfig({ deadlineMs: 60_000 }).deadlineMs).toBe(60_000);
+  });
+});
