@@ -65,7 +65,9 @@ waits for it. Prints the order ID, the final status and the run's Web UI URL.
   --file     the order, as JSON (see examples/order.json)
   --json     print one JSON object: orderId, workflowId, runId, status, reason, uiUrl
   --no-wait  return as soon as the saga has started
-Exit codes: 0 COMPLETED (or started, with --no-wait), 1 ended otherwise, 2 invalid input, 3 duplicate order ID.`,
+Exit codes: 0 COMPLETED (or started, with --no-wait), 1 ended otherwise, 2 invalid input (including a
+currency the catalogue does not price the items in), 3 duplicate order ID (or ALREADY_SETTLED: the
+order was settled by an earlier run, and this one changed nothing).`,
   status: `Usage: npx tsx client.ts status <orderId> [--json]
 
 Prints the saga's status, current step, steps done, compensation stack, unknowns and attempts
@@ -98,7 +100,10 @@ rate. Needs DATABASE_URL (or a running "npm start").`,
 Reads the application database and the provider's ledger (DATABASE_URL) in one snapshot and reports
 every violation with its order IDs: double charges, refunds without or above a charge, charged
 FAILED/CANCELLED orders without exactly one refund, stock + held + sold ≠ initial, orders neither
-decided nor within their deadline, HELD reservations on failed orders, charges with no order.
+decided nor within their deadline, HELD reservations on failed orders, charges with no order,
+shipped orders without exactly one succeeded unrefunded charge of their total, refunds on shipped
+orders, shipments that do not match SOLD reservations, purchase quota ≠ what reservations hold, and
+(asking Temporal) open orders whose workflow has closed. Needs DATABASE_URL and Temporal.
 Exit code 0 when clean, 1 when there are violations.`,
   schedule: `Usage: npx tsx client.ts schedule reconcile [--every <duration>]
 

@@ -493,7 +493,7 @@ export async function orderSaga(input: OrderInput, config: Partial<SagaConfig> =
     // A lane no worker polls must not hold the saga past its deadline.
     const untilDeadline = Math.max(1_000, cfg.deadlineMs - (Date.now() - sagaStart));
     await act(
-      { ...laneOpts, taskQueue: laneTaskQueue(workflowInfo().taskQueue, lane), scheduleToCloseTimeout: untilDeadline },
+      { ...laneOpts, taskQueue: laneTaskQueue(workflowInfo().taskQueue, lane), scheduleToStartTimeout: untilDeadline, scheduleToCloseTimeout: untilDeadline },
       'reserveInventorySerial',
       `reserve ${lines} (serial lane ${lane}: ${why})`,
       req,
@@ -587,8 +587,12 @@ export async function orderSaga(input: OrderInput, config: Partial<SagaConfig> =
     } catch (err) {
       if (state.stepsDone.length === 0 && (locked || failureType(err) === 'InvalidOrder')) {
         // createOrder did not succeed in this run (under the lock it cannot be cut off once sent):
-        // nothing to compensate, and the row, if any, is not this run's.
-        throw err;
+        // nothing to compensate, and the row, if any, is not this run's. A cancel that came first
+        // ends the run CANCELLED without a write.
+        if (!locked || !isCancellation(err)) throw err;
+        mirror('CANCELLED', cancelReason ?? (overdue ? 'saga deadline passed' : 'cancelled by a Temporal cancellation request'));
+        await condition(allHandlersFinished);
+        return { orderId, status: 'CANCELLED', reason: state.reason };
       }
       if (failureType(err) === 'OrderSettled' && compensations.length === 0) throw err;
       const cancelled = isCancellation(err);
