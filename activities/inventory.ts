@@ -104,12 +104,15 @@ async function confirmReserved(db: Pool, orderId: string): Promise<void> {
 }
 
 /**
- * The commit's tail, inside the reservation's transaction: the order moves PENDING → RESERVED, the
- * purchase quota is held, and the reservation rows are written HELD (each recording its quota hold).
+ * The reservation's transaction, around the stock writes (`writeStock`): first the order row moves
+ * PENDING → RESERVED (locking it first, as every writer of this order does, so two transactions of
+ * one order never wait on each other in opposite orders), then the stock, then the purchase quota
+ * hold and the reservation rows HELD (each recording its quota hold). All or nothing.
  */
-async function commitReservation(c: PoolClient, req: ReserveRequest, items: ReserveRequest['items'], snapshot: SnapshotRow[]): Promise<void> {
+async function commitReservation(c: PoolClient, req: ReserveRequest, items: ReserveRequest['items'], writeStock: () => Promise<SnapshotRow[]>): Promise<void> {
   // Another execution of this same reserve committed first (the order is RESERVED): undo ours, report theirs.
   if (!(await transition(c, req.orderId, 'RESERVED'))) throw new AlreadyReserved();
+  const snapshot = await writeStock();
   const quota = await holdPurchaseQuota(c, req, snapshot);
   for (const item of items) {
     const res = await c.query({
@@ -153,17 +156,19 @@ export async function reserveOptimistic(db: Pool, req: ReserveRequest, opts: Cas
     const undo = new UndoLog();
     try {
       await io.logic?.(req, snapshot, undo);
-      await withTransaction(db, async (c) => {
-        for (const item of items) {
-          const res = await c.query({
-            name: 'inventory-cas',
-            text: `UPDATE products SET stock = stock - $2, version = version + 1 WHERE sku = $1 AND version = $3 AND stock >= $2`,
-            values: [item.sku, item.qty, bySku.get(item.sku)!.version],
-          });
-          if (res.rowCount !== 1) throw new CasConflict(item.sku);
-        }
-        await commitReservation(c, req, items, snapshot);
-      });
+      await withTransaction(db, (c) =>
+        commitReservation(c, req, items, async () => {
+          for (const item of items) {
+            const res = await c.query({
+              name: 'inventory-cas',
+              text: `UPDATE products SET stock = stock - $2, version = version + 1 WHERE sku = $1 AND version = $3 AND stock >= $2`,
+              values: [item.sku, item.qty, bySku.get(item.sku)!.version],
+            });
+            if (res.rowCount !== 1) throw new CasConflict(item.sku);
+          }
+          return snapshot;
+        }),
+      );
       io.metrics?.recordAttempt(skus, false);
       return { outcome: 'reserved', path: 'cas', attempts: attempt + 1, conflicts };
     } catch (err) {
@@ -202,14 +207,16 @@ export async function reserveSerial(db: Pool, req: ReserveRequest, io: Pick<Rese
     const snapshot = await readSnapshot(db, skus);
     checkStock(items, snapshot);
     await io.logic?.(req, snapshot, undo);
-    await withTransaction(db, async (c) => {
-      const locked = await readSnapshot(c, skus, true);
-      checkStock(items, locked);
-      for (const item of items) {
-        await c.query({ text: 'UPDATE products SET stock = stock - $2, version = version + 1 WHERE sku = $1', values: [item.sku, item.qty] });
-      }
-      await commitReservation(c, req, items, locked);
-    });
+    await withTransaction(db, (c) =>
+      commitReservation(c, req, items, async () => {
+        const locked = await readSnapshot(c, skus, true);
+        checkStock(items, locked);
+        for (const item of items) {
+          await c.query({ text: 'UPDATE products SET stock = stock - $2, version = version + 1 WHERE sku = $1', values: [item.sku, item.qty] });
+        }
+        return locked;
+      }),
+    );
     io.metrics?.recordLaneCommit(skus);
     return { outcome: 'reserved', path: 'lane', attempts: 1, conflicts: 0 };
   } catch (err) {
@@ -243,7 +250,7 @@ export async function releaseReservation(db: Pool, orderId: string): Promise<{ r
       await c.query({ text: 'UPDATE products SET stock = stock + $2, version = version + 1 WHERE sku = $1', values: [r.sku, r.qty] });
       if (r.quota_qty > 0) {
         await c.query({
-          text: 'UPDATE purchase_quota SET held = held - $3 WHERE customer_id = $1 AND sku = $2',
+          text: 'UPDATE purchase_quota SET held = GREATEST(held - $3, 0) WHERE customer_id = $1 AND sku = $2',
           values: [order.customer_id, r.sku, r.quota_qty],
         });
       }

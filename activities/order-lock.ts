@@ -15,6 +15,7 @@ export interface OrderLockRow {
   owner_run_id: string | null;
   customer_id: string;
   currency: string;
+  payment_method: string;
   total_cents: string;
   items: { sku: string; qty: number; unitPriceCents: number }[];
 }
@@ -30,7 +31,7 @@ export function callerRunId(): string | undefined {
 
 export async function readOrder(db: Db, orderId: string, forUpdate = false): Promise<OrderLockRow | undefined> {
   const { rows } = await db.query<OrderLockRow>({
-    text: `SELECT status, owner_run_id, customer_id, currency, total_cents, items FROM orders WHERE order_id = $1${forUpdate ? ' FOR UPDATE' : ''}`,
+    text: `SELECT status, owner_run_id, customer_id, currency, payment_method, total_cents, items FROM orders WHERE order_id = $1${forUpdate ? ' FOR UPDATE' : ''}`,
     values: [orderId],
   });
   return rows[0];
@@ -62,7 +63,8 @@ export async function transition(db: Db, orderId: string, to: OrderStatus, opts:
   const res = await db.query({
     name: 'order-transition',
     text: `UPDATE orders SET status = $2, reason = COALESCE($3, reason), owner_run_id = COALESCE($4, owner_run_id), updated_at = now()
-           WHERE order_id = $1 AND status IN (SELECT from_status FROM order_transitions WHERE to_status = $2)`,
+           WHERE order_id = $1 AND status IN (SELECT from_status FROM order_transitions WHERE to_status = $2)
+             AND (status <> 'NEEDS_ATTENTION' OR attention_from = $2)`,
     values: [orderId, to, opts.reason ?? null, runId],
   });
   if (res.rowCount === 1) return true;
@@ -72,6 +74,22 @@ export async function transition(db: Db, orderId: string, to: OrderStatus, opts:
     if (runId === null || current.owner_run_id === runId) return false; // the owner's own retry
   }
   return stateConflict(orderId, current?.status, `→ ${to}`);
+}
+
+/**
+ * Leaves NEEDS_ATTENTION for the status the order stood in when it escalated (whatever a run thinks
+ * it was). Returns the order's status afterwards; an order no longer in NEEDS_ATTENTION is left as it is.
+ */
+export async function resumeFromAttention(db: Db, orderId: string, reason?: string): Promise<OrderStatus> {
+  const runId = callerRunId() ?? null;
+  const { rows } = await db.query<{ status: OrderStatus }>({
+    text: `UPDATE orders SET status = attention_from, reason = COALESCE($2, reason), owner_run_id = COALESCE($3, owner_run_id), updated_at = now()
+           WHERE order_id = $1 AND status = 'NEEDS_ATTENTION' AND attention_from IS NOT NULL RETURNING status`,
+    values: [orderId, reason ?? null, runId],
+  });
+  if (rows[0]) return rows[0].status;
+  const current = await readOrder(db, orderId);
+  return current ? current.status : stateConflict(orderId, undefined, 'resume from NEEDS_ATTENTION');
 }
 
 export const isTerminal = (status: OrderStatus): boolean => TERMINAL_STATUSES.includes(status);

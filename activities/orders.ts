@@ -2,7 +2,7 @@ import { log } from '@temporalio/activity';
 import type { Pool } from 'pg';
 import { orderTotalCents, parseOrder, workflowIdFor, type OrderInput, type OrderStatus } from '../domain/order';
 import { businessFailure, ErrorTypes } from './errors';
-import { callerRunId, isTerminal, readOrder, transition, type OrderLockRow } from './order-lock';
+import { callerRunId, isTerminal, readOrder, resumeFromAttention, transition, type OrderLockRow } from './order-lock';
 
 export interface ProductRow {
   sku: string;
@@ -44,7 +44,13 @@ export async function checkAgainstCatalogue(db: Pool, order: OrderInput): Promis
 function sameOrder(row: OrderLockRow, order: OrderInput): boolean {
   const items = (o: { sku: string; qty: number; unitPriceCents: number }[]): string =>
     JSON.stringify([...o].sort((a, b) => (a.sku < b.sku ? -1 : 1)).map((i) => [i.sku, i.qty, i.unitPriceCents]));
-  return row.customer_id === order.customerId && row.currency === order.currency && Number(row.total_cents) === orderTotalCents(order) && items(row.items) === items(order.items);
+  return (
+    row.customer_id === order.customerId &&
+    row.currency === order.currency &&
+    row.payment_method === order.paymentMethod &&
+    Number(row.total_cents) === orderTotalCents(order) &&
+    items(row.items) === items(order.items)
+  );
 }
 
 /** What createOrder found: a new row, an open order this run now owns, or an order already settled. */
@@ -95,12 +101,17 @@ export function orderActivities({ db }: { db: Pool }) {
       return { outcome: 'owned', status: existing.status };
     },
 
-    /** Writes the saga's status (and reason) onto the order row: a guarded transition, refused if illegal. */
-    async setOrderStatus(req: { orderId: string; status: OrderStatus; reason?: string }): Promise<void> {
+    /**
+     * Writes the saga's status (and reason) onto the order row: a guarded transition, refused if
+     * illegal. `resume`: leave NEEDS_ATTENTION for the status the row escalated from (returned).
+     */
+    async setOrderStatus(req: { orderId: string; status: OrderStatus; reason?: string; resume?: boolean }): Promise<OrderStatus> {
+      if (req.resume) return resumeFromAttention(db, req.orderId, req.reason);
       await transition(db, req.orderId, req.status, { reason: req.reason });
       if (req.status === 'NEEDS_ATTENTION') {
         log.error('ALERT order needs attention', { orderId: req.orderId, reason: req.reason });
       }
+      return req.status;
     },
   };
   return activities;

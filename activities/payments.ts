@@ -17,6 +17,12 @@ export interface ChargeRequest {
 /** What the provider knows of a charge; `refundedCents` > 0 means it does not count as paid. */
 export type InquiryResult = { status: ChargeStatus | 'not_found'; amountCents?: number; refundedCents?: number };
 
+/**
+ * How long after its start a charge attempt may still send its request. The attempt's
+ * startToCloseTimeout (15 s) must exceed this plus the provider timeout (10 s).
+ */
+const SEND_BUDGET_MS = 3_000;
+
 /** The order statuses in which a charge request may be sent (or replayed). */
 const CHARGEABLE = ['RESERVED', 'UNKNOWN_PAYMENT', 'CHARGED'];
 
@@ -41,11 +47,17 @@ export function paymentActivities({ db, provider }: { db: Pool; provider: Provid
      * result; a decline is final; a replay of a charge that was refunded is not paid.
      */
     async chargePayment(req: ChargeRequest): Promise<{ chargeKey: string; amountCents: number }> {
+      const started = Date.now();
       const key = chargeKeyFor(req.orderId);
       const order = await readOrder(db, req.orderId);
       if (!order || !CHARGEABLE.includes(order.status)) stateConflict(req.orderId, order?.status, 'charge');
       if (Number(order.total_cents) !== req.amountCents || order.currency !== req.currency) {
         throw businessFailure(ErrorTypes.OrderMismatch, `charge of ${req.amountCents} ${req.currency} does not match order ${req.orderId} (${order.total_cents} ${order.currency})`);
+      }
+      // A request that would go out late (the attempt stalled before sending) is not sent at all: the
+      // saga may already have timed this attempt out, inquired, and moved on (cancelled, say).
+      if (Date.now() - started > SEND_BUDGET_MS) {
+        throw ApplicationFailure.retryable(`charge ${key} not sent: the attempt stalled ${Date.now() - started} ms before sending`, 'ChargeNotSent');
       }
       try {
         const r = await provider.charge(key, {

@@ -3,7 +3,7 @@ import { log } from '@temporalio/activity';
 import type { Pool } from 'pg';
 import { withTransaction } from '../db/pool';
 import { businessFailure, ErrorTypes } from './errors';
-import { stateConflict, transition } from './order-lock';
+import { readOrder, stateConflict, transition } from './order-lock';
 
 /** A tracking number derived from the order ID, so a retried shipment is the same shipment. */
 export const trackingNumberFor = (orderId: string): string =>
@@ -24,7 +24,7 @@ export function shippingActivities({ db }: { db: Pool }) {
         if (!(await transition(c, req.orderId, 'SHIPPED'))) {
           const prior = await c.query<{ tracking_number: string }>({ text: 'SELECT tracking_number FROM shipments WHERE order_id = $1', values: [req.orderId] });
           if (prior.rows[0]) return prior.rows[0].tracking_number;
-          stateConflict(req.orderId, undefined, 'ship: the order is past SHIPPED with no shipment');
+          stateConflict(req.orderId, (await readOrder(c, req.orderId))?.status, 'ship: the order is past SHIPPED with no shipment');
         }
         const lines = await c.query<{ lines: number; sold: string }>({
           text: `WITH sold AS (UPDATE reservations SET status = 'SOLD', updated_at = now() WHERE order_id = $1 AND status = 'HELD' RETURNING sku)

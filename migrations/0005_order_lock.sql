@@ -31,12 +31,23 @@ INSERT INTO order_transitions (from_status, to_status) VALUES
   ('NEEDS_ATTENTION', 'CHARGED'),
   ('NEEDS_ATTENTION', 'SHIPPED');
 
+-- NEEDS_ATTENTION remembers where the order stood (attention_from), and leaves only back to it: a
+-- person's decision at the pivot can never become a compensation, nor a compensation a shipment.
+ALTER TABLE orders ADD COLUMN attention_from text;
+
 CREATE FUNCTION orders_guard_transition() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
   IF NEW.status IS DISTINCT FROM OLD.status AND NOT EXISTS (
        SELECT 1 FROM order_transitions WHERE from_status = OLD.status AND to_status = NEW.status) THEN
     RAISE EXCEPTION 'order %: % -> % is not a legal transition', OLD.order_id, OLD.status, NEW.status
       USING ERRCODE = 'check_violation';
+  END IF;
+  IF OLD.status = 'NEEDS_ATTENTION' AND NEW.status <> 'NEEDS_ATTENTION' AND NEW.status IS DISTINCT FROM OLD.attention_from THEN
+    RAISE EXCEPTION 'order %: NEEDS_ATTENTION (from %) -> % is not a legal transition', OLD.order_id, OLD.attention_from, NEW.status
+      USING ERRCODE = 'check_violation';
+  END IF;
+  IF NEW.status = 'NEEDS_ATTENTION' AND OLD.status <> 'NEEDS_ATTENTION' THEN
+    NEW.attention_from := OLD.status;
   END IF;
   RETURN NEW;
 END $$;

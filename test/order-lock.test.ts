@@ -76,6 +76,26 @@ describe('the order state machine', () => {
     });
     expect(await orderRow(db, order.orderId)).toEqual({ status: 'CANCELLED', reason: 'customer' });
   });
+  it('NEEDS_ATTENTION leaves only back to where it came from: a pivot escalation never compensates, a compensation never ships', async () => {
+    const { order } = await placed();
+    await runActivity(acts.reserveInventory, reserveReq(order));
+    await runActivity(acts.chargePayment, chargeReq(order));
+    await runActivity(acts.setOrderStatus, { orderId: order.orderId, status: 'CHARGED' });
+    await runActivity(acts.setOrderStatus, { orderId: order.orderId, status: 'NEEDS_ATTENTION', reason: 'shipment failed at the pivot' });
+    await expect(runActivity(acts.setOrderStatus, { orderId: order.orderId, status: 'COMPENSATING' })).rejects.toMatchObject({ type: 'OrderStateConflict' });
+    await expect(runActivity(acts.releaseInventory, { orderId: order.orderId })).rejects.toMatchObject({ type: 'OrderStateConflict' });
+    await expect(db.query({ text: `UPDATE orders SET status = 'COMPENSATING' WHERE order_id = $1`, values: [order.orderId] })).rejects.toThrow(/from CHARGED/);
+    // A resume goes back to the row's own origin, whatever the caller believes.
+    expect(await runActivity(acts.setOrderStatus, { orderId: order.orderId, status: 'UNKNOWN_PAYMENT', resume: true })).toBe('CHARGED');
+    expect((await orderRow(db, order.orderId))?.status).toBe('CHARGED');
+
+    const other = await placed();
+    await runActivity(acts.reserveInventory, reserveReq(other.order));
+    await runActivity(acts.setOrderStatus, { orderId: other.order.orderId, status: 'COMPENSATING' });
+    await runActivity(acts.setOrderStatus, { orderId: other.order.orderId, status: 'NEEDS_ATTENTION', reason: 'release failed' });
+    await expect(runActivity(acts.createShipment, { orderId: other.order.orderId })).rejects.toMatchObject({ type: 'OrderStateConflict' });
+    expect((await reservations(db, other.order.orderId)).map((r) => r.status)).toEqual(['HELD']);
+  });
 });
 
 describe('one order, one owner', () => {
@@ -84,6 +104,8 @@ describe('one order, one owner', () => {
     const before = await db.query({ text: 'SELECT * FROM orders WHERE order_id = $1', values: [order.orderId] });
     const other = { ...order, items: [{ ...order.items[0]!, qty: 3 }] };
     await expect(runActivity(acts.createOrder, other)).rejects.toMatchObject({ type: 'OrderMismatch', nonRetryable: true });
+    // Another card is other contents too: the charge key would be reused with other parameters.
+    await expect(runActivity(acts.createOrder, { ...order, paymentMethod: 'tok_mastercard' })).rejects.toMatchObject({ type: 'OrderMismatch' });
     expect(await runActivity(acts.createOrder, order)).toEqual({ outcome: 'owned', status: 'PENDING' });
     await runActivity(acts.setOrderStatus, { orderId: order.orderId, status: 'COMPENSATING' });
     await runActivity(acts.setOrderStatus, { orderId: order.orderId, status: 'FAILED', reason: 'declined' });
@@ -101,6 +123,19 @@ describe('preconditions of money and goods', () => {
     await runActivity(acts.setOrderStatus, { orderId: order.orderId, status: 'COMPENSATING' });
     await runActivity(acts.setOrderStatus, { orderId: order.orderId, status: 'CANCELLED' });
     await expect(runActivity(acts.chargePayment, chargeReq(order))).rejects.toMatchObject({ type: 'OrderStateConflict', details: [{ status: 'CANCELLED' }] });
+    expect(await ledger(db, order.orderId)).toEqual({ charges: [], refunds: [] });
+  });
+
+  it('a charge attempt that stalls before sending does not send: the saga may have moved on', async () => {
+    const { order } = await placed();
+    await runActivity(acts.reserveInventory, reserveReq(order));
+    const slowDb = Object.create(db) as Pool;
+    slowDb.query = (async (...args: unknown[]) => {
+      await new Promise((r) => setTimeout(r, 3_500)); // e.g. a pool wait or a pause before the POST
+      return (db.query as (...a: unknown[]) => unknown)(...args);
+    }) as Pool['query'];
+    const stalled = createActivities({ db: slowDb, provider: testProvider() });
+    await expect(runActivity(stalled.chargePayment, chargeReq(order))).rejects.toMatchObject({ type: 'ChargeNotSent' });
     expect(await ledger(db, order.orderId)).toEqual({ charges: [], refunds: [] });
   });
 

@@ -7,7 +7,7 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { Context } from '@temporalio/activity';
-import { WorkflowUpdateFailedError, type WorkflowHandle } from '@temporalio/client';
+import { WorkflowUpdateFailedError, WorkflowUpdateStage, type WorkflowHandle } from '@temporalio/client';
 import { ApplicationFailure, type HistoryAndWorkflowId } from '@temporalio/common';
 import { historyToJSON, type History } from '@temporalio/common/lib/proto-utils';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
@@ -504,6 +504,64 @@ describe('the order row is the lock', () => {
     expect(await reservations(db, order.orderId)).toEqual(after.reservations);
     expect((await db.query({ text: 'SELECT 1 FROM shipments WHERE order_id = $1', values: [order.orderId] })).rowCount).toBe(0);
     expect(await orderRow(db, order.orderId)).toEqual({ status: 'CANCELLED', reason: 'customer changed their mind' });
+  });
+
+  it('an order another run shipped (its waiting run terminated, started again): the new run goes forward, never back', async () => {
+    const { order, sku, total } = await newOrder();
+    const first = faultyActivities({ sendConfirmation: () => permanent('sendConfirmation') });
+    await withSaga('shipped-then-terminated', order, first.activities, async ({ handle }) => {
+      await waitUntil(handle, (st) => st.awaiting === 'forward-step');
+      expect((await orderRow(db, order.orderId))?.status).toBe('NEEDS_ATTENTION');
+      await handle.terminate('operator restarts the order');
+    });
+    const second = faultyActivities({});
+    const result = await withSaga('second-run-of-shipped-order', order, second.activities, (r) => r.result());
+    expect(result.status).toBe('COMPLETED');
+    expect(second.calls).not.toContain('refundPayment');
+    expect(second.calls).not.toContain('releaseInventory');
+    expect(await reservations(db, order.orderId)).toEqual([{ sku, qty: 2, status: 'SOLD' }]);
+    expect(await ledger(db, order.orderId)).toEqual({ charges: [{ status: 'succeeded', amount: total }], refunds: [] });
+    expect((await db.query({ text: 'SELECT 1 FROM shipments WHERE order_id = $1', values: [order.orderId] })).rowCount).toBe(1);
+  });
+
+  it('a charge request no worker picks up is dropped unsent, and after the cancel no new one goes out', async () => {
+    const { order, sku, stock } = await newOrder();
+    const taskQueue = `sem-${uid()}`;
+    const { activities, counts } = faultyActivities({});
+    const workflowId = workflowIdFor(order.orderId);
+    const handle = env.client.workflow.getHandle<typeof orderSaga>(workflowId);
+    const event = async (pred: (e: NonNullable<History['events']>[number]) => boolean): Promise<boolean> =>
+      ((await handle.fetchHistory()).events ?? []).some(pred);
+    // Phase 1: the worker stops as the reservation completes: no worker polls activities when the
+    // charge request is scheduled.
+    let full!: Worker;
+    const stopAfterReserve: OrderActivities = {
+      ...activities,
+      reserveInventory: async (req) => {
+        const out = await activities.reserveInventory(req);
+        full.shutdown();
+        return out;
+      },
+    };
+    // No sticky cache: each phase's worker takes over the workflow tasks of the one before.
+    const phase = { connection: env.nativeConnection, taskQueue, workflowBundle: bundle, maxCachedWorkflows: 0 };
+    full = await Worker.create({ ...phase, activities: stopAfterReserve });
+    await Promise.all([full.run(), env.client.workflow.start(orderSaga, { taskQueue, workflowId, args: [order, {}] })]);
+    // Phase 2: workflows only. The customer cancels; the unstarted request times out unsent.
+    const wfOnly = await Worker.create(phase);
+    await wfOnly.runUntil(async () => {
+      await waitUntil(handle, (st) => st.attempts.charge === 1);
+      await handle.startUpdate(cancelUpdate, { args: ['cancelled while no worker was up'], waitForStage: WorkflowUpdateStage.ACCEPTED });
+      for (let i = 0; i < 600 && !(await event((e) => !!e.activityTaskTimedOutEventAttributes)); i++) await new Promise((r) => setTimeout(r, 50));
+    });
+    // Phase 3: everything again; the saga inquires (nothing there) and ends without a new request.
+    const again = await Worker.create({ ...phase, activities });
+    const result = (await again.runUntil(handle.result())) as OrderResult;
+    histories.push({ name: 'charge-unstarted-then-cancel', workflowId, history: await handle.fetchHistory() });
+    expect(result).toMatchObject({ status: 'CANCELLED', reason: 'cancelled while no worker was up' });
+    expect(counts.get('chargePayment') ?? 0).toBe(0); // never started, never reached the provider
+    expect(await ledger(db, order.orderId)).toEqual({ charges: [], refunds: [] });
+    expect((await productRow(db, sku)).stock).toBe(stock);
   });
 
   it('a cancel during a provider outage ends CANCELLED with no charge at all, and no request after the cancel', async () => {

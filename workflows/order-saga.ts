@@ -103,7 +103,13 @@ const paymentOpts: ActivityOptions = {
  * One charge request per attempt, never retried by the server: the saga decides every request itself,
  * so after a cancel or the deadline no new request goes out (it only learns the fate of the last one).
  */
-const chargeOnceOpts: ActivityOptions = { startToCloseTimeout: '15s', retry: { maximumAttempts: 1 } };
+const chargeOnceOpts: ActivityOptions = {
+  // A request not picked up soon is dropped unsent (then inquired): one scheduled before a cancel
+  // cannot go out long after it, when no worker was there to take it.
+  scheduleToStartTimeout: '10s',
+  startToCloseTimeout: '15s',
+  retry: { maximumAttempts: 1 },
+};
 /** Rounds of charge request + inquiry before the saga gives up (backward) on a provider that never took it. */
 const CHARGE_ROUNDS = 5;
 const inquiryOpts: ActivityOptions = {
@@ -163,7 +169,7 @@ const conflictStatus = (err: unknown): OrderStatus | undefined => {
 
 /** The order is terminal and this run does not own it: another run settled it. Stop, change nothing. */
 const settled = (status: OrderStatus): ApplicationFailure =>
-  ApplicationFailure.create({ type: 'OrderSettled', message: `order is already ${status}`, nonRetryable: true, details: [{ status }] });
+  ApplicationFailure.create({ type: 'OrderSettled', message: `the order is already ${status}, settled by another run`, nonRetryable: true, details: [{ status }] });
 const settledStatus = (err: unknown): OrderStatus | undefined => {
   const status = conflictStatus(err);
   return status && isFinal(status) ? status : undefined;
@@ -192,9 +198,13 @@ const describe = (err: unknown): string => {
 export async function orderSaga(input: OrderInput, config: Partial<SagaConfig> = {}): Promise<OrderResult> {
   let cfg: SagaConfig;
   let order: OrderInput;
+  let locked: boolean;
   try {
-    cfg = parseSagaConfig(config); // input from outside the client is checked too
     order = parseOrder(input); // the workflow boundary checks again what the client checked
+    // New runs: the order row is the lock (guarded transitions, one owner, money stops on cancel).
+    locked = patched(ORDER_ROW_LOCK);
+    // Input from outside the client is checked too (old runs keep the config they ran with).
+    cfg = locked ? parseSagaConfig(config) : { ...DEFAULT_SAGA_CONFIG, ...config };
   } catch (err) {
     if (err instanceof OrderValidationError) {
       throw ApplicationFailure.create({ type: 'InvalidOrder', message: err.message, nonRetryable: true, details: [{ field: err.field }] });
@@ -202,8 +212,6 @@ export async function orderSaga(input: OrderInput, config: Partial<SagaConfig> =
     throw err;
   }
   const orderId = order.orderId;
-  // New runs: the order row is the lock (guarded transitions, one owner, money stops on cancel).
-  const locked = patched(ORDER_ROW_LOCK);
   if (locked && workflowInfo().workflowId !== workflowIdFor(orderId)) {
     throw ApplicationFailure.create({
       type: 'InvalidOrder',
@@ -315,15 +323,18 @@ export async function orderSaga(input: OrderInput, config: Partial<SagaConfig> =
 
   /** A status-only step: a guarded transition of the order row (refused if the row does not allow it). */
   async function setStatus(status: OrderStatus, reason?: string): Promise<void> {
-    mirror(status, reason);
+    if (!locked) mirror(status, reason); // old runs: the command order they recorded
+    const write = reason ?? state.reason;
     await CancellationScope.nonCancellable(() =>
-      act(statusOpts, 'setOrderStatus', `order ${orderId} → ${status}`, { orderId, status, reason: state.reason }),
+      act(statusOpts, 'setOrderStatus', `order ${orderId} → ${status}`, { orderId, status, reason: write }),
     );
+    if (locked) mirror(status, reason); // only once the row took it
   }
 
   async function step<T>(name: string, fn: () => Promise<T>): Promise<T> {
     // Steps before the pivot run their activities non-cancellably; a cancel takes effect between steps.
-    if (!pivotStarted && preScope.consideredCancelled) throw new CancelledFailure(cancelReason ?? 'cancelled');
+    // Under the lock createOrder runs even then: the run must own the row to settle it.
+    if (!pivotStarted && preScope.consideredCancelled && !(locked && name === 'createOrder')) throw new CancelledFailure(cancelReason ?? 'cancelled');
     state.step = name;
     state.attempts[name] = (state.attempts[name] ?? 0) + 1;
     const out = await fn();
@@ -343,7 +354,17 @@ export async function orderSaga(input: OrderInput, config: Partial<SagaConfig> =
     state.awaiting = undefined;
     state.reason = `${reason} (operator: ${action}${note ? `, ${note}` : ''})`;
     resolution = undefined;
-    if (previous !== 'NEEDS_ATTENTION') await setStatus(previous);
+    if (previous !== 'NEEDS_ATTENTION') {
+      if (locked) {
+        // Back to where the row stood when it escalated, which may be further than this run knows.
+        const now = await CancellationScope.nonCancellable(() =>
+          act(statusOpts, 'setOrderStatus', `order ${orderId} → back from NEEDS_ATTENTION`, { orderId, status: previous, reason: state.reason, resume: true }),
+        );
+        mirror(now ?? previous);
+      } else {
+        await setStatus(previous);
+      }
+    }
     return action;
   }
 
@@ -392,6 +413,7 @@ export async function orderSaga(input: OrderInput, config: Partial<SagaConfig> =
       if (stopCharging()) throw new CancelledFailure(stopReason());
       state.attempts.charge = round;
       try {
+        // Not cancellable: a cancel waits for this request's answer (it may already be at the provider).
         await CancellationScope.nonCancellable(() =>
           act(chargeOnceOpts, 'chargePayment', `charge ${request.amountCents} ${order.currency} (key ${orderId}:charge, request ${round})`, request),
         );
@@ -528,6 +550,36 @@ export async function orderSaga(input: OrderInput, config: Partial<SagaConfig> =
     { key: NeedsAttentionKey, value: false },
   ]);
 
+  /** Leaves NEEDS_ATTENTION for the status the row escalated from; returns it. */
+  async function resumeRow(): Promise<OrderStatus> {
+    const now = await act(statusOpts, 'setOrderStatus', `order ${orderId} → back from NEEDS_ATTENTION`, { orderId, status: state.status, resume: true });
+    mirror(now ?? state.status);
+    return state.status;
+  }
+
+  /**
+   * A step before the pivot was refused because another run of this order (reset, or terminated and
+   * started again) has moved the row on. Decides which way this run goes from where the row stands:
+   * `forward` when the row is charged or shipped (no way back), else `backward`. An escalation that
+   * run left is taken as the operator's retry.
+   */
+  async function catchUp(err: unknown): Promise<'forward' | 'backward'> {
+    let status = conflictStatus(err);
+    if (failureType(err) !== 'OrderStateConflict' || status === undefined) return 'backward';
+    if (status === 'NEEDS_ATTENTION') status = await resumeRow();
+    if (status === 'UNKNOWN_PAYMENT' && cancelReason === undefined && !overdue) {
+      const verdict = await inquireUntilKnown();
+      if (verdict !== 'succeeded') return 'backward';
+      await setStatus('CHARGED');
+      status = 'CHARGED';
+    }
+    const stopped = cancelReason !== undefined || overdue;
+    if (status !== 'SHIPPED' && (status !== 'CHARGED' || stopped)) return 'backward';
+    log.warn('order already charged or shipped by another run; carrying on forward', { orderId, status });
+    mirror(status);
+    return 'forward';
+  }
+
   /** Another run settled this order: this run ends at once, with the order's status, and changes nothing more. */
   async function alreadySettled(status: OrderStatus): Promise<OrderResult> {
     log.warn('order already settled by another run; this run stops', { orderId, status });
@@ -586,18 +638,15 @@ export async function orderSaga(input: OrderInput, config: Partial<SagaConfig> =
       if (preScope.consideredCancelled) throw new CancelledFailure(cancelReason ?? 'cancelled');
     } catch (err) {
       if (state.stepsDone.length === 0 && (locked || failureType(err) === 'InvalidOrder')) {
-        // createOrder did not succeed in this run (under the lock it cannot be cut off once sent):
-        // nothing to compensate, and the row, if any, is not this run's. A cancel that came first
-        // ends the run CANCELLED without a write.
-        if (!locked || !isCancellation(err)) throw err;
-        mirror('CANCELLED', cancelReason ?? (overdue ? 'saga deadline passed' : 'cancelled by a Temporal cancellation request'));
-        await condition(allHandlersFinished);
-        return { orderId, status: 'CANCELLED', reason: state.reason };
+        // createOrder did not succeed in this run (under the lock it runs even after a cancel and
+        // cannot be cut off once sent): nothing to compensate, and the row, if any, is not this run's.
+        throw err;
       }
       if (failureType(err) === 'OrderSettled' && compensations.length === 0) throw err;
       const cancelled = isCancellation(err);
       const reason = cancelled ? (cancelReason ?? (overdue ? 'saga deadline passed' : 'cancelled by a Temporal cancellation request')) : describe(err);
-      return backward(reason, cancelled || cancelReason !== undefined);
+      const ahead = locked ? await CancellationScope.nonCancellable(() => catchUp(err)) : undefined;
+      if (ahead !== 'forward') return backward(reason, cancelled || cancelReason !== undefined);
     }
 
     // ---- The pivot -------------------------------------------------------------------------------
@@ -616,7 +665,13 @@ export async function orderSaga(input: OrderInput, config: Partial<SagaConfig> =
             } catch (err) {
               if (failureType(err) === 'OrderSettled') throw err;
               // A rejection (or a row that forbids shipping) means the shipment was not created: no pivot.
-              if (failureType(err) === 'ShipmentRejected' || (locked && failureType(err) === 'OrderStateConflict')) throw err;
+              if (failureType(err) === 'ShipmentRejected') throw err;
+              if (locked && failureType(err) === 'OrderStateConflict') {
+                // An escalation this run did not make (its waiting run was reset or terminated): the
+                // restart counts as the operator's retry, from where the row stood.
+                if (conflictStatus(err) === 'NEEDS_ATTENTION' && ['CHARGED', 'SHIPPED'].includes(await resumeRow())) continue;
+                throw err;
+              }
               // Anything else may have shipped: never compensate, escalate.
               if ((await escalate('forward-step', `createShipment failed at the pivot: ${describe(err)}`)) === 'mark-resolved') {
                 // Shipped by hand: the same bookkeeping (lines SOLD, order SHIPPED), so nothing stays HELD.
