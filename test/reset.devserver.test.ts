@@ -16,7 +16,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createActivities, type OrderActivities } from '../activities';
 import { workflowIdFor, type OrderInput, type OrderResult } from '../domain/order';
 import { checkInvariants, temporalLookup } from '../lib/invariants';
-import { cancelUpdate, orderSaga } from '../workflows';
+import { cancelUpdate, orderSaga, resolveUpdate, stateQuery } from '../workflows';
 import { bundleWorkflows, startDevServer } from './temporal-env';
 import { createProduct, makeOrder, testPool, testProvider, uid } from './helpers';
 
@@ -30,6 +30,8 @@ const taskQueue = `reset-${uid()}`;
 const chargeGates = new Map<string, { reached: () => void; go: Promise<void> }>();
 /** Orders whose shipment the carrier rejects. */
 const rejectShipment = new Set<string>();
+/** Orders whose confirmation fails (permanently) while they are in this set. */
+const failConfirmation = new Set<string>();
 
 beforeAll(async () => {
   env = await startDevServer();
@@ -50,6 +52,10 @@ beforeAll(async () => {
     createShipment: async (req) => {
       if (rejectShipment.has(req.orderId)) throw ApplicationFailure.nonRetryable('no carrier serves this address', 'ShipmentRejected');
       return real.createShipment(req);
+    },
+    sendConfirmation: async (req) => {
+      if (failConfirmation.has(req.orderId)) throw ApplicationFailure.nonRetryable('mail server down', 'InjectedPermanent');
+      return real.sendConfirmation(req);
     },
   };
   worker = await Worker.create({ connection: env.nativeConnection, taskQueue, workflowBundle: await bundleWorkflows(), activities });
@@ -158,5 +164,45 @@ describe('Reset (as the Web UI does it) of finished orders to every workflow tas
     // The closing note quotes these.
     process.stdout.write(`reset test: ${resets} resets, outcomes ${JSON.stringify(outcomes)}\n`);
     expect(resets).toBeGreaterThanOrEqual(20);
+  });
+  it('an open order waiting in NEEDS_ATTENTION after its shipment, reset to every workflow task: it completes, never compensates', async () => {
+    const order = await newOrder('open');
+    failConfirmation.add(order.orderId);
+    const workflowId = workflowIdFor(order.orderId);
+    const first = await env.client.workflow.start(orderSaga, { taskQueue, workflowId, args: [order] });
+    const escalated = async (h: { query: typeof first.query }): Promise<boolean> => {
+      const st = await h.query(stateQuery);
+      return st.awaiting === 'forward-step' && st.status === 'NEEDS_ATTENTION';
+    };
+    for (let i = 0; i < 200 && !(await escalated(first)); i++) await new Promise((r) => setTimeout(r, 50));
+    expect(await escalated(first)).toBe(true);
+    failConfirmation.delete(order.orderId); // the mail server is back
+    const history = await first.fetchHistory();
+    const points = (history.events ?? []).filter((e) => e.eventType === WFT_COMPLETED).map((e) => Number(e.eventId));
+    let resets = 0;
+    for (const eventId of points) {
+      const { runId } = (await env.client.workflowService.resetWorkflowExecution({
+        namespace: 'default',
+        workflowExecution: { workflowId, runId: first.firstExecutionRunId },
+        workflowTaskFinishEventId: eventId as never,
+        requestId: randomUUID(),
+        reason: `reset test: open ${order.orderId} to event ${eventId}`,
+      })) as temporal.api.workflowservice.v1.IResetWorkflowExecutionResponse;
+      resets++;
+      const handle = env.client.workflow.getHandle(workflowId, runId ?? undefined, { followRuns: false });
+      // A run reset to after the escalation waits for a person again: the operator retries.
+      const finished = await Promise.race([handle.result().then(() => true), new Promise<false>((r) => setTimeout(() => r(false), 3_000))]);
+      if (!finished) {
+        expect((await handle.query(stateQuery)).awaiting, `reset to event ${eventId}`).toBe('forward-step');
+        await handle.executeUpdate(resolveUpdate, { args: [{ action: 'retry' }] });
+      }
+      const result = (await handle.result()) as OrderResult;
+      expect(['COMPLETED', 'ALREADY_SETTLED'], `reset to event ${eventId}`).toContain(result.status);
+      const refunds = await db.query({ text: 'SELECT 1 FROM provider.refunds WHERE charge_key = $1', values: [`${order.orderId}:charge`] });
+      expect(refunds.rowCount, `reset to event ${eventId}`).toBe(0);
+      expect(await problems([order.orderId]), `reset to event ${eventId}`).toEqual([]);
+    }
+    process.stdout.write(`reset test (open order): ${resets} resets\n`);
+    expect(resets).toBeGreaterThanOrEqual(5);
   });
 });
