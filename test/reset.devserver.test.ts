@@ -83,6 +83,18 @@ async function firstRun(order: OrderInput, during?: (handle: Awaited<ReturnType<
   return { runId: handle.firstExecutionRunId, result: await handle.result() };
 }
 
+/** Resets a run to the end of one of its workflow tasks, as the Web UI's Reset does; returns the new run. */
+async function resetTo(workflowId: string, runId: string, eventId: number) {
+  const { runId: newRunId } = (await env.client.workflowService.resetWorkflowExecution({
+    namespace: 'default',
+    workflowExecution: { workflowId, runId },
+    workflowTaskFinishEventId: eventId as never, // an int64: protobufjs takes a number
+    requestId: randomUUID(),
+    reason: `reset test: ${workflowId} to event ${eventId}`,
+  })) as temporal.api.workflowservice.v1.IResetWorkflowExecutionResponse;
+  return env.client.workflow.getHandle<typeof orderSaga>(workflowId, newRunId ?? undefined, { followRuns: false });
+}
+
 /** Violations the checker finds for these orders, and shipments without a succeeded, unrefunded charge. */
 async function problems(orderIds: string[]): Promise<string[]> {
   const report = await checkInvariants(db, { deadlineMs: DAY, workflows: temporalLookup(env.client) });
@@ -136,15 +148,8 @@ describe('Reset (as the Web UI does it) of finished orders to every workflow tas
       const points = (history.events ?? []).filter((e) => e.eventType === WFT_COMPLETED).map((e) => Number(e.eventId));
       expect(points.length).toBeGreaterThanOrEqual(4);
       for (const eventId of points) {
-        const { runId } = (await env.client.workflowService.resetWorkflowExecution({
-          namespace: 'default',
-          workflowExecution: { workflowId, runId: run.runId },
-          workflowTaskFinishEventId: eventId as never, // an int64: protobufjs takes a number
-          requestId: randomUUID(),
-          reason: `reset test: ${run.order.orderId} to event ${eventId}`,
-        })) as temporal.api.workflowservice.v1.IResetWorkflowExecutionResponse;
+        const handle = await resetTo(workflowId, run.runId, eventId);
         resets++;
-        const handle = env.client.workflow.getHandle(workflowId, runId ?? undefined, { followRuns: false });
         const end = await Promise.race([
           handle.result().then(
             (r: OrderResult) => r.status,
@@ -181,15 +186,8 @@ describe('Reset (as the Web UI does it) of finished orders to every workflow tas
     const points = (history.events ?? []).filter((e) => e.eventType === WFT_COMPLETED).map((e) => Number(e.eventId));
     let resets = 0;
     for (const eventId of points) {
-      const { runId } = (await env.client.workflowService.resetWorkflowExecution({
-        namespace: 'default',
-        workflowExecution: { workflowId, runId: first.firstExecutionRunId },
-        workflowTaskFinishEventId: eventId as never,
-        requestId: randomUUID(),
-        reason: `reset test: open ${order.orderId} to event ${eventId}`,
-      })) as temporal.api.workflowservice.v1.IResetWorkflowExecutionResponse;
+      const handle = await resetTo(workflowId, first.firstExecutionRunId, eventId);
       resets++;
-      const handle = env.client.workflow.getHandle(workflowId, runId ?? undefined, { followRuns: false });
       // A run reset to after the escalation waits for a person again: the operator retries.
       const finished = await Promise.race([handle.result().then(() => true), new Promise<false>((r) => setTimeout(() => r(false), 3_000))]);
       if (!finished) {
