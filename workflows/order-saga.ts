@@ -644,7 +644,7 @@ export async function orderSaga(input: OrderInput, config: Partial<SagaConfig> =
       }
       if (failureType(err) === 'OrderSettled' && compensations.length === 0) throw err;
       const cancelled = isCancellation(err);
-      const reason = cancelled ? (cancelReason ?? (overdue ? 'saga deadline passed' : 'cancelled by a Temporal cancellation request')) : describe(err);
+      const reason = cancelled ? stopReason() : describe(err);
       const ahead = locked ? await CancellationScope.nonCancellable(() => catchUp(err)) : undefined;
       if (ahead !== 'forward') return backward(reason, cancelled || cancelReason !== undefined);
     }
