@@ -124,7 +124,11 @@ interface Out {
   err(line: string): void;
 }
 
-async function connect(cfg: AppConfig): Promise<Client> {
+/** The configuration, plus a Temporal client to reuse (a long-lived caller, such as the chaos soak's operators). */
+type CliConfig = AppConfig & { client?: Client };
+
+async function connect(cfg: CliConfig): Promise<Client> {
+  if (cfg.client) return cfg.client;
   try {
     const connection = await Connection.connect({ address: cfg.temporalAddress, connectTimeout: '5s' });
     return new Client({ connection, namespace: cfg.namespace });
@@ -498,7 +502,17 @@ async function load(args: string[], cfg: AppConfig, io: Out): Promise<number> {
   }
 }
 
-export async function runCli(argv: string[], cfg: AppConfig = readConfig(), io: Out = { out: (l) => process.stdout.write(`${l}\n`), err: (l) => process.stderr.write(`${l}\n`) }): Promise<number> {
+/**
+ * Runs one command; returns its exit code. `shared.client`: a Temporal client to use instead of
+ * connecting (callers that run many commands in one process).
+ */
+export async function runCli(
+  argv: string[],
+  config: AppConfig = readConfig(),
+  io: Out = { out: (l) => process.stdout.write(`${l}\n`), err: (l) => process.stderr.write(`${l}\n`) },
+  shared: { client?: Client } = {},
+): Promise<number> {
+  const cfg: CliConfig = { ...config, ...(shared.client ? { client: shared.client } : {}) };
   const [command, ...rest] = argv;
   try {
     switch (command) {

@@ -28,7 +28,7 @@ export interface OrderWorkers {
 export async function createOrderWorkers(
   cfg: AppConfig,
   connection: NativeConnection,
-  extra: { db?: Pool; workflowBundle?: { code: string }; lanes?: number; metrics?: InventoryMetrics } = {},
+  extra: { db?: Pool; workflowBundle?: { code: string } | { codePath: string }; lanes?: number; metrics?: InventoryMetrics } = {},
 ): Promise<OrderWorkers> {
   if (!cfg.databaseUrl && !extra.db) throw new Error('DATABASE_URL is required');
   const db = extra.db ?? createPool(cfg.databaseUrl!, { max: 20 });
@@ -94,7 +94,9 @@ async function main(): Promise<void> {
   const connection = await NativeConnection.connect({ address: cfg.temporalAddress });
   // As many lanes as the workflows hash SKUs over (DEFAULT_SAGA_CONFIG.inventoryLanes).
   const lanes = DEFAULT_SAGA_CONFIG.inventoryLanes;
-  const w = await createOrderWorkers(cfg, connection, { lanes });
+  // WORKFLOW_BUNDLE: a prebuilt workflow bundle (bundleWorkflowCode), so a restart does not bundle again.
+  const bundlePath = process.env.WORKFLOW_BUNDLE;
+  const w = await createOrderWorkers(cfg, connection, { lanes, ...(bundlePath ? { workflowBundle: { codePath: bundlePath } } : {}) });
   const server = await startMetricsServer(w.metrics, Number(process.env.WORKER_METRICS_PORT ?? 9465));
   const port = (server.address() as AddressInfo).port;
   process.stdout.write(

@@ -1,10 +1,11 @@
 /**
  * Run-time fault injection for the payment provider, set over its admin API. A rule applies to the
  * next `count` matching calls, or at a `rate`, or for `forMs` milliseconds; `keyPrefix` limits it to
- * idempotency keys that start with the prefix.
+ * idempotency keys that start with the prefix. A rule that matches a call is used up by it; the call
+ * counts as a fault only where the fault was applied (a call refused before, or replayed, is not).
  */
 
-export const FAULT_KINDS = ['lose-response-after-commit', 'fail-before-commit', 'delay', 'processing'] as const;
+export const FAULT_KINDS = ['lose-response-after-commit', 'fail-before-commit', 'delay', 'processing', 'outage'] as const;
 export type FaultKind = (typeof FAULT_KINDS)[number];
 export const FAULT_TARGETS = ['charges', 'refunds', 'inquiries'] as const;
 export type FaultTarget = (typeof FAULT_TARGETS)[number];
@@ -30,7 +31,13 @@ const DEFAULT_TARGET: Record<FaultKind, FaultTarget> = {
   'fail-before-commit': 'charges',
   delay: 'charges',
   processing: 'inquiries',
+  outage: 'charges',
 };
+
+/** Applied faults, per target and kind. */
+export type FaultCounts = Record<FaultTarget, Record<FaultKind, number>>;
+const zeroCounts = (): FaultCounts =>
+  Object.fromEntries(FAULT_TARGETS.map((t) => [t, Object.fromEntries(FAULT_KINDS.map((k) => [k, 0]))])) as FaultCounts;
 
 /** Validates an admin request; throws an Error naming the field. */
 export function parseFaultRequest(body: Record<string, unknown>): FaultRequest {
@@ -45,7 +52,6 @@ export function parseFaultRequest(body: Record<string, unknown>): FaultRequest {
   const target = (body.target ?? DEFAULT_TARGET[kind]) as FaultTarget;
   if (!FAULT_TARGETS.includes(target)) bad('target', `must be one of ${FAULT_TARGETS.join(', ')}`);
   if (kind === 'processing' && target !== 'inquiries') bad('target', 'processing applies to inquiries');
-  if (kind !== 'processing' && target === 'inquiries' && kind !== 'delay' && kind !== 'fail-before-commit') bad('target', `${kind} does not apply to inquiries`);
   const req: FaultRequest = { kind, target };
   const int = (v: unknown, field: string, min: number, max: number): number => {
     if (typeof v !== 'number' || !Number.isInteger(v) || v < min || v > max) bad(field, `must be a whole number from ${min} to ${max}`);
@@ -71,10 +77,23 @@ export function parseFaultRequest(body: Record<string, unknown>): FaultRequest {
   return req;
 }
 
+const inForce = (r: FaultRule, now: number): boolean => (r.remaining === undefined || r.remaining > 0) && (r.until === undefined || r.until > now);
+
 export class FaultBook {
   private rules: FaultRule[] = [];
   private nextId = 1;
-  readonly injected: Record<FaultKind, number> = { 'lose-response-after-commit': 0, 'fail-before-commit': 0, delay: 0, processing: 0 };
+  /** Faults applied, per target and kind. */
+  readonly applied: FaultCounts = zeroCounts();
+
+  /** Faults applied, per kind (all targets). */
+  get injected(): Record<FaultKind, number> {
+    return Object.fromEntries(FAULT_KINDS.map((k) => [k, FAULT_TARGETS.reduce((n, t) => n + this.applied[t][k], 0)])) as Record<FaultKind, number>;
+  }
+
+  /** Records a fault as applied: the caller has delayed, failed, or dropped the call. */
+  apply(target: FaultTarget, kind: FaultKind): void {
+    this.applied[target][kind]++;
+  }
 
   add(req: FaultRequest, now = Date.now()): FaultRule {
     const rule: FaultRule = {
@@ -96,22 +115,33 @@ export class FaultBook {
     this.rules = [];
   }
 
+  /** The rules in force: calls left, window not passed. */
   list(now = Date.now()): FaultRule[] {
-    this.rules = this.rules.filter((r) => (r.remaining === undefined || r.remaining > 0) && (r.until === undefined || r.until > now));
-    return this.rules;
+    return this.rules.filter((r) => inForce(r, now));
   }
 
-  /** The faults that fire for this call (at most one of each kind), counting them down. */
+  /**
+   * The faults that match this call (at most one of each kind), counting their rules down. They are
+   * not counted as applied here: the caller calls `apply` for each one it applies, and `release` for
+   * each one it did not (a call refused before it, or a replay), which gives the call back to the rule.
+   */
   take(target: FaultTarget, key: string, random: () => number = Math.random): Map<FaultKind, FaultRule> {
     const fired = new Map<FaultKind, FaultRule>();
-    for (const rule of this.list()) {
+    const now = Date.now();
+    this.rules = this.rules.filter((r) => r.until === undefined || r.until > now);
+    for (const rule of this.rules) {
+      if (!inForce(rule, now)) continue;
       if (rule.target !== target || fired.has(rule.kind)) continue;
       if (rule.keyPrefix && !key.startsWith(rule.keyPrefix)) continue;
       if (rule.rate < 1 && random() >= rule.rate) continue;
       if (rule.remaining !== undefined) rule.remaining--;
-      this.injected[rule.kind]++;
       fired.set(rule.kind, rule);
     }
     return fired;
+  }
+
+  /** Gives back a matched call the caller did not apply the fault to. */
+  release(rule: FaultRule): void {
+    if (rule.remaining !== undefined) rule.remaining++;
   }
 }

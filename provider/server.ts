@@ -18,7 +18,7 @@ import {
   type Refund,
   type RefundRequest,
 } from './api';
-import { FaultBook, parseFaultRequest, type FaultKind, type FaultRule } from './faults';
+import { FaultBook, parseFaultRequest, type FaultKind, type FaultRule, type FaultTarget } from './faults';
 
 /** Development defaults, for loopback use only. Set PROVIDER_API_KEY / PROVIDER_ADMIN_KEY anywhere else. */
 export const DEV_PROVIDER_API_KEY = 'dev-only-provider-key';
@@ -143,15 +143,62 @@ const chargeHttpStatus = (c: Charge): number => (c.status === 'failed' ? 402 : 2
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 /**
- * Applies the faults that fire before the work: a delay (for a charge, the delay comes later, while
- * it is `processing`), then maybe a 5xx with nothing written.
+ * The faults matched for one call. Each is counted (and logged as `fault applied`) only where it
+ * takes effect: a call refused before it, or a replay that never waits, does not count.
  */
-async function beforeWork(fired: Map<FaultKind, FaultRule>, delayHere = true): Promise<void> {
-  const delay = fired.get('delay');
-  if (delayHere && delay?.delayMs) await sleep(delay.delayMs);
-  if (fired.has('fail-before-commit')) {
-    throw new HttpError(503, { error: 'unavailable', message: 'injected fault: failed before commit, nothing written' });
-  }
+function callFaults(book: FaultBook, target: FaultTarget, key: string) {
+  const fired = book.take(target, key);
+  const done = new Set<FaultKind>();
+  const applied = (kind: FaultKind, fields: Record<string, unknown> = {}): void => {
+    done.add(kind);
+    book.apply(target, kind);
+    log('fault applied', { target, kind, key, ...fields });
+  };
+  return {
+    /** At the end of the call: the matched faults it did not apply go back to their rules. */
+    release(): void {
+      for (const [kind, rule] of fired) if (!done.has(kind)) book.release(rule);
+    },
+    /** An outage or a 5xx before any work; before them, a delay unless the work itself applies it. */
+    async before(delayHere = true): Promise<void> {
+      if (fired.has('outage')) {
+        applied('outage');
+        throw new HttpError(503, { error: 'unavailable', message: 'injected fault: provider outage, nothing written' });
+      }
+      const delay = fired.get('delay');
+      if (delayHere && delay?.delayMs) {
+        applied('delay', { delayMs: delay.delayMs });
+        await sleep(delay.delayMs);
+      }
+      if (fired.has('fail-before-commit')) {
+        applied('fail-before-commit');
+        throw new HttpError(503, { error: 'unavailable', message: 'injected fault: failed before commit, nothing written' });
+      }
+    },
+    /** A charge's delay: applied by createCharge, only when it inserted the charge and waits. */
+    chargeDelay(): { ms: number; applied: () => void } | undefined {
+      const delay = fired.get('delay');
+      return delay?.delayMs ? { ms: delay.delayMs, applied: () => applied('delay', { delayMs: delay.delayMs }) } : undefined;
+    },
+    processing(): boolean {
+      if (!fired.has('processing')) return false;
+      applied('processing');
+      return true;
+    },
+    /** The work is done; the caller never hears of it. Returns true when the response was lost. */
+    loseResponse(res: ServerResponse): boolean {
+      const rule = fired.get('lose-response-after-commit');
+      if (!rule) return false;
+      applied('lose-response-after-commit', { mode: rule.mode ?? 'drop' });
+      if (rule.mode === 'hang') {
+        const t = setTimeout(() => res.socket?.destroy(), 300_000);
+        res.once('close', () => clearTimeout(t));
+      } else {
+        res.socket?.destroy();
+      }
+      return true;
+    },
+  };
 }
 
 export function createProviderHandler(pool: Pool, faults: FaultBook = new FaultBook()) {
@@ -196,8 +243,8 @@ export function createProviderHandler(pool: Pool, faults: FaultBook = new FaultB
     return row && toCharge(row);
   }
 
-  /** `processingMs`: how long the charge stays `processing` (a slow gateway) before it is decided. */
-  async function createCharge(key: string, body: ChargeRequest, processingMs = 0): Promise<{ status: number; charge: Charge; replayed: boolean }> {
+  /** `delay`: how long a new charge stays `processing` (a slow gateway) before it is decided. */
+  async function createCharge(key: string, body: ChargeRequest, delay?: { ms: number; applied: () => void }): Promise<{ status: number; charge: Charge; replayed: boolean }> {
     const hash = sha256(JSON.stringify([body.amountCents, body.currency, body.paymentMethod, body.reference ?? null]));
     if (inFlight.has(key)) throw new HttpError(409, { error: 'request_in_flight', message: 'a request with this Idempotency-Key is in flight' });
     inFlight.add(key);
@@ -218,7 +265,10 @@ export function createProviderHandler(pool: Pool, faults: FaultBook = new FaultB
         const charge = toCharge(row);
         return { status: chargeHttpStatus(charge), charge, replayed: true };
       }
-      if (processingMs > 0) await sleep(processingMs); // meanwhile the same key gets 409, the inquiry `processing`
+      if (delay) {
+        delay.applied();
+        await sleep(delay.ms); // meanwhile the same key gets 409, the inquiry `processing`
+      }
       await decide(key);
     } finally {
       inFlight.delete(key);
@@ -271,18 +321,6 @@ export function createProviderHandler(pool: Pool, faults: FaultBook = new FaultB
   }
 
   return async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    /** The work is committed; the caller never hears of it. */
-    const loseResponse = (rule: FaultRule | undefined, key: string): boolean => {
-      if (!rule) return false;
-      log('fault', { kind: 'lose-response-after-commit', key, mode: rule.mode ?? 'drop' });
-      if (rule.mode === 'hang') {
-        const t = setTimeout(() => res.socket?.destroy(), 300_000);
-        res.once('close', () => clearTimeout(t));
-      } else {
-        res.socket?.destroy();
-      }
-      return true;
-    };
     const send = (status: number, body: unknown, headers: Record<string, string> = {}): void => {
       res.writeHead(status, { 'content-type': 'application/json', ...headers });
       res.end(JSON.stringify(body));
@@ -295,30 +333,43 @@ export function createProviderHandler(pool: Pool, faults: FaultBook = new FaultB
       if (req.method === 'POST' && url.pathname === '/v1/charges') {
         const key = idempotencyKey(req);
         const body = parseChargeRequest(await readJson(req));
-        const fired = faults.take('charges', key);
-        await beforeWork(fired, false);
-        const r = await createCharge(key, body, fired.get('delay')?.delayMs);
-        if (loseResponse(fired.get('lose-response-after-commit'), key)) return;
-        return send(r.status, r.charge, r.replayed ? { [REPLAY_HEADER]: 'true' } : {});
+        const f = callFaults(faults, 'charges', key);
+        try {
+          await f.before(false);
+          const r = await createCharge(key, body, f.chargeDelay());
+          if (f.loseResponse(res)) return;
+          return send(r.status, r.charge, r.replayed ? { [REPLAY_HEADER]: 'true' } : {});
+        } finally {
+          f.release();
+        }
       }
       if (req.method === 'GET' && chargeMatch) {
         const key = decodeURIComponent(chargeMatch[1]!);
-        const fired = faults.take('inquiries', key);
-        await beforeWork(fired);
-        if (fired.has('processing')) {
-          return send(200, { idempotencyKey: key, status: 'processing', amountCents: 0, currency: '', refundedCents: 0 } satisfies Charge);
+        const f = callFaults(faults, 'inquiries', key);
+        try {
+          await f.before();
+          if (f.processing()) {
+            return send(200, { idempotencyKey: key, status: 'processing', amountCents: 0, currency: '', refundedCents: 0 } satisfies Charge);
+          }
+          const charge = await getCharge(key);
+          if (f.loseResponse(res)) return;
+          return charge ? send(200, charge) : send(404, { error: 'not_found', message: 'no charge with that key' });
+        } finally {
+          f.release();
         }
-        const charge = await getCharge(key);
-        return charge ? send(200, charge) : send(404, { error: 'not_found', message: 'no charge with that key' });
       }
       if (req.method === 'POST' && url.pathname === '/v1/refunds') {
         const key = idempotencyKey(req);
         const body = parseRefundRequest(await readJson(req));
-        const fired = faults.take('refunds', key);
-        await beforeWork(fired);
-        const r = await createRefund(key, body);
-        if (loseResponse(fired.get('lose-response-after-commit'), key)) return;
-        return send(r.status, r.refund, r.replayed ? { [REPLAY_HEADER]: 'true' } : {});
+        const f = callFaults(faults, 'refunds', key);
+        try {
+          await f.before();
+          const r = await createRefund(key, body);
+          if (f.loseResponse(res)) return;
+          return send(r.status, r.refund, r.replayed ? { [REPLAY_HEADER]: 'true' } : {});
+        } finally {
+          f.release();
+        }
       }
       return send(404, { error: 'not_found', message: `${req.method} ${url.pathname} is not an endpoint` });
     } catch (err) {
@@ -345,11 +396,11 @@ export function createAdminHandler(faults: FaultBook, adminKey: string) {
       }
       const url = new URL(req.url ?? '/', 'http://provider-admin');
       if (url.pathname !== '/admin/faults') return send(404, { error: 'not_found', message: 'only /admin/faults' });
-      if (req.method === 'GET') return send(200, { rules: faults.list(), injected: faults.injected });
+      if (req.method === 'GET') return send(200, { rules: faults.list(), injected: faults.injected, applied: faults.applied });
       if (req.method === 'DELETE') {
         faults.clear();
         log('faults cleared');
-        return send(200, { rules: [], injected: faults.injected });
+        return send(200, { rules: [], injected: faults.injected, applied: faults.applied });
       }
       if (req.method === 'POST') {
         let rule: FaultRule;

@@ -1,34 +1,82 @@
 /**
- * `npm run chaos [-- --quick]`: the chaos soak. Brings up the real stack on loopback (Postgres, the
- * Temporal dev server, the provider, the worker as its own process), then places orders while:
- *   - the worker is killed with SIGKILL about every 10 s and restarted;
- *   - the provider loses the response after commit for 10 % of charges, answers 5xx before commit
- *     for 5 %, and answers slower than the worker's timeout for 5 %;
- *   - Postgres is restarted once, mid-run.
- * Then it waits for quiescence, runs the invariant checker and prints the summary.
- * Bounded: at most --orders orders (500; --quick 60) and --max-minutes of load (10; --quick 3).
+ * `npm run chaos [-- --quick]`: the chaos soak. Brings up the real stack on loopback (its own
+ * Postgres, the Temporal dev server, the provider, two worker processes), then places orders like
+ * real ones while:
+ *   - the provider fails charges, refunds and inquiries (lost response after commit, 5xx before
+ *     commit, slower than the worker's timeout, and `processing` for inquiries), has one outage
+ *     window in which every call fails, and for a few orders loses the charge's answer and then says
+ *     `processing` for a while (those sagas reach UNKNOWN_PAYMENT and a person);
+ *   - each worker process is SIGKILLed on its own schedule and restarted; Postgres is restarted once
+ *     and the provider once, each confirmed;
+ *   - people meddle, through client.ts and the Temporal client (scripts/chaos/people.ts): cancels at
+ *     chosen moments, Resets of open and closed runs, second starts of closed orders, and operators
+ *     who resolve every NEEDS_ATTENTION saga as the provider's ledger supports.
+ * Then it waits until every saga has closed, runs the invariant checker and a per-order audit
+ * against the provider's ledger, reads every run's history, and prints the summary. Exit code 0 only
+ * with 0 violations, every order terminal, and every fault kind and operator action exercised.
+ * Bounded: --orders (500; --quick 70) and --max-minutes of load (8; --quick 2), then at most 3
+ * minutes to settle.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
 import { chmodSync, mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { DefaultLogger, Runtime } from '@temporalio/worker';
-import { migrateAll } from '../db/migrate';
-import { createPool } from '../db/pool';
-import { ensurePostgres, type PostgresHandle } from '../db/postgres';
+import { chargeKeyFor } from '../domain/order';
 import { checkInvariants, formatReport, temporalLookup } from '../lib/invariants';
-import { progressBar, runLoad } from '../lib/load';
-import { startProviderProcess, stopProcess } from '../lib/processes';
-import { devServerExecutable } from '../lib/temporal-servers';
-import { createProviderAdmin } from '../provider/client';
-import { DEFAULT_SAGA_CONFIG } from '../workflows/order-saga';
-import { CustomerIdKey, NeedsAttentionKey, OrderStatusKey, TotalCentsKey } from '../workflows/search-attributes';
+import { percentile, progressBar } from '../lib/load';
+import { readConfig } from '../lib/config';
+import { FAULT_KINDS, FAULT_TARGETS, type FaultRequest } from '../provider/faults';
+import type { SagaConfig } from '../workflows/order-saga';
+import { auditOrders, readHistories } from './chaos/audit';
+import { LIMITED_SKU, makeOrders, MEDDLES, stockCatalogue, type ChaosOrder } from './chaos/orders';
+import { People } from './chaos/people';
+import { ChaosStack, sleep, type Restart } from './chaos/stack';
 
-const ROOT = path.resolve(__dirname, '..');
 const say = (s: string): void => void process.stdout.write(`[chaos] ${s}\n`);
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+/** Short timers, so that what takes hours in production (escalation, the deadline) happens within the soak. */
+const SAGA_CONFIG: Partial<SagaConfig> = {
+  deadlineMs: 120_000,
+  compensationRetryMaxMs: 5_000,
+  unknownEscalationMs: 6_000,
+  inquiryBaseMs: 1_000,
+  inquiryMaxMs: 4_000,
+  forwardRetryLimitMs: 15_000,
+};
+
+/** Every fault kind that applies to a target (the outage window is one, over all targets). */
+const APPLICABLE = FAULT_TARGETS.flatMap((target) =>
+  FAULT_KINDS.filter((kind) => kind !== 'outage' && (kind !== 'processing' || target === 'inquiries')).map((kind) => ({ target, kind })),
+);
+
+/** Every `1 in STUCK_EVERY` order: the charge's answer is lost, then the provider says `processing` for a while. */
+const STUCK_EVERY = 25;
+
+function faultRules(orders: ChaosOrder[], slowMs: number): FaultRequest[] {
+  const always = 86_400_000;
+  const rate: Record<string, Record<string, number>> = {
+    charges: { 'lose-response-after-commit': 0.1, 'fail-before-commit': 0.08, delay: 0.06 },
+    inquiries: { processing: 0.2, 'fail-before-commit': 0.1, delay: 0.05, 'lose-response-after-commit': 0.05 },
+    refunds: { 'lose-response-after-commit': 0.2, 'fail-before-commit': 0.2, delay: 0.1 },
+  };
+  const rules: FaultRequest[] = [];
+  for (const [target, kinds] of Object.entries(rate)) {
+    for (const [kind, r] of Object.entries(kinds)) {
+      const base = { kind, target, ...(kind === 'delay' ? { delayMs: slowMs } : {}) } as FaultRequest;
+      rules.push({ ...base, count: 2 }); // the first calls meet each fault for sure, then the rate
+      rules.push({ ...base, rate: r, forMs: always });
+    }
+  }
+  for (const [i, o] of orders.entries()) {
+    if (i % STUCK_EVERY !== STUCK_EVERY - 1) continue;
+    const keyPrefix = chargeKeyFor(o.input.orderId);
+    rules.push({ kind: 'lose-response-after-commit', target: 'charges', keyPrefix, count: 1 });
+    rules.push({ kind: 'processing', target: 'inquiries', keyPrefix, count: 6 });
+  }
+  return rules;
+}
 
 async function main(): Promise<number> {
   const { values } = parseArgs({
@@ -40,167 +88,177 @@ async function main(): Promise<number> {
   }
   Runtime.install({ logger: new DefaultLogger('ERROR') });
   const quick = !!values.quick;
-  const orders = Number(values.orders ?? (quick ? 60 : 500));
-  const maxMinutes = Number(values['max-minutes'] ?? (quick ? 3 : 10));
-  if (!Number.isInteger(orders) || orders < 1 || orders > 5000) throw new Error('--orders: a whole number from 1 to 5000');
-  const killEveryMs = quick ? 5_000 : 10_000;
+  const count = Number(values.orders ?? (quick ? 70 : 500));
+  const maxMinutes = Number(values['max-minutes'] ?? (quick ? 2 : 8));
+  if (!Number.isInteger(count) || count < 1 || count > 5000) throw new Error('--orders: a whole number from 1 to 5000');
+  if (!(maxMinutes > 0 && maxMinutes <= 60)) throw new Error('--max-minutes: a number from 1 to 60');
+  const killEveryMs = quick ? 6_000 : 10_000;
+  const outageMs = quick ? 10_000 : 12_000;
+  const concurrency = 20;
   const started = Date.now();
   const tmp = mkdtempSync(path.join(os.tmpdir(), 'order-saga-chaos-'));
   chmodSync(tmp, 0o755);
-  const pgOpts = { dataDir: path.join(tmp, 'pg'), port: 56000 + (process.pid % 900), database: 'chaos', persistent: true };
-  const faults = { workerKills: 0, postgresRestarts: 0 };
-  let pg: PostgresHandle | undefined;
-  let env: TestWorkflowEnvironment | undefined;
-  let provider: ChildProcess | undefined;
-  let worker: ChildProcess | undefined;
-  let stopKilling = false;
-  const taskQueue = 'chaos';
-  try {
-    say(`starting: Postgres, Temporal dev server, provider, worker (${orders} orders, SIGKILL every ${killEveryMs / 1000} s)`);
-    pg = await ensurePostgres(pgOpts, {});
-    const url = pg.url;
-    const setupDb = createPool(url, { max: 2 });
-    await migrateAll(setupDb);
-    await setupDb.end();
-    const executable = devServerExecutable();
-    env = await TestWorkflowEnvironment.createLocal({
-      server: { ...(executable ? { executable } : {}), ip: '127.0.0.1', searchAttributes: [OrderStatusKey, CustomerIdKey, NeedsAttentionKey, TotalCentsKey], log: { format: 'pretty', level: 'error' } },
+  const stack = new ChaosStack({ dataDir: path.join(tmp, 'pg'), port: 56000 + (process.pid % 900), database: 'chaos', persistent: true });
+  let people: People | undefined;
+  let cleaned: Promise<void> | undefined;
+  const cleanup = (): Promise<void> =>
+    (cleaned ??= (async () => {
+      people?.stop();
+      people?.close();
+      await stack.stop();
+      rmSync(tmp, { recursive: true, force: true });
+    })());
+  // Ctrl-C or a kill stops every process the soak started.
+  for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+    process.once(signal, () => {
+      say(`${signal}: stopping everything the soak started…`);
+      void cleanup().finally(() => process.exit(130));
     });
-    const adminKey = 'chaos-admin-key';
-    const prov = await startProviderProcess({ DATABASE_URL: url, PROVIDER_PORT: '0', PROVIDER_ADMIN_PORT: '0', PROVIDER_API_KEY: 'chaos-key', PROVIDER_ADMIN_KEY: adminKey });
-    provider = prov.child;
-    const admin = createProviderAdmin({ baseUrl: prov.adminUrl, adminKey });
-    const providerTimeoutMs = 2_000;
+  }
+  try {
+    say(`starting: Postgres, Temporal dev server, provider, 2 worker processes; ${count} orders, ${concurrency} in flight`);
+    await stack.start(2);
+    const tag = randomUUID().slice(0, 6);
+    const catalogue = await stockCatalogue(stack.db, tag, count);
+    const orders = makeOrders(count, tag, catalogue);
+    await stack.setFaults(faultRules(orders, stack.providerTimeoutMs + 500));
+    const cliCfg = readConfig({
+      TEMPORAL_ADDRESS: stack.env.address,
+      TASK_QUEUE: stack.taskQueue,
+      DATABASE_URL: stack.url,
+      PROVIDER_URL: stack.providerUrl,
+      PROVIDER_API_KEY: stack.apiKey,
+    });
+    people = new People(stack, cliCfg, SAGA_CONFIG);
+    const operators = people.operate();
+    const killing = stack.killWorkers(killEveryMs);
 
-    /** Starts the worker; resolves once it polls. Rejects with the tail of its stderr if it exits first. */
-    const startOnce = (): Promise<ChildProcess> =>
-      new Promise((resolve, reject) => {
-        // One process (node --import tsx), so SIGKILL reaches the worker itself.
-        const child = spawn(process.execPath, ['--import', 'tsx', path.join(ROOT, 'worker.ts')], {
-          cwd: ROOT,
-          env: {
-            ...process.env,
-            TEMPORAL_ADDRESS: env!.address,
-            TASK_QUEUE: taskQueue,
-            DATABASE_URL: url,
-            PROVIDER_URL: prov.url,
-            PROVIDER_API_KEY: 'chaos-key',
-            PROVIDER_TIMEOUT_MS: String(providerTimeoutMs),
-            WORKER_METRICS_PORT: '0',
-            TEMPORAL_METRICS_ADDRESS: 'off',
-          },
-          stdio: ['ignore', 'pipe', 'pipe'],
-        });
-        let out = '';
-        let err = '';
-        child.stderr!.on('data', (c: Buffer) => void (err = (err + c.toString()).slice(-4_000)));
-        child.stdout!.on('data', (c: Buffer) => {
-          out = (out + c.toString()).slice(-4_000); // the ready line may arrive split over chunks
-          if (out.includes('polling task queue')) resolve(child);
-        });
-        child.once('exit', (code, signal) => reject(new Error(`worker exited before it was ready (${code ?? signal}): ${err.trim().slice(-1_500)}`)));
-      });
-    /** A few tries: the worker may start while Postgres is restarting. */
-    const startWorker = async (): Promise<ChildProcess> => {
-      for (let attempt = 1; ; attempt++) {
+    // ---- The load, with the outage and the two restarts at fixed points of its progress ----------
+    const events: Promise<void>[] = [];
+    const outage: { at?: number; ms?: number } = {};
+    const at = (share: number, what: () => Promise<void>): (() => void) => {
+      let fired = false;
+      return () => {
+        if (fired || done < share * count) return;
+        fired = true;
+        events.push(what().catch((err: Error) => say(`event failed: ${err.message}`)));
+      };
+    };
+    const triggers = [
+      at(0.2, async () => {
+        outage.at = Date.now();
+        outage.ms = outageMs;
+        for (const target of FAULT_TARGETS) await stack.admin.set({ kind: 'outage', target, forMs: outageMs });
+      }),
+      at(0.45, async () => void (await stack.restartPostgres())),
+      at(0.7, async () => void (await stack.restartProvider())),
+    ];
+    const latencies: number[] = [];
+    const unsettled: string[] = [];
+    const errors: string[] = [];
+    let next = 0;
+    let done = 0;
+    const bar = progressBar();
+    const loadUntil = started + maxMinutes * 60_000;
+    const lane = async (): Promise<void> => {
+      while (next < orders.length && Date.now() < loadUntil) {
+        const o = orders[next++]!;
+        const t = Date.now();
         try {
-          return await startOnce();
+          if (await people!.drive(o, 3 * 60_000)) latencies.push(Date.now() - t);
+          else unsettled.push(o.input.orderId);
         } catch (err) {
-          if (attempt >= 5) throw err;
-          say(`worker did not start (try ${attempt}): ${(err as Error).message.split('\n')[0]}`);
-          await sleep(1_000 * attempt);
+          errors.push(`${o.input.orderId}: ${(err as Error).message}`);
         }
+        done++;
+        bar(done, orders.length);
+        for (const trigger of triggers) trigger();
       }
     };
-    worker = await startWorker();
-
-    await admin.set({ kind: 'lose-response-after-commit', target: 'charges', rate: 0.1, forMs: 86_400_000 });
-    await admin.set({ kind: 'fail-before-commit', target: 'charges', rate: 0.05, forMs: 86_400_000 });
-    await admin.set({ kind: 'delay', target: 'charges', rate: 0.05, delayMs: providerTimeoutMs + 500, forMs: 86_400_000 });
-
-    const killer = (async () => {
-      while (!stopKilling) {
-        await sleep(killEveryMs * (0.75 + Math.random() * 0.5));
-        if (stopKilling) break;
-        const w = worker!;
-        if (w.exitCode === null && w.signalCode === null) {
-          const exited = new Promise((r) => w.once('exit', r));
-          w.kill('SIGKILL');
-          await exited;
-          faults.workerKills++;
-        } else {
-          say(`the worker had exited by itself (${w.exitCode ?? w.signalCode}); restarting it`);
-        }
-        worker = await startWorker();
-      }
-    })();
-    // A worker that cannot be brought back ends the soak with an error, rather than a hang.
-    const killerFailed = killer.then(() => new Promise<never>(() => undefined));
-
-    const db = createPool(url, { max: 2 });
-    let restarted = false;
-    const bar = progressBar();
-    const load = runLoad(env.client, db, {
-      orders,
-      concurrency: 20,
-      hotSkus: 1,
-      hotShare: 0.3,
-      declineShare: 0.05,
-      taskQueue,
-      maxDurationMs: maxMinutes * 60_000,
-      resultTimeoutMs: 5 * 60_000,
-      onProgress: (done, total) => {
-        bar(done, total);
-        if (!restarted && done >= total / 2) {
-          restarted = true;
-          void (async () => {
-            await pg!.stop();
-            await sleep(1_000);
-            pg = await ensurePostgres(pgOpts, {});
-            faults.postgresRestarts++;
-          })();
-        }
-      },
-    });
-    const summary = await Promise.race([load, killerFailed]);
+    await Promise.race([Promise.all(Array.from({ length: concurrency }, lane)), killing]);
     bar.end();
-    stopKilling = true;
-    await killer;
-    await admin.clear();
+    await Promise.all(events);
+    const placed = orders.slice(0, next);
+    const loadSeconds = (Date.now() - started) / 1000;
+    await stack.stopKilling();
+    await stack.clearFaults();
 
-    say('load done; waiting for every saga to settle…');
-    const settleUntil = Date.now() + 5 * 60_000;
+    say('load done; waiting until every saga has closed (operators keep resolving)…');
+    const settleUntil = Date.now() + 3 * 60_000;
     let running = -1;
     while (Date.now() < settleUntil) {
-      running = (await env.client.workflow.count(`WorkflowType = 'orderSaga' AND ExecutionStatus = 'Running' AND NeedsAttention = false`)).count;
+      running = (await stack.env.client.workflow.count(`WorkflowType = 'orderSaga' AND ExecutionStatus = 'Running'`)).count;
       if (running === 0) break;
       await sleep(1_000);
     }
-    const attention = (await env.client.workflow.count(`WorkflowType = 'orderSaga' AND ExecutionStatus = 'Running' AND NeedsAttention = true`)).count;
-    const report = await checkInvariants(db, { deadlineMs: DEFAULT_SAGA_CONFIG.deadlineMs, workflows: temporalLookup(env.client) });
-    const injected = (await admin.list()).injected;
-    await db.end();
+    people.stop();
+    await operators;
 
+    const report = await checkInvariants(stack.db, { deadlineMs: SAGA_CONFIG.deadlineMs!, workflows: temporalLookup(stack.env.client) });
+    const audit = await auditOrders(stack.db, placed, people);
+    const historyBar = progressBar();
+    const facts = await readHistories(stack.env.client, new Set(placed.map((o) => o.input.orderId)), historyBar);
+    historyBar.end();
+    const reasons = await stack.db.query<{ reason: string; n: number }>({
+      text: `SELECT split_part(coalesce(reason, '-'), ':', 1) AS reason, count(*)::int AS n FROM orders
+             WHERE order_id = ANY($1::text[]) AND status <> 'COMPLETED' GROUP BY 1 ORDER BY 2 DESC LIMIT 8`,
+      values: [placed.map((o) => o.input.orderId)],
+    });
+
+    // ---- Coverage: what the soak promises to exercise --------------------------------------------
+    const missing: string[] = [];
+    for (const { target, kind } of APPLICABLE) if (!stack.applied.get(`${target} ${kind}`)) missing.push(`fault ${kind} on ${target}`);
+    if (!FAULT_TARGETS.some((t) => stack.applied.get(`${t} outage`))) missing.push('a call refused by the outage');
+    const mustAct = ['cancel', 'resolve charge-succeeded', 'resolve charge-failed', 'resolve retry', 'resolve mark-resolved', 'reset an open run',
+      'reset a closed run', 'start again, same input', 'start again, other input', 'place again (client.ts)'];
+    for (const a of mustAct) if (!people.actions.get(a)?.sent) missing.push(`operator action ${a}`);
+    if (!people.actions.get('cancel')?.accepted) missing.push('an accepted cancel');
+    if (!people.cancels.get('after the pivot')?.sent) missing.push('a cancel after the pivot');
+    if (stack.restarts.length < 2) missing.push('the Postgres and provider restarts');
+    const fullTargets = !quick && count >= 500;
+    if (fullTargets && facts.unknownPayment.size < 20) missing.push(`20 sagas in UNKNOWN_PAYMENT (${facts.unknownPayment.size})`);
+    if (fullTargets && facts.compensationsFaulted.size < 20) missing.push(`20 compensations meeting a fault (${facts.compensationsFaulted.size})`);
+
+    const violations = [...report.violations, ...audit.violations, ...people.violations];
+    const stillAttention = audit.notTerminal;
     const seconds = Math.round((Date.now() - started) / 1000);
+    const fmt = (m: Map<string, { sent: number; accepted: number; refused: number }>): string[] =>
+      [...m].map(([k, t]) => `  ${k.padEnd(30)} sent ${String(t.sent).padStart(4)}, accepted ${String(t.accepted).padStart(4)}, refused ${String(t.refused).padStart(4)}`);
+    const lines = placed.map((o) => o.input.items.length);
+    latencies.sort((a, b) => a - b);
+
     say('');
     say(`== chaos soak summary (${quick ? 'quick' : 'full'}) ==`);
-    say(`orders:     ${summary.placed} placed of ${orders}; statuses ${Object.entries(summary.statuses).map(([k, v]) => `${k} ${v}`).join(', ')}; client errors ${summary.errors}`);
-    say(`not completed, by reason: ${Object.entries(summary.reasons).map(([k, v]) => `${k} × ${v}`).join('; ') || '-'}`);
-    say(`throughput: ${summary.ordersPerSecond} orders/s; saga latency p50 ${summary.latencyMs.p50} ms, p99 ${summary.latencyMs.p99} ms`);
-    say(`faults:     worker SIGKILLs ${faults.workerKills}; Postgres restarts ${faults.postgresRestarts}; provider lost responses after commit ${injected['lose-response-after-commit']}, 5xx before commit ${injected['fail-before-commit']}, slower than the timeout ${injected.delay}`);
-    say(`settled:    ${running === 0 ? 'yes' : `no (${running} still running)`}; NEEDS_ATTENTION ${attention}`);
+    say(`orders:       ${placed.length} placed of ${count} (${concurrency} in flight); ${[1, 2, 3, 4, 5].map((n) => `${lines.filter((l) => l === n).length}×${n} line(s)`).join(', ')}; ` +
+      `${placed.filter((o) => o.input.items.some((i) => i.sku === LIMITED_SKU)).length} with ${LIMITED_SKU}; ${placed.filter((o) => o.input.paymentMethod === 'tok_declined').length} declined cards; ` +
+      `${new Set(placed.map((o) => o.input.customerId)).size} customers`);
+    say(`final status: ${Object.entries(audit.statuses).map(([k, v]) => `${k} ${v}`).join(', ')}`);
+    say(`not completed, by reason: ${reasons.rows.map((r) => `${r.reason} × ${r.n}`).join('; ') || '-'}`);
+    say(`throughput:   ${Math.round((placed.length / loadSeconds) * 10) / 10} orders/s over ${Math.round(loadSeconds)} s of load; per order (start to last run closed) p50 ${percentile(latencies, 50)} ms, p99 ${percentile(latencies, 99)} ms`);
+    say('faults applied by the provider (counted where applied, from its log, across its restart):');
+    for (const target of FAULT_TARGETS) {
+      say(`  ${target.padEnd(10)} ${FAULT_KINDS.filter((k) => k !== 'processing' || target === 'inquiries').map((k) => `${k} ${stack.applied.get(`${target} ${k}`) ?? 0}`).join(', ')}`);
+    }
+    say(`  outage window: ${outage.ms ? `${outage.ms / 1000} s from ${new Date(outage.at!).toISOString()}` : 'did not happen'}; stuck charges (answer lost, then processing): every ${STUCK_EVERY}th order`);
+    say(`worker faults: SIGKILLs per worker process ${stack.workerKills.join(' and ')} (each about every ${killEveryMs / 1000} s, restarted)`);
+    for (const r of stack.restarts as Restart[]) say(`  ${r.what} restarted in ${r.ms} ms, confirmed: ${r.evidence}`);
+    say(`saga log (${facts.runs} runs read): ${facts.unknownPayment.size} sagas reached UNKNOWN_PAYMENT; ${facts.compensationsFaulted.size} of ${facts.compensationsRun.size} compensations met a fault (in ${facts.compensatedUnderFault.size} orders)`);
+    say(`escalations:  ${people.escalated.size} orders met in NEEDS_ATTENTION by an operator; still not terminal at the end: ${stillAttention.length ? stillAttention.join(', ') : 'none'}`);
+    say('people in the loop (sent / accepted / refused):');
+    for (const l of fmt(people.actions)) say(l);
+    say('cancels by the moment they were sent:');
+    for (const l of fmt(people.cancels as Map<string, { sent: number; accepted: number; refused: number }>)) say(l);
+    say(`settled:      ${running === 0 ? 'every saga closed' : `no: ${running} still running`}${unsettled.length ? `; not closed within 3 min: ${unsettled.join(', ')}` : ''}`);
     for (const line of formatReport(report)) say(line);
-    say(`violations: ${report.violations.length}`);
-    say(`time:       ${seconds} s`);
-    for (const e of summary.firstErrors) say(`client error: ${e}`);
-    return report.violations.length === 0 && running === 0 && summary.errors === 0 ? 0 : 1;
+    for (const v of [...audit.violations, ...people.violations]) say(`  VIOLATION ${v.rule}: ${v.detail} [orders: ${v.orderIds.join(', ')}]`);
+    say(`coverage:     ${missing.length ? `MISSING ${missing.join('; ')}` : `every fault kind on every target, every operator action (${MEDDLES.length} meddles)`}`);
+    say(`violations:   ${violations.length}`);
+    say(`time:         ${seconds} s`);
+    for (const e of errors.slice(0, 5)) say(`driver error: ${e}`);
+    const ok = violations.length === 0 && running === 0 && stillAttention.length === 0 && unsettled.length === 0 && errors.length === 0 && missing.length === 0;
+    return ok ? 0 : 1;
   } finally {
-    stopKilling = true;
-    await stopProcess(worker, 'SIGTERM');
-    await stopProcess(provider);
-    await env?.teardown();
-    await pg?.stop();
-    rmSync(tmp, { recursive: true, force: true });
+    await cleanup();
   }
 }
 

@@ -44,6 +44,8 @@ export interface SagaConfig {
   forwardRetryLimitMs: number;
   /** How many serial inventory lanes the worker runs (SKUs hash over them). */
   inventoryLanes: number;
+  /** The longest wait between two tries of a compensation (they retry until they succeed). */
+  compensationRetryMaxMs: number;
 }
 
 const HOUR = 3_600_000;
@@ -54,6 +56,7 @@ export const DEFAULT_SAGA_CONFIG: SagaConfig = {
   inquiryMaxMs: 15 * 60_000,
   forwardRetryLimitMs: 3 * 24 * HOUR,
   inventoryLanes: 2,
+  compensationRetryMaxMs: 5 * 60_000,
 };
 
 /** Checks the `config` argument as strictly as the order: known keys, whole positive numbers. */
@@ -123,10 +126,10 @@ const laneOpts: ActivityOptions = {
   retry: { initialInterval: '1s', backoffCoefficient: 2, maximumInterval: '30s', nonRetryableErrorTypes: NON_RETRYABLE },
 };
 /** Compensations retry until they succeed; only a non-retryable failure stops them. */
-const compensationOpts: ActivityOptions = {
+const compensationOpts = (maxIntervalMs: number): ActivityOptions => ({
   startToCloseTimeout: '15s',
-  retry: { initialInterval: '1s', backoffCoefficient: 2, maximumInterval: '5m', nonRetryableErrorTypes: NON_RETRYABLE },
-};
+  retry: { initialInterval: '1s', backoffCoefficient: 2, maximumInterval: maxIntervalMs, nonRetryableErrorTypes: NON_RETRYABLE },
+});
 /** Status bookkeeping retries without limit: it must not be the reason a saga stops. */
 const statusOpts: ActivityOptions = {
   startToCloseTimeout: '10s',
@@ -235,6 +238,8 @@ export async function orderSaga(input: OrderInput, config: Partial<SagaConfig> =
   };
   const compensations: { name: string; run: () => Promise<unknown> }[] = [];
   let pivotStarted = false;
+  /** Backward recovery has begun, for this reason: the order will end FAILED or CANCELLED whatever comes. */
+  let unwinding: string | undefined;
   let cancelReason: string | undefined;
   let overdue = false;
   let resolution: { action: ResolveAction; note?: string } | undefined;
@@ -256,6 +261,7 @@ export async function orderSaga(input: OrderInput, config: Partial<SagaConfig> =
         if (pivotStarted) throw new Error(`order ${orderId} has reached the shipment (the pivot); it can only move forward`);
         if (isFinal(state.status)) throw new Error(`order ${orderId} is already ${state.status}`);
         if (cancelReason !== undefined) throw new Error(`order ${orderId} is already being cancelled`);
+        if (unwinding !== undefined) throw new Error(`order ${orderId} is already being compensated (${unwinding}); there is nothing left to cancel`);
       },
     },
   );
@@ -525,6 +531,7 @@ export async function orderSaga(input: OrderInput, config: Partial<SagaConfig> =
   /** Backward recovery: compensate LIFO, then end FAILED or CANCELLED with the reason. */
   function backward(reason: string, cancelled: boolean): Promise<OrderResult> {
     log.warn('saga failed before the pivot; compensating', { orderId, reason });
+    unwinding = reason;
     return CancellationScope.nonCancellable(async () => {
       await compensate(reason);
       await setStatus(cancelled ? 'CANCELLED' : 'FAILED', reason);
@@ -604,7 +611,7 @@ export async function orderSaga(input: OrderInput, config: Partial<SagaConfig> =
     const registerRefund = (): void => {
       compensations.push({
         name: 'refundPayment',
-        run: () => act(compensationOpts, 'refundPayment', `compensate: refund ${orderId}:charge (key ${orderId}:charge:refund)`, { orderId }),
+        run: () => act(compensationOpts(cfg.compensationRetryMaxMs), 'refundPayment', `compensate: refund ${orderId}:charge (key ${orderId}:charge:refund)`, { orderId }),
       });
       state.compensations.push('refundPayment');
     };
@@ -619,7 +626,7 @@ export async function orderSaga(input: OrderInput, config: Partial<SagaConfig> =
         if (locked && created?.outcome === 'owned') mirror(created.status); // an open order this run took over
         compensations.push({
           name: 'releaseInventory',
-          run: () => act(compensationOpts, 'releaseInventory', `compensate: release ${lines}`, { orderId }),
+          run: () => act(compensationOpts(cfg.compensationRetryMaxMs), 'releaseInventory', `compensate: release ${lines}`, { orderId }),
         });
         state.compensations.push('releaseInventory');
         // Under the lock, the refund is registered before the reservation too: a run that meets an

@@ -1,0 +1,139 @@
+/**
+ * After the soak: a per-order audit against the provider's ledger (every order's final money and
+ * stock are what its status says, and what was placed), and a read of every run's history (the saga
+ * log) for what the sagas went through: UNKNOWN_PAYMENT, and compensations that met a fault.
+ */
+import type { Client } from '@temporalio/client';
+import { temporal } from '@temporalio/proto';
+import type { Pool } from 'pg';
+import { orderTotalCents, TERMINAL_STATUSES, type OrderStatus } from '../../domain/order';
+import type { ChaosOrder } from './orders';
+import type { PeopleViolation } from './people';
+
+interface AuditRow {
+  order_id: string;
+  status: OrderStatus;
+  total_cents: string;
+  customer_id: string;
+  payment_method: string;
+  items: { sku: string; qty: number }[];
+  charge_status: string | null;
+  charge_amount: string | null;
+  refunded: string;
+  refunds: number;
+  held: { sku: string; qty: number }[];
+  sold: { sku: string; qty: number }[];
+  shipped: boolean;
+}
+
+/** Every order's end, checked on its own: money and goods as its status says, contents as placed. */
+export async function auditOrders(
+  db: Pool,
+  orders: ChaosOrder[],
+  expect: { cancelAccepted: Set<string> },
+): Promise<{ violations: PeopleViolation[]; statuses: Record<string, number>; notTerminal: string[] }> {
+  const { rows } = await db.query<AuditRow>({
+    text: `SELECT o.order_id, o.status, o.total_cents, o.customer_id, o.payment_method, o.items,
+                  c.status AS charge_status, c.amount_cents AS charge_amount,
+                  COALESCE((SELECT sum(r.amount_cents) FROM provider.refunds r WHERE r.charge_key = c.idempotency_key), 0) AS refunded,
+                  (SELECT count(*)::int FROM provider.refunds r WHERE r.charge_key = o.order_id || ':charge') AS refunds,
+                  COALESCE((SELECT json_agg(json_build_object('sku', sku, 'qty', qty)) FROM reservations WHERE order_id = o.order_id AND status = 'HELD'), '[]') AS held,
+                  COALESCE((SELECT json_agg(json_build_object('sku', sku, 'qty', qty)) FROM reservations WHERE order_id = o.order_id AND status = 'SOLD'), '[]') AS sold,
+                  EXISTS (SELECT 1 FROM shipments s WHERE s.order_id = o.order_id) AS shipped
+           FROM orders o LEFT JOIN provider.charges c ON c.idempotency_key = o.order_id || ':charge'
+           WHERE o.order_id = ANY($1::text[])`,
+    values: [orders.map((o) => o.input.orderId)],
+  });
+  const byId = new Map(rows.map((r) => [r.order_id, r]));
+  const violations: PeopleViolation[] = [];
+  const statuses: Record<string, number> = {};
+  const notTerminal: string[] = [];
+  const bad = (rule: string, id: string, detail: string): void => void violations.push({ rule, orderIds: [id], detail });
+  const lines = (l: { sku: string; qty: number }[]): string => JSON.stringify([...l].sort((a, b) => (a.sku < b.sku ? -1 : 1)).map((i) => [i.sku, i.qty]));
+  for (const o of orders) {
+    const id = o.input.orderId;
+    const row = byId.get(id);
+    if (!row) {
+      bad('every placed order has its row', id, 'no order row (every chaos order is valid)');
+      continue;
+    }
+    statuses[row.status] = (statuses[row.status] ?? 0) + 1;
+    if (!TERMINAL_STATUSES.includes(row.status)) notTerminal.push(id);
+    const total = orderTotalCents(o.input);
+    if (Number(row.total_cents) !== total || lines(row.items) !== lines(o.input.items) || row.payment_method !== o.input.paymentMethod) {
+      bad('the order row says what was placed', id, `row total ${row.total_cents}, lines ${lines(row.items)}, card ${row.payment_method}; placed ${total}, ${lines(o.input.items)}, ${o.input.paymentMethod}`);
+    }
+    const charged = row.charge_status === 'succeeded' ? Number(row.charge_amount) : 0;
+    const kept = charged - Number(row.refunded);
+    if (row.status === 'COMPLETED' || row.status === 'SHIPPED') {
+      if (charged !== total || Number(row.refunded) !== 0) bad('a shipped order is paid once, in full', id, `${row.status}: charged ${charged}, refunded ${row.refunded}, total ${total}`);
+      if (lines(row.sold) !== lines(o.input.items) || row.held.length > 0 || !row.shipped) {
+        bad('a shipped order sold exactly its lines', id, `${row.status}: sold ${lines(row.sold)}, held ${lines(row.held)}, shipment ${row.shipped}`);
+      }
+      if (o.input.paymentMethod === 'tok_declined') bad('a declined card never ships', id, `${row.status} with a declined card`);
+    }
+    if (row.status === 'FAILED' || row.status === 'CANCELLED') {
+      if (kept !== 0 || row.refunds > 1) bad('a failed order keeps no money', id, `${row.status}: charged ${charged}, refunded ${row.refunded} in ${row.refunds} refund(s)`);
+      if (row.held.length > 0 || row.sold.length > 0 || row.shipped) bad('a failed order holds no stock', id, `${row.status}: held ${lines(row.held)}, sold ${lines(row.sold)}, shipment ${row.shipped}`);
+    }
+    if (expect.cancelAccepted.has(id) && row.status !== 'CANCELLED') bad('an accepted cancel ends CANCELLED', id, `cancel accepted, order ${row.status}`);
+  }
+  return { violations, statuses, notTerminal };
+}
+
+const T = temporal.api.enums.v1.EventType;
+const COMPENSATIONS = new Set(['refundPayment', 'releaseInventory']);
+
+/** What the saga log (every run of every order) shows. */
+export interface HistoryFacts {
+  runs: number;
+  /** Orders whose saga wrote UNKNOWN_PAYMENT. */
+  unknownPayment: Set<string>;
+  /** Compensations (order and activity) that met a fault: an attempt failed or timed out, or it escalated. */
+  compensationsFaulted: Set<string>;
+  compensationsRun: Set<string>;
+  /** Orders with a compensation that met a fault. */
+  compensatedUnderFault: Set<string>;
+}
+
+export async function readHistories(client: Client, orderIds: Set<string>, onProgress?: (done: number, total: number) => void): Promise<HistoryFacts> {
+  const facts: HistoryFacts = { runs: 0, unknownPayment: new Set(), compensationsFaulted: new Set(), compensationsRun: new Set(), compensatedUnderFault: new Set() };
+  const runs: { workflowId: string; runId: string }[] = [];
+  for await (const wf of client.workflow.list({ query: `WorkflowType = 'orderSaga'` })) {
+    if (orderIds.has(wf.workflowId.replace(/^order:/, ''))) runs.push({ workflowId: wf.workflowId, runId: wf.runId });
+  }
+  facts.runs = runs.length;
+  let done = 0;
+  const one = async (): Promise<void> => {
+    for (let run = runs.shift(); run; run = runs.shift()) {
+      const orderId = run.workflowId.replace(/^order:/, '');
+      const history = await client.workflow.getHandle(run.workflowId, run.runId).fetchHistory();
+      const compensation = new Map<number, string>(); // scheduled event id → `order/activity id`
+      for (const e of history.events ?? []) {
+        const sched = e.activityTaskScheduledEventAttributes;
+        if (e.eventType === T.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED && sched) {
+          const name = sched.activityType?.name ?? '';
+          if (COMPENSATIONS.has(name)) {
+            // A Reset copies the events before its point: the same compensation is counted once.
+            compensation.set(Number(e.eventId), `${orderId}/${sched.activityId}`);
+            facts.compensationsRun.add(`${orderId}/${sched.activityId}`);
+          }
+          if (name === 'setOrderStatus') {
+            const input = Buffer.from(sched.input?.payloads?.[0]?.data ?? []).toString('utf8');
+            if (input.includes('"status":"UNKNOWN_PAYMENT"')) facts.unknownPayment.add(orderId);
+          }
+        }
+        const started = e.activityTaskStartedEventAttributes;
+        const failed = e.activityTaskFailedEventAttributes ?? e.activityTaskTimedOutEventAttributes;
+        const comp = compensation.get(Number((started ?? failed)?.scheduledEventId ?? -1));
+        if (comp && (failed || (started?.attempt ?? 1) > 1)) {
+          facts.compensationsFaulted.add(comp);
+          facts.compensatedUnderFault.add(orderId);
+        }
+      }
+      onProgress?.(++done, facts.runs);
+    }
+  };
+  await Promise.all(Array.from({ length: 8 }, one));
+  return facts;
+}

@@ -1,0 +1,365 @@
+/**
+ * The people in the chaos soak's loop, each through the interface a person has:
+ *   - customers and support cancel with `client.ts cancel`, at chosen moments;
+ *   - operators resolve every NEEDS_ATTENTION saga with `client.ts resolve`, choosing the action the
+ *     provider's ledger supports (and, now and then, first the one it does not: it must be refused);
+ *     a refund an operator makes by hand goes through the provider's API with the saga's own key;
+ *   - someone presses the Web UI's Reset (the same ResetWorkflowExecution call) on open and closed runs;
+ *   - someone starts a closed order's workflow ID again (as `temporal workflow start` would), with the
+ *     same input and with other input, and places the same order file again with `client.ts place`.
+ * Each action is counted as sent, accepted or refused; an outcome that breaks a promise is recorded
+ * as a violation with its order ID.
+ */
+import { randomUUID } from 'node:crypto';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { WorkflowFailedError, WorkflowNotFoundError, type Client } from '@temporalio/client';
+import { WorkflowIdReusePolicy } from '@temporalio/common';
+import { temporal } from '@temporalio/proto';
+import { runCli } from '../../client';
+import { chargeKeyFor, refundKeyFor, workflowIdFor, type OrderInput, type OrderResult } from '../../domain/order';
+import type { AppConfig } from '../../lib/config';
+import { createProviderClient } from '../../provider/client';
+import type { SagaConfig } from '../../workflows/order-saga';
+import type { SagaState } from '../../workflows/messages';
+import { unit, type ChaosOrder } from './orders';
+import { sleep, type ChaosStack } from './stack';
+
+export interface Tally {
+  sent: number;
+  accepted: number;
+  refused: number;
+}
+
+export interface PeopleViolation {
+  rule: string;
+  orderIds: string[];
+  detail: string;
+}
+
+type CancelMoment = 'before the charge' | 'during the charge' | 'after the charge' | 'after the pivot' | 'during compensation' | 'after the end';
+
+const WFT_COMPLETED = temporal.api.enums.v1.EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED;
+
+export class People {
+  readonly actions = new Map<string, Tally>();
+  readonly cancels = new Map<CancelMoment, Tally>();
+  readonly violations: PeopleViolation[] = [];
+  /** Orders whose cancel was accepted: they must end CANCELLED. */
+  readonly cancelAccepted = new Set<string>();
+  /** Orders that were reset or started again (their last run is not the first). */
+  readonly meddled = new Set<string>();
+  /** Orders found in NEEDS_ATTENTION by an operator. */
+  readonly escalated = new Set<string>();
+  private readonly handling = new Set<string>();
+  private readonly wrongTried = new Set<string>();
+  private readonly tmp = mkdtempSync(path.join(os.tmpdir(), 'order-saga-chaos-orders-'));
+  private stopped = false;
+
+  constructor(
+    private readonly stack: ChaosStack,
+    private readonly cliCfg: AppConfig,
+    private readonly sagaConfig: Partial<SagaConfig>,
+  ) {}
+
+  private get client(): Client {
+    return this.stack.env.client;
+  }
+
+  private count(action: string, outcome: 'sent' | 'accepted' | 'refused', into: Map<string, Tally> = this.actions): void {
+    const t = into.get(action) ?? { sent: 0, accepted: 0, refused: 0 };
+    t[outcome]++;
+    into.set(action, t);
+  }
+
+  private violation(rule: string, orderId: string, detail: string): void {
+    this.violations.push({ rule, orderIds: [orderId], detail });
+  }
+
+  /** One `client.ts` command, in this process, with the soak's Temporal client. */
+  private async cli(args: string[]): Promise<{ code: number; out: string; err: string }> {
+    const out: string[] = [];
+    const err: string[] = [];
+    const code = await runCli(args, this.cliCfg, { out: (l) => out.push(l), err: (l) => err.push(l) }, { client: this.client });
+    return { code, out: out.join('\n'), err: err.join('\n') };
+  }
+
+  private async state(orderId: string): Promise<SagaState | undefined> {
+    const r = await this.cli(['status', orderId, '--json']);
+    return r.code === 0 ? (JSON.parse(r.out) as SagaState) : undefined;
+  }
+
+  private async running(workflowId: string): Promise<boolean> {
+    try {
+      return (await this.client.workflow.getHandle(workflowId).describe()).status.name === 'RUNNING';
+    } catch (err) {
+      if (err instanceof WorkflowNotFoundError) return false;
+      throw err;
+    }
+  }
+
+  /** Waits until the order's latest run has closed (a run a Reset replaced is followed to the new one). */
+  private async closed(workflowId: string, limitMs: number): Promise<boolean> {
+    const until = Date.now() + limitMs;
+    while (Date.now() < until) {
+      const handle = this.client.workflow.getHandle(workflowId);
+      try {
+        await Promise.race([handle.result(), sleep(Math.max(1, until - Date.now()))]);
+      } catch (err) {
+        if (!(err instanceof WorkflowFailedError)) throw err;
+      }
+      if (!(await this.running(workflowId))) return true;
+    }
+    return false;
+  }
+
+  private start(input: OrderInput, reuse = false) {
+    return this.client.workflow.start('orderSaga', {
+      taskQueue: this.stack.taskQueue,
+      workflowId: workflowIdFor(input.orderId),
+      args: [input, this.sagaConfig],
+      ...(reuse ? { workflowIdReusePolicy: WorkflowIdReusePolicy.ALLOW_DUPLICATE } : {}),
+    });
+  }
+
+  /**
+   * One order's life: it is placed, the person (if any) meddles, and it runs until its latest run
+   * closes. Returns false if it did not close within `limitMs`.
+   */
+  async drive(o: ChaosOrder, limitMs: number): Promise<boolean> {
+    const { input, meddle } = o;
+    const id = input.orderId;
+    const wid = workflowIdFor(id);
+    await this.start(input);
+    if (meddle.startsWith('cancel-')) await this.cancel(o);
+    if (meddle === 'reset-open') {
+      await sleep(300 + o.when * 3_000);
+      await this.reset(id, (await this.running(wid)) ? 'reset an open run' : 'reset a closed run');
+    }
+    if (!(await this.closed(wid, limitMs))) return false;
+    if (meddle === 'reset-closed') {
+      await this.reset(id, 'reset a closed run');
+      if (!(await this.closed(wid, limitMs))) return false;
+    }
+    if (meddle === 'start-again-same' || meddle === 'start-again-other') {
+      const other = meddle === 'start-again-other';
+      const again: OrderInput = other ? { ...input, items: input.items.map((it, i) => (i === 0 ? { ...it, qty: it.qty + 1 } : it)) } : input;
+      await this.startAgain(again, other ? 'start again, other input' : 'start again, same input', limitMs);
+    }
+    if (meddle === 'place-again') await this.placeAgain(input);
+    return true;
+  }
+
+  private async cancel(o: ChaosOrder): Promise<void> {
+    const id = o.input.orderId;
+    const moment = (s: SagaState | undefined): CancelMoment => {
+      if (!s || ['COMPLETED', 'FAILED', 'CANCELLED'].includes(s.status)) return 'after the end';
+      if (s.step.startsWith('compensate')) return 'during compensation';
+      if (s.pivotPassed || s.step === 'createShipment' || s.step === 'sendConfirmation') return 'after the pivot';
+      if (s.stepsDone.includes('chargePayment')) return 'after the charge';
+      if (s.step === 'chargePayment') return 'during the charge';
+      return 'before the charge';
+    };
+    const want: Record<string, (m: CancelMoment) => boolean> = {
+      'cancel-in-charge': (m) => m !== 'before the charge',
+      'cancel-after-charge': (m) => m !== 'before the charge' && m !== 'during the charge',
+      'cancel-after-pivot': (m) => m === 'after the pivot' || m === 'after the end' || m === 'during compensation',
+    };
+    let seen: SagaState | undefined;
+    if (o.meddle === 'cancel-early') {
+      await sleep(o.when * 2_500);
+      seen = await this.state(id);
+    } else {
+      // Watch the saga (as a person refreshing the Web UI) until the moment comes, for at most 20 s.
+      for (const until = Date.now() + 20_000; Date.now() < until; await sleep(150)) {
+        seen = await this.state(id);
+        if (want[o.meddle]!(moment(seen))) break;
+      }
+    }
+    const at = moment(seen);
+    this.count('cancel', 'sent');
+    this.count(at, 'sent', this.cancels);
+    const r = await this.cli(['cancel', id, '--reason', `chaos: the customer cancelled (${at})`]);
+    if (r.code === 0) {
+      this.count('cancel', 'accepted');
+      this.count(at, 'accepted', this.cancels);
+      this.cancelAccepted.add(id);
+    } else {
+      this.count('cancel', 'refused');
+      this.count(at, 'refused', this.cancels);
+      if (!/refused/.test(r.err)) this.violation('a cancel gets an answer', id, `cancel failed without a refusal: ${r.err}`);
+    }
+  }
+
+  /** The Web UI's Reset: to a random completed workflow task of the latest run. */
+  private async reset(orderId: string, action: string): Promise<void> {
+    const wid = workflowIdFor(orderId);
+    const handle = this.client.workflow.getHandle(wid);
+    const { runId } = await handle.describe();
+    const history = await this.client.workflow.getHandle(wid, runId).fetchHistory();
+    const points = (history.events ?? []).filter((e) => e.eventType === WFT_COMPLETED).map((e) => Number(e.eventId));
+    this.count(action, 'sent');
+    this.meddled.add(orderId);
+    if (points.length === 0) return this.count(action, 'refused');
+    const eventId = points[Math.floor(Math.random() * points.length)]!;
+    try {
+      await this.client.workflowService.resetWorkflowExecution({
+        namespace: this.client.options.namespace,
+        workflowExecution: { workflowId: wid, runId },
+        workflowTaskFinishEventId: eventId as never, // an int64: protobufjs takes a number
+        requestId: randomUUID(),
+        reason: `chaos: ${action} to event ${eventId}`,
+      });
+      this.count(action, 'accepted');
+    } catch {
+      this.count(action, 'refused');
+    }
+  }
+
+  /** A second start of a closed order: it must end ALREADY_SETTLED (or be refused) and change nothing. */
+  private async startAgain(input: OrderInput, action: string, limitMs: number): Promise<void> {
+    this.count(action, 'sent');
+    this.meddled.add(input.orderId);
+    const handle = await this.start(input, true);
+    let outcome: string;
+    try {
+      const r = (await Promise.race([handle.result(), sleep(limitMs).then(() => undefined)])) as OrderResult | undefined;
+      outcome = r?.status ?? 'still running';
+    } catch (err) {
+      const types: string[] = [];
+      for (let e: unknown = err; e instanceof Error; e = (e as { cause?: unknown }).cause) types.push((e as { type?: string }).type ?? e.name);
+      outcome = types.includes('OrderMismatch') || types.includes('InvalidOrder') ? 'refused' : `failed (${types.join(' ← ')})`;
+    }
+    if (outcome === 'ALREADY_SETTLED' || outcome === 'refused') return this.count(action, 'refused');
+    this.count(action, 'accepted');
+    this.violation('a closed order started again changes nothing', input.orderId, `${action}: the new run ended ${outcome}, not ALREADY_SETTLED`);
+  }
+
+  /** `client.ts place` of the same order file again: exit code 3, nothing started. */
+  private async placeAgain(input: OrderInput): Promise<void> {
+    const file = path.join(this.tmp, `${input.orderId}.json`);
+    writeFileSync(file, JSON.stringify(input));
+    this.count('place again (client.ts)', 'sent');
+    const r = await this.cli(['place', '--file', file, '--json']);
+    if (r.code === 3) return this.count('place again (client.ts)', 'refused');
+    this.count('place again (client.ts)', 'accepted');
+    this.violation('a duplicate order ID gets exit code 3', input.orderId, `client.ts place exited ${r.code}: ${r.out || r.err}`);
+  }
+
+  // ---- Operators ---------------------------------------------------------------------------------
+
+  /** Resolves NEEDS_ATTENTION sagas until stop(); each order is handled by one operator at a time. */
+  async operate(): Promise<void> {
+    while (!this.stopped) {
+      try {
+        const query = `WorkflowType = 'orderSaga' AND ExecutionStatus = 'Running' AND NeedsAttention = true`;
+        for await (const wf of this.client.workflow.list({ query })) {
+          const orderId = wf.workflowId.replace(/^order:/, '');
+          if (this.handling.has(orderId)) continue;
+          this.handling.add(orderId);
+          // A failure (Postgres restarting, say) only means this operator looks again next round.
+          void this.handle(orderId)
+            .catch(() => undefined)
+            .finally(() => this.handling.delete(orderId));
+        }
+      } catch {
+        // visibility unreachable for a moment: look again
+      }
+      await sleep(1_000);
+    }
+    while (this.handling.size > 0) await sleep(100);
+  }
+
+  stop(): void {
+    this.stopped = true;
+  }
+
+  close(): void {
+    rmSync(this.tmp, { recursive: true, force: true });
+  }
+
+  /** What the provider's ledger (its dashboard, for a person) says of the order's charge. */
+  private async ledger(orderId: string): Promise<{ status: string; amountCents: number; refundedCents: number }> {
+    const { rows } = await this.stack.db.query<{ status: string; amount_cents: string; refunded: string }>({
+      text: `SELECT c.status, c.amount_cents, COALESCE((SELECT sum(r.amount_cents) FROM provider.refunds r WHERE r.charge_key = c.idempotency_key), 0) AS refunded
+             FROM provider.charges c WHERE c.idempotency_key = $1`,
+      values: [chargeKeyFor(orderId)],
+    });
+    const r = rows[0];
+    return r ? { status: r.status, amountCents: Number(r.amount_cents), refundedCents: Number(r.refunded) } : { status: 'not_found', amountCents: 0, refundedCents: 0 };
+  }
+
+  private async resolve(orderId: string, action: string, note: string, label = ''): Promise<boolean> {
+    const name = `resolve ${action}${label}`;
+    this.count(name, 'sent');
+    const r = await this.cli(['resolve', orderId, '--action', action, '--note', note]);
+    this.count(name, r.code === 0 ? 'accepted' : 'refused');
+    if (r.code !== 0) await sleep(3_000); // read the refusal, wait a little, look again
+    return r.code === 0;
+  }
+
+  private async handle(orderId: string): Promise<void> {
+    let s: SagaState | undefined;
+    try {
+      s = await this.state(orderId);
+    } catch {
+      return;
+    }
+    if (!s?.awaiting) return;
+    this.escalated.add(orderId);
+    const ledger = await this.ledger(orderId);
+    const paid = ledger.status === 'succeeded' && ledger.refundedCents === 0;
+    const says = `ledger: ${ledger.status}${ledger.refundedCents ? `, refunded ${ledger.refundedCents}` : ''}`;
+    const n = Number(orderId.replace(/\D/g, '').slice(-6)) || 0;
+    if (s.awaiting === 'charge-outcome') {
+      if (ledger.status === 'processing') return; // not decided yet: look again later
+      const supported = paid ? 'charge-succeeded' : 'charge-failed';
+      if (!this.wrongTried.has(orderId) && unit(n, 21) < 0.3) {
+        // A second operator who did not look at the ledger: the saga must refuse the wrong answer.
+        this.wrongTried.add(orderId);
+        const wrong = paid ? 'charge-failed' : 'charge-succeeded';
+        if (await this.resolve(orderId, wrong, `chaos: unchecked (${says})`, ', unchecked (must be refused)')) {
+          this.violation('a resolve the provider contradicts is refused', orderId, `resolve ${wrong} was accepted; ${says}`);
+        }
+        return;
+      }
+      await this.resolve(orderId, supported, `chaos: checked (${says})`);
+      return;
+    }
+    if (s.awaiting === 'compensation') {
+      if (s.step === 'compensate:refundPayment') {
+        if (ledger.status === 'processing') return;
+        if (paid && unit(n, 22) < 0.4) {
+          // Refund by hand, with the saga's own key (so it can never be a second refund), then mark it resolved.
+          if (await this.refundByHand(orderId, ledger.amountCents)) await this.resolve(orderId, 'mark-resolved', `chaos: refunded by hand (${says})`);
+          return;
+        }
+        if (!paid && unit(n, 23) < 0.5) {
+          await this.resolve(orderId, 'mark-resolved', `chaos: nothing to refund (${says})`);
+          return;
+        }
+      }
+      await this.resolve(orderId, 'retry', `chaos: transient (${says})`);
+      return;
+    }
+    // forward-step: after the pivot; retry, or record that it was done by hand.
+    await this.resolve(orderId, unit(n, 24) < 0.5 ? 'mark-resolved' : 'retry', `chaos: ${s.step} (${says})`);
+  }
+
+  private async refundByHand(orderId: string, amountCents: number): Promise<boolean> {
+    const provider = createProviderClient({ baseUrl: this.stack.providerUrl, apiKey: this.stack.apiKey, timeoutMs: 5_000 });
+    this.count('refund by hand (provider API)', 'sent');
+    for (let attempt = 1; attempt <= 10; attempt++) {
+      try {
+        await provider.refund(refundKeyFor(orderId), { chargeKey: chargeKeyFor(orderId), amountCents });
+        this.count('refund by hand (provider API)', 'accepted');
+        return true;
+      } catch {
+        await sleep(500 * attempt); // a fault or the outage: the same key again is safe
+      }
+    }
+    this.count('refund by hand (provider API)', 'refused');
+    return false;
+  }
+}

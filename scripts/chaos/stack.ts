@@ -1,0 +1,243 @@
+/**
+ * The chaos soak's stack, all on loopback: its own Postgres, the Temporal dev server, the provider
+ * (restartable on fixed ports, its applied faults counted from its log) and N worker processes, each
+ * SIGKILLed and restarted on its own schedule.
+ */
+import type { ChildProcess } from 'node:child_process';
+import { writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import path from 'node:path';
+import { TestWorkflowEnvironment } from '@temporalio/testing';
+import { bundleWorkflowCode, DefaultLogger } from '@temporalio/worker';
+import type { Pool } from 'pg';
+import { migrateAll } from '../../db/migrate';
+import { createPool } from '../../db/pool';
+import { ensurePostgres, type EmbeddedOptions, type PostgresHandle } from '../../db/postgres';
+import { startProviderProcess, startWorkerProcess, stopProcess } from '../../lib/processes';
+import { devServerExecutable } from '../../lib/temporal-servers';
+import { createProviderAdmin, type ProviderAdmin } from '../../provider/client';
+import type { FaultRequest } from '../../provider/faults';
+import { CustomerIdKey, NeedsAttentionKey, OrderStatusKey, TotalCentsKey } from '../../workflows/search-attributes';
+
+export const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+/** A free loopback port (the provider restarts on the same one, so the workers keep their URL). */
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.once('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const { port } = srv.address() as { port: number };
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+/** A restart that was confirmed: how long it took, and what shows it happened. */
+export interface Restart {
+  what: string;
+  ms: number;
+  evidence: string;
+}
+
+/** Faults the provider applied, per `target kind`, counted from its `fault applied` log lines. */
+export type AppliedFaults = Map<string, number>;
+
+export class ChaosStack {
+  readonly taskQueue = 'chaos';
+  readonly apiKey = 'chaos-key';
+  private readonly adminKey = 'chaos-admin-key';
+  readonly providerTimeoutMs = 2_000;
+  readonly applied: AppliedFaults = new Map();
+  readonly restarts: Restart[] = [];
+  workerKills: number[] = [];
+  pg!: PostgresHandle;
+  env!: TestWorkflowEnvironment;
+  db!: Pool;
+  admin!: ProviderAdmin;
+  providerUrl = '';
+  private provider?: ChildProcess;
+  private providerPorts = { api: 0, admin: 0 };
+  private bundlePath = '';
+  private providerPids = new Set<number>();
+  private rules: FaultRequest[] = [];
+  private workers: (ChildProcess | undefined)[] = [];
+  private stopping = false;
+  private killers: Promise<void>[] = [];
+  private onStop!: () => void;
+  private readonly stopped = new Promise<void>((r) => (this.onStop = r));
+  /** Sleeps, or returns at once when the soak stops killing. */
+  private readonly nap = (ms: number): Promise<void> => Promise.race([sleep(ms), this.stopped]);
+
+  constructor(private readonly pgOpts: EmbeddedOptions) {}
+
+  get url(): string {
+    return this.pg.url;
+  }
+
+  async start(workerCount: number): Promise<void> {
+    this.pg = await ensurePostgres(this.pgOpts, {});
+    this.db = createPool(this.pg.url, { max: 4 });
+    await migrateAll(this.db);
+    const executable = devServerExecutable();
+    this.env = await TestWorkflowEnvironment.createLocal({
+      server: {
+        ...(executable ? { executable } : {}),
+        ip: '127.0.0.1',
+        searchAttributes: [OrderStatusKey, CustomerIdKey, NeedsAttentionKey, TotalCentsKey],
+        log: { format: 'pretty', level: 'error' },
+      },
+    });
+    // Bundled once: each worker restart loads it instead of bundling again (seconds of CPU each time).
+    const bundle = await bundleWorkflowCode({ workflowsPath: require.resolve('../../workflows'), logger: new DefaultLogger('ERROR') });
+    this.bundlePath = path.join(this.pgOpts.dataDir, '..', 'workflow-bundle.js');
+    writeFileSync(this.bundlePath, bundle.code);
+    this.providerPorts = { api: await freePort(), admin: await freePort() };
+    await this.startProvider();
+    this.admin = createProviderAdmin({ baseUrl: `http://127.0.0.1:${this.providerPorts.admin}`, adminKey: this.adminKey });
+    this.workers = await Promise.all(Array.from({ length: workerCount }, () => this.startWorker()));
+  }
+
+  private async startProvider(): Promise<void> {
+    const onLine = (line: string): void => {
+      if (!line.includes('"event":"fault applied"')) return;
+      const { target, kind } = JSON.parse(line) as { target: string; kind: string };
+      const k = `${target} ${kind}`;
+      this.applied.set(k, (this.applied.get(k) ?? 0) + 1);
+    };
+    const p = await startProviderProcess(
+      {
+        DATABASE_URL: this.pg.url,
+        PROVIDER_PORT: String(this.providerPorts.api),
+        PROVIDER_ADMIN_PORT: String(this.providerPorts.admin),
+        PROVIDER_API_KEY: this.apiKey,
+        PROVIDER_ADMIN_KEY: this.adminKey,
+      },
+      onLine,
+    );
+    this.provider = p.child;
+    this.providerPids.add(p.child.pid!);
+    this.providerUrl = p.url;
+  }
+
+  /** Sets the fault rules; they are set again after a provider restart (they live in its memory). */
+  async setFaults(rules: FaultRequest[]): Promise<void> {
+    this.rules = rules.filter((r) => r.forMs === undefined || r.forMs >= 3_600_000);
+    for (const r of rules) await this.admin.set(r);
+  }
+
+  async clearFaults(): Promise<void> {
+    this.rules = [];
+    await this.admin.clear();
+  }
+
+  /** SIGKILLs the provider and starts it again on the same ports; confirmed by a new pid that answers. */
+  async restartProvider(): Promise<Restart> {
+    const t = Date.now();
+    const old = this.provider!;
+    const exited = new Promise((r) => old.once('exit', r));
+    old.kill('SIGKILL');
+    await exited;
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await this.startProvider();
+        break;
+      } catch (err) {
+        if (attempt >= 5) throw err; // the port may take a moment to come free
+        await sleep(500);
+      }
+    }
+    for (const r of this.rules) await this.admin.set(r);
+    const health = await fetch(`${this.providerUrl}/healthz`, { signal: AbortSignal.timeout(5_000) });
+    if (!health.ok) throw new Error(`provider restart: /healthz answered ${health.status}`);
+    const restart = { what: 'provider', ms: Date.now() - t, evidence: `pid ${old.pid} → ${this.provider!.pid}, /healthz 200, fault rules set again` };
+    this.restarts.push(restart);
+    return restart;
+  }
+
+  /** Stops Postgres and starts it again; confirmed by a new postmaster start time. */
+  async restartPostgres(): Promise<Restart> {
+    const startedAt = async (): Promise<string> =>
+      (await this.db.query<{ t: Date }>('SELECT pg_postmaster_start_time() AS t')).rows[0]!.t.toISOString();
+    const before = await startedAt();
+    const t = Date.now();
+    await this.pg.stop();
+    this.pg = await ensurePostgres(this.pgOpts, {});
+    let after = before;
+    for (let attempt = 0; attempt < 20 && after === before; attempt++) {
+      try {
+        after = await startedAt();
+      } catch {
+        await sleep(250); // the pool's first connections may still be the dead ones
+      }
+    }
+    if (after === before) throw new Error('Postgres restart: the server start time did not change');
+    const restart = { what: 'Postgres', ms: Date.now() - t, evidence: `postmaster start time ${before} → ${after}` };
+    this.restarts.push(restart);
+    return restart;
+  }
+
+  private async startWorker(): Promise<ChildProcess> {
+    const env = {
+      TEMPORAL_ADDRESS: this.env.address,
+      TASK_QUEUE: this.taskQueue,
+      DATABASE_URL: this.pg.url,
+      PROVIDER_URL: this.providerUrl,
+      PROVIDER_API_KEY: this.apiKey,
+      PROVIDER_TIMEOUT_MS: String(this.providerTimeoutMs),
+      WORKER_METRICS_PORT: '0',
+      TEMPORAL_METRICS_ADDRESS: 'off',
+      WORKFLOW_BUNDLE: this.bundlePath,
+    };
+    // A few tries: a worker may start while Postgres restarts.
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await startWorkerProcess(env);
+      } catch (err) {
+        if (attempt >= 5 || this.stopping) throw err;
+        await sleep(1_000 * attempt);
+      }
+    }
+  }
+
+  /**
+   * Each worker process is SIGKILLed about every `everyMs` (±25 %, its own schedule) and restarted.
+   * Resolves never; rejects if a worker cannot be brought back.
+   */
+  killWorkers(everyMs: number): Promise<never> {
+    this.workerKills = this.workers.map(() => 0);
+    this.killers = this.workers.map(async (_, i) => {
+      await this.nap((everyMs * (i + 1)) / this.workers.length); // staggered
+      while (!this.stopping) {
+        const w = this.workers[i]!;
+        if (w.exitCode === null && w.signalCode === null) {
+          const exited = new Promise((r) => w.once('exit', r));
+          w.kill('SIGKILL');
+          await exited;
+          this.workerKills[i]!++;
+        }
+        this.workers[i] = await this.startWorker();
+        await this.nap(everyMs * (0.75 + Math.random() * 0.5));
+      }
+    });
+    return Promise.all(this.killers).then(() => new Promise<never>(() => undefined));
+  }
+
+  /** Stops the kill schedules; the workers keep running (they finish the sagas). */
+  async stopKilling(): Promise<void> {
+    this.stopping = true;
+    this.onStop();
+    await Promise.allSettled(this.killers);
+  }
+
+  async stop(): Promise<void> {
+    this.stopping = true;
+    this.onStop();
+    await Promise.allSettled(this.killers);
+    for (const w of this.workers) await stopProcess(w, 'SIGTERM');
+    await stopProcess(this.provider);
+    await this.db?.end().catch(() => undefined);
+    await this.env?.teardown();
+    await this.pg?.stop();
+  }
+}
