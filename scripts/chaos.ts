@@ -92,7 +92,7 @@ async function main(): Promise<number> {
   const maxMinutes = Number(values['max-minutes'] ?? (quick ? 2 : 8));
   if (!Number.isInteger(count) || count < 1 || count > 5000) throw new Error('--orders: a whole number from 1 to 5000');
   if (!(maxMinutes > 0 && maxMinutes <= 60)) throw new Error('--max-minutes: a number from 1 to 60');
-  const killEveryMs = quick ? 6_000 : 10_000;
+  const killEveryMs = quick ? 9_000 : 10_000;
   const outageMs = quick ? 10_000 : 12_000;
   const concurrency = 20;
   const started = Date.now();
@@ -154,6 +154,7 @@ async function main(): Promise<number> {
       at(0.7, async () => void (await stack.restartProvider())),
     ];
     const latencies: number[] = [];
+    const slowest: { id: string; ms: number }[] = [];
     const unsettled: string[] = [];
     const errors: string[] = [];
     let next = 0;
@@ -165,8 +166,10 @@ async function main(): Promise<number> {
         const o = orders[next++]!;
         const t = Date.now();
         try {
-          if (await people!.drive(o, 3 * 60_000)) latencies.push(Date.now() - t);
-          else unsettled.push(o.input.orderId);
+          if (await people!.drive(o, 3 * 60_000)) {
+            latencies.push(Date.now() - t);
+            slowest.push({ id: o.input.orderId, ms: Date.now() - t });
+          } else unsettled.push(o.input.orderId);
         } catch (err) {
           errors.push(`${o.input.orderId}: ${(err as Error).message}`);
         }
@@ -235,6 +238,15 @@ async function main(): Promise<number> {
     say(`final status: ${Object.entries(audit.statuses).map(([k, v]) => `${k} ${v}`).join(', ')}`);
     say(`not completed, by reason: ${reasons.rows.map((r) => `${r.reason} × ${r.n}`).join('; ') || '-'}`);
     say(`throughput:   ${Math.round((placed.length / loadSeconds) * 10) / 10} orders/s over ${Math.round(loadSeconds)} s of load; per order (start to last run closed) p50 ${percentile(latencies, 50)} ms, p99 ${percentile(latencies, 99)} ms`);
+    const slow = slowest.sort((a, b) => b.ms - a.ms).slice(0, 3);
+    const slowRows = await stack.db.query<{ order_id: string; status: string; reason: string | null }>({
+      text: 'SELECT order_id, status, reason FROM orders WHERE order_id = ANY($1::text[])',
+      values: [slow.map((s) => s.id)],
+    });
+    for (const s of slow) {
+      const row = slowRows.rows.find((r) => r.order_id === s.id);
+      say(`  slowest: ${s.id} ${Math.round(s.ms / 1000)} s, ${row?.status ?? '?'}${row?.reason ? ` (${row.reason.slice(0, 160)})` : ''}`);
+    }
     say('faults applied by the provider (counted where applied, from its log, across its restart):');
     for (const target of FAULT_TARGETS) {
       say(`  ${target.padEnd(10)} ${FAULT_KINDS.filter((k) => k !== 'processing' || target === 'inquiries').map((k) => `${k} ${stack.applied.get(`${target} ${k}`) ?? 0}`).join(', ')}`);

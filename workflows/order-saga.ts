@@ -393,7 +393,8 @@ export async function orderSaga(input: OrderInput, config: Partial<SagaConfig> =
       if (state.status !== 'UNKNOWN_PAYMENT') await setStatus('UNKNOWN_PAYMENT');
       const wait = Math.min(cfg.inquiryMaxMs, cfg.inquiryBaseMs * 2 ** n);
       if (overdue || Date.now() - started + wait > cfg.unknownEscalationMs) {
-        const why = overdue ? 'saga deadline passed' : `no answer after ${Math.round((Date.now() - started) / 60_000)} min`;
+        const waited = Date.now() - started;
+        const why = overdue ? 'saga deadline passed' : `no answer after ${waited < 120_000 ? `${Math.round(waited / 1000)} s` : `${Math.round(waited / 60_000)} min`}`;
         // Never refund blindly: a person settles it (after checking the provider's dashboard).
         const action = await escalate('charge-outcome', `charge ${orderId}:charge outcome unknown (${why})`);
         state.unknowns = [];
