@@ -278,12 +278,16 @@ async function update(command: 'cancel' | 'resolve', args: string[], cfg: AppCon
   }
   const client = await connect(cfg);
   const handle = client.workflow.getHandle(workflowIdFor(orderId));
+  const ended = async (): Promise<CliError> => {
+    const described = await handle.describe();
+    const status = described.typedSearchAttributes.get(OrderStatusKey) ?? described.status.name;
+    return new CliError(`${command} refused: order ${orderId} has ended (${status}); there is nothing to ${command}`, EXIT.notCompleted);
+  };
+  let found = false;
   try {
     const described = await handle.describe();
-    if (described.status.name !== 'RUNNING') {
-      const status = described.typedSearchAttributes.get(OrderStatusKey) ?? described.status.name;
-      throw new CliError(`${command} refused: order ${orderId} has ended (${status}); there is nothing to ${command}`, EXIT.notCompleted);
-    }
+    found = true;
+    if (described.status.name !== 'RUNNING') throw await ended();
     const state =
       command === 'cancel'
         ? await handle.executeUpdate(cancelUpdate, { args: [values.reason ?? 'cancelled by operator'] })
@@ -291,6 +295,8 @@ async function update(command: 'cancel' | 'resolve', args: string[], cfg: AppCon
     printState(io, !!values.json, cfg, state);
     return EXIT.ok;
   } catch (err) {
+    // The run ended between the describe and the Update: the server answers "not found" for it.
+    if (err instanceof WorkflowNotFoundError && found) throw await ended();
     if (err instanceof WorkflowNotFoundError) throw new CliError(`no order ${orderId} (no workflow ${workflowIdFor(orderId)})`, EXIT.notCompleted);
     if (err instanceof WorkflowUpdateFailedError) throw new CliError(`${command} refused: ${(err.cause as Error | undefined)?.message ?? err.message}`, EXIT.notCompleted);
     throw err;

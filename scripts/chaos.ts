@@ -73,7 +73,7 @@ function faultRules(orders: ChaosOrder[], slowMs: number): FaultRequest[] {
     if (i % STUCK_EVERY !== STUCK_EVERY - 1) continue;
     const keyPrefix = chargeKeyFor(o.input.orderId);
     rules.push({ kind: 'lose-response-after-commit', target: 'charges', keyPrefix, count: 1 });
-    rules.push({ kind: 'processing', target: 'inquiries', keyPrefix, count: 6 });
+    rules.push({ kind: 'processing', target: 'inquiries', keyPrefix, count: 4 });
   }
   return rules;
 }
@@ -166,7 +166,7 @@ async function main(): Promise<number> {
         const o = orders[next++]!;
         const t = Date.now();
         try {
-          if (await people!.drive(o, 3 * 60_000)) {
+          if (await people!.drive(o, 5 * 60_000)) {
             latencies.push(Date.now() - t);
             slowest.push({ id: o.input.orderId, ms: Date.now() - t });
           } else unsettled.push(o.input.orderId);
@@ -260,7 +260,7 @@ async function main(): Promise<number> {
     for (const l of fmt(people.actions)) say(l);
     say('cancels by the moment they were sent:');
     for (const l of fmt(people.cancels as Map<string, { sent: number; accepted: number; refused: number }>)) say(l);
-    say(`settled:      ${running === 0 ? 'every saga closed' : `no: ${running} still running`}${unsettled.length ? `; not closed within 3 min: ${unsettled.join(', ')}` : ''}`);
+    say(`settled:      ${running === 0 ? 'every saga closed' : `no: ${running} still running`}${unsettled.length ? `; not closed within 5 min: ${unsettled.join(', ')}` : ''}`);
     for (const line of formatReport(report)) say(line);
     for (const v of [...audit.violations, ...people.violations]) say(`  VIOLATION ${v.rule}: ${v.detail} [orders: ${v.orderIds.join(', ')}]`);
     say(`coverage:     ${missing.length ? `MISSING ${missing.join('; ')}` : `every fault kind on every target, every operator action (${MEDDLES.length} meddles)`}`);

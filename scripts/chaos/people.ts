@@ -134,7 +134,12 @@ export class People {
     await this.start(input);
     if (meddle.startsWith('cancel-')) await this.cancel(o);
     if (meddle === 'reset-open') {
-      await sleep(300 + o.when * 3_000);
+      // Watch until the saga has done 1, 2 or 3 steps (or ended), then press Reset.
+      const steps = 1 + Math.floor(o.when * 3);
+      for (const until = Date.now() + 20_000; Date.now() < until; await sleep(100)) {
+        const s = await this.state(id);
+        if (!s || s.stepsDone.length >= steps || !(await this.running(wid))) break;
+      }
       await this.reset(id, (await this.running(wid)) ? 'reset an open run' : 'reset a closed run');
     }
     if (!(await this.closed(wid, limitMs))) return false;
@@ -168,7 +173,7 @@ export class People {
     };
     let seen: SagaState | undefined;
     if (o.meddle === 'cancel-early') {
-      await sleep(o.when * 2_500);
+      await sleep(o.when * 600);
       seen = await this.state(id);
     } else {
       // Watch the saga (as a person refreshing the Web UI) until the moment comes, for at most 20 s.
@@ -330,12 +335,12 @@ export class People {
     if (s.awaiting === 'compensation') {
       if (s.step === 'compensate:refundPayment') {
         if (ledger.status === 'processing') return;
-        if (paid && unit(n, 22) < 0.4) {
+        if (paid && unit(n, 22) < 0.5) {
           // Refund by hand, with the saga's own key (so it can never be a second refund), then mark it resolved.
           if (await this.refundByHand(orderId, ledger.amountCents)) await this.resolve(orderId, 'mark-resolved', `chaos: refunded by hand (${says})`);
           return;
         }
-        if (!paid && unit(n, 23) < 0.5) {
+        if (!paid && unit(n, 23) < 0.7) {
           await this.resolve(orderId, 'mark-resolved', `chaos: nothing to refund (${says})`);
           return;
         }
