@@ -49,7 +49,7 @@ export interface LoadSummary {
 }
 
 /** A well-mixed hash of (i, seed) onto [0, 1). */
-function unitHash(i: number, seed: number): number {
+export function unitHash(i: number, seed: number): number {
   let h = Math.imul(i + 1, 0x9e3779b1) ^ Math.imul(seed, 0x85ebca6b);
   h = Math.imul(h ^ (h >>> 16), 0x7feb352d);
   h = Math.imul(h ^ (h >>> 15), 0x846ca68b);

@@ -1,5 +1,5 @@
 /** A small typed HTTP client for the payment provider. worker.ts builds it; activities receive it. */
-import type { FaultRequest } from './faults';
+import type { FaultCounts, FaultRequest } from './faults';
 import { IDEMPOTENCY_HEADER, REPLAY_HEADER, type ApiError, type Charge, type ChargeRequest, type Refund, type RefundRequest } from './api';
 
 export interface ProviderClientOptions {
@@ -86,7 +86,10 @@ export function createProviderClient(opts: ProviderClientOptions): ProviderClien
 
 export interface FaultsState {
   rules: (FaultRequest & { id: number; remaining?: number })[];
+  /** Faults applied, per kind (all targets). */
   injected: Record<string, number>;
+  /** Faults applied, per target and kind. */
+  applied: FaultCounts;
 }
 
 /** The provider's admin API (fault switches). */

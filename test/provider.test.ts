@@ -130,6 +130,42 @@ describe('payment provider', () => {
     }
   });
 
+  it('counts a fault only where it was applied: two rules on one call, a replay, an outage', async () => {
+    const admin = testAdmin();
+    const chargeKey = `k-${uid()}:charge`;
+    expect((await post('/v1/charges', charge, { key: chargeKey })).status).toBe(201);
+    const refundKey = `${chargeKey}:refund`;
+    const refund = { chargeKey, amountCents: 2500 };
+    const applied = async () => (await admin.list()).applied;
+    const before = await applied();
+    await admin.set({ kind: 'fail-before-commit', target: 'refunds', count: 1, keyPrefix: refundKey });
+    await admin.set({ kind: 'lose-response-after-commit', target: 'refunds', count: 1, keyPrefix: refundKey });
+    try {
+      // Both rules match the first call; the 503 wins, so the lost response is not applied (nor counted).
+      expect((await post('/v1/refunds', refund, { key: refundKey })).status).toBe(503);
+      let now = await applied();
+      expect(now.refunds['fail-before-commit'] - before.refunds['fail-before-commit']).toBe(1);
+      expect(now.refunds['lose-response-after-commit'] - before.refunds['lose-response-after-commit']).toBe(0);
+      // The lost response's call was given back: the next call commits the refund and loses its answer.
+      await expect(post('/v1/refunds', refund, { key: refundKey })).rejects.toThrow();
+      expect(await rows('refunds', refundKey)).toBe(1);
+      now = await applied();
+      expect(now.refunds['lose-response-after-commit'] - before.refunds['lose-response-after-commit']).toBe(1);
+      // A delay rule matched by a charge replay never waits: not applied, not counted.
+      await admin.set({ kind: 'delay', target: 'charges', delayMs: 5_000, count: 1, keyPrefix: chargeKey });
+      expect((await post('/v1/charges', charge, { key: chargeKey })).replayed).toBe(true);
+      expect((await applied()).charges.delay - before.charges.delay).toBe(0);
+      // An outage refuses every call of its target, each one counted.
+      await admin.set({ kind: 'outage', target: 'inquiries', forMs: 60_000 });
+      expect((await get(`/v1/charges/${encodeURIComponent(chargeKey)}`)).status).toBe(503);
+      expect((await get(`/v1/charges/${encodeURIComponent(chargeKey)}`)).status).toBe(503);
+      expect((await applied()).inquiries.outage - before.inquiries.outage).toBe(2);
+    } finally {
+      await admin.clear();
+    }
+    expect((await get(`/v1/charges/${encodeURIComponent(chargeKey)}`)).status).toBe(200);
+  });
+
   it('the admin API needs its own key and names a bad field', async () => {
     const res = await fetch(new URL('/admin/faults', inject('providerAdminUrl')), { headers: { authorization: `Bearer ${inject('providerApiKey')}` } });
     expect(res.status).toBe(401);

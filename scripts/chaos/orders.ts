@@ -6,6 +6,7 @@
  */
 import type { Pool } from 'pg';
 import type { OrderInput } from '../../domain/order';
+import { unitHash } from '../../lib/load';
 
 /** What a person does to an order besides placing it. Operators resolve every order that escalates. */
 export const MEDDLES = [
@@ -28,13 +29,8 @@ export interface ChaosOrder {
   when: number;
 }
 
-/** A well-mixed hash of (i, salt) onto [0, 1). */
-export function unit(i: number, salt: number): number {
-  let h = Math.imul(i + 1, 0x9e3779b1) ^ Math.imul(salt + 7, 0x85ebca6b);
-  h = Math.imul(h ^ (h >>> 16), 0x7feb352d);
-  h = Math.imul(h ^ (h >>> 15), 0x846ca68b);
-  return ((h ^ (h >>> 16)) >>> 0) / 2 ** 32;
-}
+/** A well-mixed hash of (i, salt) onto [0, 1): the soak's choices are deterministic. */
+export const unit = unitHash;
 
 export const LIMITED_SKU = 'SKU-LIMITED';
 const PRICE = 990;

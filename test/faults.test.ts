@@ -1,0 +1,51 @@
+/** The provider's fault book: a matched fault is counted only once it is applied, and given back otherwise. */
+import { describe, expect, it } from 'vitest';
+import { FaultBook, parseFaultRequest } from '../provider/faults';
+
+describe('fault book', () => {
+  it('counts a fault only when the caller applies it, per target and kind', () => {
+    const book = new FaultBook();
+    book.add({ kind: 'fail-before-commit', target: 'refunds', rate: 1 });
+    const fired = book.take('refunds', 'k1');
+    expect([...fired.keys()]).toEqual(['fail-before-commit']);
+    expect(book.applied.refunds['fail-before-commit']).toBe(0); // matched, not yet applied
+    book.apply('refunds', 'fail-before-commit');
+    expect(book.applied.refunds['fail-before-commit']).toBe(1);
+    expect(book.applied.charges['fail-before-commit']).toBe(0);
+    expect(book.injected['fail-before-commit']).toBe(1);
+  });
+
+  it('a matched call that was not applied goes back to its rule; an applied one uses it up', () => {
+    const book = new FaultBook();
+    const rule = book.add({ kind: 'lose-response-after-commit', target: 'charges', count: 1 });
+    expect(book.take('charges', 'k1').get('lose-response-after-commit')).toBe(rule);
+    expect(book.take('charges', 'k2').size).toBe(0); // the one call is taken meanwhile
+    book.release(rule); // k1 was refused before the fault took effect
+    expect(book.list()).toHaveLength(1);
+    expect(book.take('charges', 'k3').get('lose-response-after-commit')).toBe(rule);
+    book.apply('charges', 'lose-response-after-commit');
+    expect(book.list()).toHaveLength(0);
+    expect(book.take('charges', 'k4').size).toBe(0);
+    expect(book.injected['lose-response-after-commit']).toBe(1);
+  });
+
+  it('respects target, key prefix, rate and time window', () => {
+    const book = new FaultBook();
+    book.add({ kind: 'processing', target: 'inquiries', count: 5, keyPrefix: 'order-1:' });
+    book.add({ kind: 'delay', target: 'refunds', delayMs: 10, rate: 0.5 });
+    book.add({ kind: 'outage', target: 'charges', forMs: 1_000 }, Date.now() - 2_000); // already over
+    expect(book.take('inquiries', 'order-2:charge').size).toBe(0);
+    expect(book.take('inquiries', 'order-1:charge').has('processing')).toBe(true);
+    expect(book.take('refunds', 'x', () => 0.7).size).toBe(0);
+    expect(book.take('refunds', 'x', () => 0.2).has('delay')).toBe(true);
+    expect(book.take('charges', 'x').size).toBe(0);
+  });
+
+  it('parses every kind for the targets it applies to, naming a bad field', () => {
+    expect(parseFaultRequest({ kind: 'outage', target: 'refunds', forMs: 5_000 })).toMatchObject({ kind: 'outage', target: 'refunds' });
+    expect(parseFaultRequest({ kind: 'lose-response-after-commit', target: 'inquiries', count: 1 })).toMatchObject({ target: 'inquiries' });
+    expect(() => parseFaultRequest({ kind: 'processing', target: 'charges', count: 1 })).toThrow(/^target: /);
+    expect(() => parseFaultRequest({ kind: 'outage' })).toThrow(/^count: give count, rate or forMs/);
+    expect(() => parseFaultRequest({ kind: 'delay', count: 1 })).toThrow(/^delayMs: /);
+  });
+});
