@@ -63,6 +63,11 @@ export class People {
     private readonly sagaConfig: Partial<SagaConfig>,
   ) {}
 
+  /** The provider's API, as an operator uses it (the same keys and faults as the worker's calls). */
+  private get provider() {
+    return createProviderClient({ baseUrl: this.stack.providerUrl, apiKey: this.stack.apiKey, timeoutMs: 5_000 });
+  }
+
   private get client(): Client {
     return this.stack.env.client;
   }
@@ -284,15 +289,18 @@ export class People {
     rmSync(this.tmp, { recursive: true, force: true });
   }
 
-  /** What the provider's ledger (its dashboard, for a person) says of the order's charge. */
-  private async ledger(orderId: string): Promise<{ status: string; amountCents: number; refundedCents: number }> {
-    const { rows } = await this.stack.db.query<{ status: string; amount_cents: string; refunded: string }>({
-      text: `SELECT c.status, c.amount_cents, COALESCE((SELECT sum(r.amount_cents) FROM provider.refunds r WHERE r.charge_key = c.idempotency_key), 0) AS refunded
-             FROM provider.charges c WHERE c.idempotency_key = $1`,
-      values: [chargeKeyFor(orderId)],
-    });
-    const r = rows[0];
-    return r ? { status: r.status, amountCents: Number(r.amount_cents), refundedCents: Number(r.refunded) } : { status: 'not_found', amountCents: 0, refundedCents: 0 };
+  /**
+   * What the provider says of the order's charge, asked as a person would (its API, by the charge's
+   * key). Asking also lets the provider finish a charge a crash left `processing`. Undefined when it
+   * does not answer (a fault, the outage): the operator looks again later.
+   */
+  private async ledger(orderId: string): Promise<{ status: string; amountCents: number; refundedCents: number } | undefined> {
+    try {
+      const charge = await this.provider.getCharge(chargeKeyFor(orderId));
+      return charge ? { status: charge.status, amountCents: charge.amountCents, refundedCents: charge.refundedCents } : { status: 'not_found', amountCents: 0, refundedCents: 0 };
+    } catch {
+      return undefined;
+    }
   }
 
   private async resolve(orderId: string, action: string, note: string, label = ''): Promise<boolean> {
@@ -314,8 +322,9 @@ export class People {
     if (!s?.awaiting) return;
     this.escalated.add(orderId);
     const ledger = await this.ledger(orderId);
+    if (!ledger) return;
     const paid = ledger.status === 'succeeded' && ledger.refundedCents === 0;
-    const says = `ledger: ${ledger.status}${ledger.refundedCents ? `, refunded ${ledger.refundedCents}` : ''}`;
+    const says = `provider: ${ledger.status}${ledger.refundedCents ? `, refunded ${ledger.refundedCents}` : ''}`;
     const n = Number(orderId.replace(/\D/g, '').slice(-6)) || 0;
     if (s.awaiting === 'charge-outcome') {
       if (ledger.status === 'processing') return; // not decided yet: look again later
@@ -353,7 +362,7 @@ export class People {
   }
 
   private async refundByHand(orderId: string, amountCents: number): Promise<boolean> {
-    const provider = createProviderClient({ baseUrl: this.stack.providerUrl, apiKey: this.stack.apiKey, timeoutMs: 5_000 });
+    const provider = this.provider;
     this.count('refund by hand (provider API)', 'sent');
     for (let attempt = 1; attempt <= 10; attempt++) {
       try {
