@@ -20,10 +20,11 @@ import { Pool } from 'pg';
 import { ABORT_RATE_CRITICAL, ABORT_RATE_HEALTHY, type SkuStats } from './activities/inventory-metrics';
 import { checkAgainstCatalogue } from './activities/orders';
 import { createPool } from './db/pool';
-import { ORDER_STATUSES, OrderValidationError, orderTotalCents, parseOrder, workflowIdFor, type OrderInput, type OrderResult } from './domain/order';
+import { ORDER_STATUSES, OrderValidationError, orderSummary, orderTotalCents, parseOrder, workflowIdFor, type OrderInput, type OrderResult } from './domain/order';
 import { readConfig, runUrl, type AppConfig } from './lib/config';
 import { checkInvariants, formatReport, RULES, temporalLookup } from './lib/invariants';
 import { progressBar, runLoad } from './lib/load';
+import { orderOutcome } from './lib/order-outcome';
 import { DEFAULT_SAGA_CONFIG } from './workflows/order-saga';
 import { cancelUpdate, RESOLVE_ACTIONS, resolveUpdate, stateQuery, type ResolveAction, type SagaState } from './workflows/messages';
 import { CustomerIdKey, NeedsAttentionKey, OrderStatusKey, TotalCentsKey } from './workflows/search-attributes';
@@ -201,7 +202,7 @@ async function place(args: string[], cfg: AppConfig, io: Out): Promise<number> {
         { key: TotalCentsKey, value: orderTotalCents(order) },
         { key: NeedsAttentionKey, value: false },
       ],
-      staticSummary: `Order ${order.orderId} for ${order.customerId}: ${order.items.length} line(s), ${orderTotalCents(order)} ${order.currency} cents`,
+      staticSummary: orderSummary(order),
     });
   } catch (err) {
     if (err instanceof WorkflowExecutionAlreadyStartedError) {
@@ -216,7 +217,7 @@ async function place(args: string[], cfg: AppConfig, io: Out): Promise<number> {
   }
   let result: OrderResult;
   try {
-    result = (await handle.result()) as OrderResult;
+    result = await orderOutcome(handle); // a FAILED or CANCELLED order fails its workflow: read back as a result
   } catch (err) {
     if (!(err instanceof WorkflowFailedError)) throw err;
     const cause = err.cause as (Error & { type?: string }) | undefined;

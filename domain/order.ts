@@ -146,3 +146,17 @@ export interface OrderResult {
   reason?: string;
   chargeStatus?: 'succeeded' | 'not_charged' | 'refunded';
 }
+
+/** Money as a person writes it: 5248 USD cents → "52.48 USD". */
+export function formatMoney(cents: number, currency: string): string {
+  const sign = cents < 0 ? '-' : '';
+  const abs = Math.abs(cents);
+  return `${sign}${Math.floor(abs / 100)}.${String(abs % 100).padStart(2, '0')} ${currency}`;
+}
+
+/** The saga's static summary in the Web UI: "Order o-1 for cust-42: 3×SKU-A, 1×SKU-B — 52.48 USD". */
+export function orderSummary(order: OrderInput): string {
+  const lines = order.items.map((i) => `${i.qty}×${i.sku}`);
+  const shown = lines.length > 4 ? [...lines.slice(0, 3), `and ${lines.length - 3} more lines`] : lines;
+  return `Order ${order.orderId} for ${order.customerId}: ${shown.join(', ')} — ${formatMoney(orderTotalCents(order), order.currency)}`;
+}

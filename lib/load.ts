@@ -7,8 +7,9 @@ import { randomUUID } from 'node:crypto';
 import type { Client } from '@temporalio/client';
 import type { Pool } from 'pg';
 import type { SkuStats } from '../activities/inventory-metrics';
-import { workflowIdFor, type OrderInput, type OrderResult } from '../domain/order';
+import { orderSummary, workflowIdFor, type OrderInput, type OrderResult } from '../domain/order';
 import { orderSaga } from '../workflows';
+import { orderOutcome } from './order-outcome';
 
 export interface LoadOptions {
   orders: number;
@@ -109,12 +110,12 @@ export async function runLoad(client: Client, db: Pool, opts: LoadOptions): Prom
       const order = orders[next++]!;
       const t = Date.now();
       try {
-        const handle = await client.workflow.start(orderSaga, { taskQueue: opts.taskQueue, workflowId: workflowIdFor(order.orderId), args: [order] });
+        const handle = await client.workflow.start(orderSaga, { taskQueue: opts.taskQueue, workflowId: workflowIdFor(order.orderId), args: [order], staticSummary: orderSummary(order) });
         let timer: NodeJS.Timeout | undefined;
         const timeout = opts.resultTimeoutMs
           ? new Promise<'UNSETTLED'>((r) => (timer = setTimeout(() => r('UNSETTLED'), opts.resultTimeoutMs)))
           : new Promise<never>(() => undefined);
-        const result: OrderResult | 'UNSETTLED' = await Promise.race([handle.result(), timeout]);
+        const result: OrderResult | 'UNSETTLED' = await Promise.race([orderOutcome(handle), timeout]);
         clearTimeout(timer);
         const status = result === 'UNSETTLED' ? result : result.status;
         statuses[status] = (statuses[status] ?? 0) + 1;

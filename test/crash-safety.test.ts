@@ -3,6 +3,7 @@
  * effect committed and before its activity completed; a fresh worker picks the saga up from its
  * history. Exactly one charge, and the stock moves exactly once.
  */
+import { orderOutcome } from '../lib/order-outcome';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync } from 'node:fs';
 import os from 'node:os';
@@ -91,7 +92,7 @@ async function crashAndRecover(order: OrderInput, point: string, crashed: (marke
   const fresh = await createOrderWorkers(readConfig(envFor(taskQueue)), env.nativeConnection, { db, workflowBundle: bundle, lanes: 0 });
   const running = fresh.run();
   try {
-    return await handle.result();
+    return await orderOutcome(handle);
   } finally {
     fresh.shutdown();
     await running;

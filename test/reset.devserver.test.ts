@@ -6,6 +6,7 @@
  * visibility) finds no violation for these orders, and no order is shipped without a succeeded,
  * unrefunded charge.
  */
+import { orderOutcome } from '../lib/order-outcome';
 import { randomUUID } from 'node:crypto';
 import { ApplicationFailure } from '@temporalio/common';
 import { temporal } from '@temporalio/proto';
@@ -80,7 +81,7 @@ async function newOrder(kind: string, overrides: Partial<OrderInput> = {}): Prom
 async function firstRun(order: OrderInput, during?: (handle: Awaited<ReturnType<typeof env.client.workflow.start>>) => Promise<void>): Promise<{ runId: string; result: OrderResult }> {
   const handle = await env.client.workflow.start(orderSaga, { taskQueue, workflowId: workflowIdFor(order.orderId), args: [order] });
   await during?.(handle);
-  return { runId: handle.firstExecutionRunId, result: await handle.result() };
+  return { runId: handle.firstExecutionRunId, result: await orderOutcome(handle) };
 }
 
 /** Resets a run to the end of one of its workflow tasks, as the Web UI's Reset does; returns the new run. */
@@ -151,7 +152,7 @@ describe('Reset (as the Web UI does it) of finished orders to every workflow tas
         const handle = await resetTo(workflowId, run.runId, eventId);
         resets++;
         const end = await Promise.race([
-          handle.result().then(
+          orderOutcome(handle).then(
             (r: OrderResult) => r.status,
             (e: Error) => {
               const chain: string[] = [];
@@ -194,7 +195,7 @@ describe('Reset (as the Web UI does it) of finished orders to every workflow tas
         expect((await handle.query(stateQuery)).awaiting, `reset to event ${eventId}`).toBe('forward-step');
         await handle.executeUpdate(resolveUpdate, { args: [{ action: 'retry' }] });
       }
-      const result = (await handle.result()) as OrderResult;
+      const result = await orderOutcome(handle);
       expect(['COMPLETED', 'ALREADY_SETTLED'], `reset to event ${eventId}`).toContain(result.status);
       const refunds = await db.query({ text: 'SELECT 1 FROM provider.refunds WHERE charge_key = $1', values: [`${order.orderId}:charge`] });
       expect(refunds.rowCount, `reset to event ${eventId}`).toBe(0);

@@ -4,6 +4,7 @@
  * provider cannot produce are injected by test-only activity implementations wrapping the real ones.
  * Every test checks the order row, the stock and the provider's ledger, not only the result.
  */
+import { orderOutcome } from '../lib/order-outcome';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { Context } from '@temporalio/activity';
@@ -95,7 +96,7 @@ async function withSaga<T>(
   const worker = await Worker.create({ connection: env.nativeConnection, taskQueue, workflowBundle: bundle, activities });
   return worker.runUntil(async () => {
     const handle = await env.client.workflow.start(orderSaga, { taskQueue, workflowId: workflowIdFor(order.orderId), args: [order, config] });
-    const out = await body({ handle, order, result: () => handle.result() });
+    const out = await body({ handle, order, result: () => orderOutcome(handle) });
     await handle.result().catch(() => undefined);
     histories.push({ name, workflowId: handle.workflowId, history: await handle.fetchHistory() });
     return out;
@@ -391,7 +392,9 @@ describe('cancel and deadlines', () => {
       await g.reached;
       await handle.cancel();
       g.open();
-      return result();
+      const r = await result();
+      expect((await handle.describe()).status.name).toBe('CANCELLED'); // the Web UI lists it as Canceled
+      return r;
     });
     expect(result.status).toBe('CANCELLED');
     expect(result.reason).toMatch(/Temporal cancellation/);
@@ -556,7 +559,7 @@ describe('the order row is the lock', () => {
     });
     // Phase 3: everything again; the saga inquires (nothing there) and ends without a new request.
     const again = await Worker.create({ ...phase, activities });
-    const result = (await again.runUntil(handle.result())) as OrderResult;
+    const result = await again.runUntil(orderOutcome(handle));
     histories.push({ name: 'charge-unstarted-then-cancel', workflowId, history: await handle.fetchHistory() });
     expect(result).toMatchObject({ status: 'CANCELLED', reason: 'cancelled while no worker was up' });
     expect(counts.get('chargePayment') ?? 0).toBe(0); // never started, never reached the provider

@@ -2,6 +2,9 @@
  * The order saga on the real Java time-skipping server, with real activities, a real Postgres and the
  * real provider process.
  */
+import { orderOutcome } from '../lib/order-outcome';
+import type { WorkflowFailedError } from '@temporalio/client';
+import { ApplicationFailure, ApplicationFailureCategory } from '@temporalio/common';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { Worker, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
 import type { Pool } from 'pg';
@@ -36,8 +39,8 @@ async function runSaga(order: ReturnType<typeof makeOrder>): Promise<OrderResult
     workflowBundle: bundle,
     activities: createActivities({ db, provider: testProvider() }),
   });
-  return worker.runUntil(
-    env.client.workflow.execute(orderSaga, { taskQueue, workflowId: workflowIdFor(order.orderId), args: [order] }),
+  return worker.runUntil(async () =>
+    orderOutcome(await env.client.workflow.start(orderSaga, { taskQueue, workflowId: workflowIdFor(order.orderId), args: [order] })),
   );
 }
 
@@ -67,6 +70,12 @@ describe('order saga (time-skipping)', () => {
 
     expect(result.status).toBe('FAILED');
     expect(result.reason).toMatch(/PaymentDeclined.*card_declined/);
+    // The workflow itself failed (the Web UI lists it as Failed), benign, typed with the business reason.
+    const handle = env.client.workflow.getHandle(workflowIdFor(order.orderId));
+    expect((await handle.describe()).status.name).toBe('FAILED');
+    const failure = await handle.result().then(() => undefined, (e: WorkflowFailedError) => e.cause as ApplicationFailure);
+    expect(failure).toBeInstanceOf(ApplicationFailure);
+    expect(failure).toMatchObject({ type: 'PaymentDeclined', category: ApplicationFailureCategory.BENIGN, details: [result] });
     expect(await orderRow(db, order.orderId)).toEqual({ status: 'FAILED', reason: result.reason });
     const stock = await productRow(db, p.sku);
     expect(stock.stock).toBe(5); // back to its start

@@ -1,3 +1,4 @@
+import { ApplicationFailureCategory } from '@temporalio/common';
 import {
   allHandlersFinished,
   ApplicationFailure,
@@ -9,6 +10,7 @@ import {
   patched,
   proxyActivities,
   setHandler,
+  setCurrentDetails,
   sleep,
   upsertSearchAttributes,
   workflowInfo,
@@ -28,6 +30,7 @@ import {
   type OrderResult,
   type OrderStatus,
 } from '../domain/order';
+import { currentDetails } from './details';
 import { cancelUpdate, resolveUpdate, stateQuery, type ResolveAction, type SagaState } from './messages';
 import { CustomerIdKey, NeedsAttentionKey, OrderStatusKey, TotalCentsKey } from './search-attributes';
 
@@ -88,6 +91,10 @@ const FINAL_CHARGE_ANSWERS = ['PaymentDeclined', 'PaymentRejected', 'OrderStateC
 /** Patch IDs. Old histories replay the code they ran; new runs take the order row as their lock. */
 const ORDER_ROW_LOCK = 'order-row-lock';
 const RESOLVE_ASKS_PROVIDER = 'resolve-asks-provider';
+/** New runs end a FAILED or CANCELLED order as a failed (or, for a Temporal cancellation, canceled) workflow. */
+const FAILED_OUTCOMES = 'failed-outcomes';
+/** New runs cancel their deadline timer when they end. */
+const DEADLINE_TIMER_ENDS = 'deadline-timer-ends';
 
 const orderOpts: ActivityOptions = {
   startToCloseTimeout: '10s',
@@ -247,6 +254,8 @@ export async function orderSaga(input: OrderInput, config: Partial<SagaConfig> =
   const preScope = new CancellationScope();
 
   setHandler(stateQuery, () => state);
+  /** The run's current details in the Web UI (user metadata), kept up to date with `state`. */
+  const refresh = (): void => setCurrentDetails(currentDetails(order, state));
   setHandler(
     cancelUpdate,
     async (reason) => {
@@ -321,6 +330,7 @@ export async function orderSaga(input: OrderInput, config: Partial<SagaConfig> =
   function mirror(status: OrderStatus, reason?: string): void {
     state.status = status;
     if (reason !== undefined) state.reason = reason;
+    refresh();
     upsertSearchAttributes([
       { key: OrderStatusKey, value: status },
       { key: NeedsAttentionKey, value: status === 'NEEDS_ATTENTION' },
@@ -343,8 +353,10 @@ export async function orderSaga(input: OrderInput, config: Partial<SagaConfig> =
     if (!pivotStarted && preScope.consideredCancelled && !(locked && name === 'createOrder')) throw new CancelledFailure(cancelReason ?? 'cancelled');
     state.step = name;
     state.attempts[name] = (state.attempts[name] ?? 0) + 1;
+    refresh();
     const out = await fn();
     state.stepsDone.push(name);
+    refresh();
     return out;
   }
 
@@ -360,6 +372,7 @@ export async function orderSaga(input: OrderInput, config: Partial<SagaConfig> =
     state.awaiting = undefined;
     state.reason = `${reason} (operator: ${action}${note ? `, ${note}` : ''})`;
     resolution = undefined;
+    refresh();
     if (previous !== 'NEEDS_ATTENTION') {
       if (locked) {
         // Back to where the row stood when it escalated, which may be further than this run knows.
@@ -377,6 +390,7 @@ export async function orderSaga(input: OrderInput, config: Partial<SagaConfig> =
   /** When the charge's outcome is unknown: ask the provider by key until it knows, on durable timers. */
   async function inquireUntilKnown(): Promise<'succeeded' | 'failed' | 'not_found' | 'refunded'> {
     state.unknowns = ['charge'];
+    refresh();
     const started = Date.now();
     for (let n = 0; ; n++) {
       try {
@@ -394,7 +408,7 @@ export async function orderSaga(input: OrderInput, config: Partial<SagaConfig> =
       const wait = Math.min(cfg.inquiryMaxMs, cfg.inquiryBaseMs * 2 ** n);
       if (overdue || Date.now() - started + wait > cfg.unknownEscalationMs) {
         const waited = Date.now() - started;
-        const why = overdue ? 'saga deadline passed' : `no answer after ${waited < 120_000 ? `${Math.round(waited / 1000)} s` : `${Math.round(waited / 60_000)} min`}`;
+        const why = overdue ? 'saga deadline passed' : `no answer after ${duration(waited)}`;
         // Never refund blindly: a person settles it (after checking the provider's dashboard).
         const action = await escalate('charge-outcome', `charge ${orderId}:charge outcome unknown (${why})`);
         state.unknowns = [];
@@ -437,7 +451,10 @@ export async function orderSaga(input: OrderInput, config: Partial<SagaConfig> =
         throw ApplicationFailure.create({ type: 'PaymentUnavailable', message: `charge not taken after ${round} requests`, nonRetryable: true });
       }
       // not_found: nothing was charged. Pause, unless a cancel or the deadline comes first.
-      await CancellationScope.nonCancellable(() => condition(stopCharging, Math.min(cfg.inquiryMaxMs, 1000 * 2 ** (round - 1))));
+      const pauseMs = Math.min(cfg.inquiryMaxMs, 1000 * 2 ** (round - 1));
+      await CancellationScope.nonCancellable(() =>
+        condition(stopCharging, pauseMs, { summary: `the provider never took charge request ${round}; request ${round + 1} in ${duration(pauseMs)} unless cancelled` }),
+      );
     }
   }
 
@@ -484,6 +501,7 @@ export async function orderSaga(input: OrderInput, config: Partial<SagaConfig> =
     while (compensations.length > 0) {
       const c = compensations[compensations.length - 1]!;
       state.step = `compensate:${c.name}`;
+      refresh();
       try {
         await c.run();
       } catch (err) {
@@ -495,6 +513,7 @@ export async function orderSaga(input: OrderInput, config: Partial<SagaConfig> =
       compensations.pop();
       state.compensations.pop();
       state.compensationsRun.push(c.name);
+      refresh();
     }
     if (settledAs) throw settled(settledAs);
   }
@@ -529,21 +548,50 @@ export async function orderSaga(input: OrderInput, config: Partial<SagaConfig> =
     );
   }
 
-  /** Backward recovery: compensate LIFO, then end FAILED or CANCELLED with the reason. */
-  function backward(reason: string, cancelled: boolean): Promise<OrderResult> {
+  /**
+   * Backward recovery: compensate LIFO, then end FAILED or CANCELLED with the reason. New runs then
+   * fail the workflow, so the Web UI's list tells the outcome at a glance: a benign ApplicationFailure
+   * whose type is the business reason (`why`) and whose details carry the result (client.ts reads it
+   * back), or, for a Temporal cancellation, Canceled.
+   */
+  function backward(reason: string, cancelled: boolean, why: string): Promise<OrderResult> {
     log.warn('saga failed before the pivot; compensating', { orderId, reason });
     unwinding = reason;
     return CancellationScope.nonCancellable(async () => {
       await compensate(reason);
       await setStatus(cancelled ? 'CANCELLED' : 'FAILED', reason);
       await condition(allHandlersFinished);
-      return { orderId, status: state.status, reason };
+      const result: OrderResult = { orderId, status: state.status, reason };
+      if (!patched(FAILED_OUTCOMES)) return result;
+      if (why === TEMPORAL_CANCELLATION) throw new CancelledFailure(reason);
+      throw ApplicationFailure.create({
+        type: why,
+        message: `order ${orderId} ${state.status}: ${reason}`,
+        nonRetryable: true,
+        details: [result],
+        category: ApplicationFailureCategory.BENIGN,
+      });
     });
   }
 
-  // Global deadline: an in-workflow timer, since a server-side timeout could not compensate.
+  // Global deadline: an in-workflow timer, since a server-side timeout could not compensate. Shielded
+  // from a Temporal cancellation; its own scope is cancelled when the saga ends (endDeadline).
+  // (Older histories: without the patch, the timer runs on after the end, as they recorded it.)
+  let deadlineTimer: CancellationScope | undefined;
+  const timerEnds = patched(DEADLINE_TIMER_ENDS);
   void CancellationScope.nonCancellable(async () => {
-    await sleep(cfg.deadlineMs, { summary: 'saga deadline' });
+    const summary = `saga deadline (${duration(cfg.deadlineMs)}): an order not shipped by then is compensated`;
+    if (timerEnds) {
+      deadlineTimer = new CancellationScope();
+      try {
+        await deadlineTimer.run(() => sleep(cfg.deadlineMs, { summary }));
+      } catch (err) {
+        if (isCancellation(err)) return; // the saga ended first
+        throw err;
+      }
+    } else {
+      await sleep(cfg.deadlineMs, { summary });
+    }
     overdue = true;
     if (!pivotStarted && state.unknowns.length === 0 && !isFinal(state.status)) {
       log.warn('saga deadline passed before the pivot; compensating', { orderId });
@@ -605,6 +653,9 @@ export async function orderSaga(input: OrderInput, config: Partial<SagaConfig> =
     const status = failureType(err) === 'OrderSettled' ? settledStatus(err) : undefined;
     if (status) return CancellationScope.nonCancellable(() => alreadySettled(status));
     throw err;
+  } finally {
+    // The saga has ended: its deadline timer stops, so the timeline shows it only while the saga ran.
+    deadlineTimer?.cancel();
   }
 
   async function sagaSteps(): Promise<OrderResult> {
@@ -654,7 +705,11 @@ export async function orderSaga(input: OrderInput, config: Partial<SagaConfig> =
       const cancelled = isCancellation(err);
       const reason = cancelled ? stopReason() : describe(err);
       const ahead = locked ? await CancellationScope.nonCancellable(() => catchUp(err)) : undefined;
-      if (ahead !== 'forward') return backward(reason, cancelled || cancelReason !== undefined);
+      if (ahead !== 'forward') {
+        const stopped = cancelled || cancelReason !== undefined;
+        const why = !stopped ? (failureType(err) ?? 'SagaFailed') : cancelReason !== undefined ? 'OrderCancelled' : overdue ? 'DeadlineExceeded' : TEMPORAL_CANCELLATION;
+        return backward(reason, stopped, why);
+      }
     }
 
     // ---- The pivot -------------------------------------------------------------------------------
@@ -692,7 +747,7 @@ export async function orderSaga(input: OrderInput, config: Partial<SagaConfig> =
       );
     } catch (err) {
       if (failureType(err) === 'OrderSettled') throw err;
-      return backward(describe(err), false);
+      return backward(describe(err), false, failureType(err) ?? 'SagaFailed');
     }
 
     // ---- After the pivot: forward recovery only --------------------------------------------------
@@ -724,3 +779,9 @@ export async function orderSaga(input: OrderInput, config: Partial<SagaConfig> =
 }
 
 const isFinal = (status: OrderStatus): boolean => TERMINAL_STATUSES.includes(status);
+
+/** "90 s", "15 min", "24 h": durations as a timer's summary says them. */
+const duration = (ms: number): string =>
+  ms < 120_000 ? `${Math.round(ms / 1000)} s` : ms < 2 * 3_600_000 ? `${Math.round(ms / 60_000)} min` : `${Math.round(ms / 3_600_000)} h`;
+
+const TEMPORAL_CANCELLATION = 'TemporalCancellation';

@@ -18,7 +18,7 @@ import { WorkflowFailedError, WorkflowNotFoundError, type Client } from '@tempor
 import { WorkflowIdReusePolicy } from '@temporalio/common';
 import { temporal } from '@temporalio/proto';
 import { runCli } from '../../client';
-import { chargeKeyFor, refundKeyFor, workflowIdFor, type OrderInput, type OrderResult } from '../../domain/order';
+import { chargeKeyFor, orderSummary, refundKeyFor, workflowIdFor, type OrderInput, type OrderResult } from '../../domain/order';
 import type { AppConfig } from '../../lib/config';
 import { createProviderClient } from '../../provider/client';
 import type { SagaConfig } from '../../workflows/order-saga';
@@ -124,6 +124,7 @@ export class People {
       taskQueue: this.stack.taskQueue,
       workflowId: workflowIdFor(input.orderId),
       args: [input, this.sagaConfig],
+      staticSummary: orderSummary(input),
       ...(reuse ? { workflowIdReusePolicy: WorkflowIdReusePolicy.ALLOW_DUPLICATE } : {}),
     });
   }
