@@ -21,7 +21,7 @@ import { ABORT_RATE_CRITICAL, ABORT_RATE_HEALTHY, type SkuStats } from './activi
 import { checkAgainstCatalogue } from './activities/orders';
 import { createPool } from './db/pool';
 import { ORDER_STATUSES, OrderValidationError, orderSummary, orderTotalCents, parseOrder, workflowIdFor, type OrderInput, type OrderResult } from './domain/order';
-import { readConfig, runUrl, type AppConfig } from './lib/config';
+import { listUrl, operatorViews, readConfig, runUrl, type AppConfig } from './lib/config';
 import { checkInvariants, formatReport, RULES, temporalLookup } from './lib/invariants';
 import { progressBar, runLoad } from './lib/load';
 import { orderOutcome } from './lib/order-outcome';
@@ -55,6 +55,7 @@ Commands:
   schedule reconcile [--every 1h]                  create (or update) the reconciliation Schedule
   findings [--json]                                the last reconciliation run's findings
   load --orders N --concurrency C --hot-skus K     a load: N orders, C in flight, K hot SKUs
+  views [--customer <id>] [--json]                 the Web UI list URLs an operator uses
 
 Run "npx tsx client.ts <command> --help" for a command's details.
 Environment: TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TASK_QUEUE, TEMPORAL_UI_URL, DATABASE_URL
@@ -114,6 +115,11 @@ invariant, sweeps for orphan charges and overdue sagas, and records findings; it
   findings: `Usage: npx tsx client.ts findings [--json]
 
 Prints the last reconciliation run's findings (from the database). Exit code 1 when it found any.`,
+  views: `Usage: npx tsx client.ts views [--customer <customerId>] [--json]
+
+Prints the Web UI list views an operator uses, each as its visibility query and its URL: sagas that
+need attention, failed in the last hour (times computed now), cancelled in the last hour, waiting on
+an unknown charge, and one customer's orders.`,
   list: `Usage: npx tsx client.ts list [--status <STATUS>] [--json]
 
 Lists order sagas from Temporal's visibility store (search attribute OrderStatus).
@@ -513,6 +519,18 @@ async function load(args: string[], cfg: AppConfig, io: Out): Promise<number> {
  * Runs one command; returns its exit code. `shared.client`: a Temporal client to use instead of
  * connecting (callers that run many commands in one process).
  */
+function views(args: string[], cfg: AppConfig, io: Out): number {
+  const { values } = parseArgs({ args, options: { customer: { type: 'string' }, json: { type: 'boolean' }, help: { type: 'boolean' } } });
+  if (values.help) return io.out(HELP.views!), EXIT.ok;
+  if (values.customer !== undefined && !/^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/.test(values.customer)) {
+    throw new CliError('invalid input: --customer: a customer ID (letters, digits, "_", "-", ".")', EXIT.invalid);
+  }
+  const rows = operatorViews(new Date(), values.customer).map((v) => ({ ...v, url: listUrl(cfg, v.query) }));
+  if (values.json) io.out(JSON.stringify(rows));
+  else for (const r of rows) io.out(`${r.name}:\n  ${r.query}\n  ${r.url}`);
+  return EXIT.ok;
+}
+
 export async function runCli(
   argv: string[],
   config: AppConfig = readConfig(),
@@ -542,6 +560,8 @@ export async function runCli(
         return await findings(rest, cfg, io);
       case 'load':
         return await load(rest, cfg, io);
+      case 'views':
+        return views(rest, cfg, io);
       case undefined:
       case '--help':
       case '-h':

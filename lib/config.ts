@@ -50,3 +50,20 @@ export function runUrl(cfg: Pick<AppConfig, 'uiUrl' | 'namespace'>, workflowId: 
   const base = `${cfg.uiUrl}/namespaces/${encodeURIComponent(cfg.namespace)}/workflows/${encodeURIComponent(workflowId)}`;
   return runId ? `${base}/${encodeURIComponent(runId)}/history` : base;
 }
+
+/** The Web UI's workflow list, filtered by a visibility query. */
+export function listUrl(cfg: Pick<AppConfig, 'uiUrl' | 'namespace'>, query: string): string {
+  return `${cfg.uiUrl}/namespaces/${encodeURIComponent(cfg.namespace)}/workflows?query=${encodeURIComponent(query)}`;
+}
+
+/** The list queries an operator uses (client.ts views, npm start, the README). */
+export function operatorViews(now: Date, customerId = '<customerId>'): { name: string; query: string }[] {
+  const hourAgo = new Date(now.getTime() - 3_600_000).toISOString();
+  return [
+    { name: 'needs attention', query: `WorkflowType = 'orderSaga' AND ExecutionStatus = 'Running' AND NeedsAttention = true` },
+    { name: 'failed in the last hour', query: `WorkflowType = 'orderSaga' AND ExecutionStatus = 'Failed' AND CloseTime > '${hourAgo}'` },
+    { name: 'cancelled (Temporal cancellation) in the last hour', query: `WorkflowType = 'orderSaga' AND ExecutionStatus = 'Canceled' AND CloseTime > '${hourAgo}'` },
+    { name: 'waiting on an unknown charge', query: `WorkflowType = 'orderSaga' AND OrderStatus = 'UNKNOWN_PAYMENT'` },
+    { name: `a customer's orders`, query: `WorkflowType = 'orderSaga' AND CustomerId = '${customerId}'` },
+  ];
+}

@@ -14,7 +14,7 @@ import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { migrateAll } from '../db/migrate';
 import { createPool } from '../db/pool';
 import { ensurePostgres } from '../db/postgres';
-import { readConfig, RUNTIME_FILE } from '../lib/config';
+import { listUrl, operatorViews, readConfig, RUNTIME_FILE } from '../lib/config';
 import { devServerExecutable, registerSearchAttributes } from '../lib/temporal-servers';
 import { CustomerIdKey, NeedsAttentionKey, OrderStatusKey, TotalCentsKey } from '../workflows/search-attributes';
 
@@ -140,6 +140,7 @@ async function main(): Promise<void> {
     const cfg = readConfig(childEnv);
     say(`Temporal:  ${cfg.temporalAddress} (namespace ${cfg.namespace})`);
     say(`Web UI:    ${cfg.uiUrl}/namespaces/${cfg.namespace}/workflows`);
+    say(`  needs attention: ${listUrl(cfg, operatorViews(new Date())[0]!.query)}   (more: npx tsx client.ts views)`);
     say(`Postgres:  ${pg.url.replace(/:[^:@/]+@/, ':***@')}`);
     say(`Provider:  ${cfg.providerUrl} (admin API http://127.0.0.1:${env.PROVIDER_ADMIN_PORT ?? 4011})`);
     say(`Metrics:   ${cfg.workerMetricsUrl}/metrics (inventory), http://127.0.0.1:9464/metrics (Temporal runtime)`);

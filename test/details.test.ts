@@ -37,7 +37,7 @@ describe('what a person reads in the Web UI', () => {
 
   it('the current details show the step, the steps done, the compensation stack and the unknowns', () => {
     const text = currentDetails(order, state({ unknowns: ['charge'] }));
-    expect(text).toContain('**RESERVED** · step: chargePayment');
+    expect(text).toContain('- **RESERVED** · step: chargePayment');
     expect(text).toContain('createOrder → reserveInventory');
     expect(text).toContain('refundPayment ← releaseInventory'); // the top of the stack runs first
     expect(text).toContain('charge `o-1:charge`');

@@ -38,18 +38,20 @@ export function operatorHelp(orderId: string, awaiting: NonNullable<SagaState['a
 
 /** The current details: where the saga stands, in Markdown (the Web UI renders it). */
 export function currentDetails(order: OrderInput, s: SagaState): string {
-  const lines = [
-    `**${s.status}** · step: ${s.step}`,
-    `**Steps done:** ${s.stepsDone.join(' → ') || 'none yet'}`,
-    `**Compensation stack** (runs from the left): ${[...s.compensations].reverse().join(' ← ') || 'empty'}${s.compensationsRun.length ? ` · ran: ${s.compensationsRun.join(', ')}` : ''}`,
-    `**Unknown outcomes:** ${s.unknowns.length ? s.unknowns.map((u) => (u === 'charge' ? `charge \`${chargeKeyFor(order.orderId)}\` (asking the provider)` : u)).join(', ') : 'none'}`,
-  ];
-  if (s.pivotPassed) lines.push('**Past the pivot:** shipped; only forward from here.');
-  if (s.reason) lines.push(`**Reason:** ${s.reason}`);
+  const lines: string[] = [];
   if (s.awaiting) {
+    // First, so that it is what a person sees without scrolling.
     const help = operatorHelp(order.orderId, s.awaiting, s.step);
-    lines.push('', `### Needs attention: ${s.awaiting}`, help.check, '', 'Settle it with one of:', '```', ...help.commands, '```');
+    lines.push(`### Needs attention: ${s.awaiting}`, '', help.check, '', 'Settle it with one of:', '', '```', ...help.commands, '```', '');
   }
-  lines.push('', `Order: ${order.items.map((i) => `${i.qty}×${i.sku}`).join(', ')} — ${formatMoney(orderTotalCents(order), order.currency)}, card ${order.paymentMethod}`);
+  lines.push(
+    `- **${s.status}** · step: ${s.step}`,
+    `- **Steps done:** ${s.stepsDone.join(' → ') || 'none yet'}`,
+    `- **Compensation stack** (runs from the left): ${[...s.compensations].reverse().join(' ← ') || 'empty'}${s.compensationsRun.length ? ` · ran: ${s.compensationsRun.join(', ')}` : ''}`,
+    `- **Unknown outcomes:** ${s.unknowns.length ? s.unknowns.map((u) => (u === 'charge' ? `charge \`${chargeKeyFor(order.orderId)}\` (asking the provider)` : u)).join(', ') : 'none'}`,
+  );
+  if (s.pivotPassed) lines.push('- **Past the pivot:** shipped; only forward from here.');
+  if (s.reason) lines.push(`- **Reason:** ${s.reason}`);
+  lines.push(`- **Order:** ${order.items.map((i) => `${i.qty}×${i.sku}`).join(', ')} — ${formatMoney(orderTotalCents(order), order.currency)}, card \`${order.paymentMethod}\``);
   return lines.join('\n');
 }

@@ -21,6 +21,7 @@ import type { OrderActivities } from '../activities';
 import { laneFor, laneTaskQueue, MAX_LANES } from '../domain/lanes';
 import {
   chargeKeyFor,
+  formatMoney,
   OrderValidationError,
   orderTotalCents,
   parseOrder,
@@ -415,7 +416,7 @@ export async function orderSaga(input: OrderInput, config: Partial<SagaConfig> =
         return action === 'charge-succeeded' ? 'succeeded' : 'failed';
       }
       // A durable timer (the caller runs this loop non-cancellably: an unknown charge is settled first).
-      await sleep(wait, { summary: `charge outcome unknown; next inquiry in ${Math.round(wait / 1000)} s` });
+      await sleep(wait, { summary: `charge outcome unknown; next inquiry in ${duration(wait)}` });
     }
   }
 
@@ -436,7 +437,7 @@ export async function orderSaga(input: OrderInput, config: Partial<SagaConfig> =
       try {
         // Not cancellable: a cancel waits for this request's answer (it may already be at the provider).
         await CancellationScope.nonCancellable(() =>
-          act(chargeOnceOpts, 'chargePayment', `charge ${request.amountCents} ${order.currency} (key ${orderId}:charge, request ${round})`, request),
+          act(chargeOnceOpts, 'chargePayment', `charge ${formatMoney(request.amountCents, order.currency)} (key ${orderId}:charge, request ${round})`, request),
         );
         return;
       } catch (err) {
@@ -466,7 +467,7 @@ export async function orderSaga(input: OrderInput, config: Partial<SagaConfig> =
       try {
         // Not cancellable: a cancel waits for the charge's answer, so the refund that follows knows it.
         await CancellationScope.nonCancellable(() =>
-          act(paymentOpts, 'chargePayment', `charge ${request.amountCents} ${order.currency} (key ${orderId}:charge)`, request),
+          act(paymentOpts, 'chargePayment', `charge ${formatMoney(request.amountCents, order.currency)} (key ${orderId}:charge)`, request),
         );
         return;
       } catch (err) {
@@ -782,6 +783,6 @@ const isFinal = (status: OrderStatus): boolean => TERMINAL_STATUSES.includes(sta
 
 /** "90 s", "15 min", "24 h": durations as a timer's summary says them. */
 const duration = (ms: number): string =>
-  ms < 120_000 ? `${Math.round(ms / 1000)} s` : ms < 2 * 3_600_000 ? `${Math.round(ms / 60_000)} min` : `${Math.round(ms / 3_600_000)} h`;
+  ms < 1_000 ? `${ms} ms` : ms < 120_000 ? `${Math.round(ms / 1000)} s` : ms < 2 * 3_600_000 ? `${Math.round(ms / 60_000)} min` : `${Math.round(ms / 3_600_000)} h`;
 
 const TEMPORAL_CANCELLATION = 'TemporalCancellation';
