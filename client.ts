@@ -10,10 +10,12 @@ import {
   Connection,
   ScheduleAlreadyRunning,
   ScheduleOverlapPolicy,
+  WithStartWorkflowOperation,
   WorkflowExecutionAlreadyStartedError,
   WorkflowFailedError,
   WorkflowNotFoundError,
   WorkflowUpdateFailedError,
+  type WorkflowHandleWithFirstExecutionRunId,
 } from '@temporalio/client';
 import { WorkflowIdConflictPolicy, WorkflowIdReusePolicy, type Duration } from '@temporalio/common';
 import { Pool } from 'pg';
@@ -26,7 +28,7 @@ import { checkInvariants, formatReport, RULES, temporalLookup } from './lib/inva
 import { progressBar, runLoad } from './lib/load';
 import { orderOutcome } from './lib/order-outcome';
 import { DEFAULT_SAGA_CONFIG } from './workflows/order-saga';
-import { cancelUpdate, RESOLVE_ACTIONS, resolveUpdate, stateQuery, type ResolveAction, type SagaState } from './workflows/messages';
+import { acceptedUpdate, cancelUpdate, RESOLVE_ACTIONS, resolveUpdate, stateQuery, type Acceptance, type ResolveAction, type SagaState } from './workflows/messages';
 import { CustomerIdKey, NeedsAttentionKey, OrderStatusKey, TotalCentsKey } from './workflows/search-attributes';
 
 export const EXIT = { ok: 0, notCompleted: 1, invalid: 2, duplicate: 3 } as const;
@@ -45,7 +47,7 @@ const HELP: Record<string, string> = {
   main: `Usage: npx tsx client.ts <command> [options]
 
 Commands:
-  place --file <order.json> [--json] [--no-wait]   start an order saga and wait for its end
+  place --file <order.json> [--json] [--no-wait]   start an order saga; its early answer, then its end
   status <orderId> [--json]                        the saga's state (its state query) and Web UI link
   cancel <orderId> [--reason <text>]               cancel before the pivot (runs the compensations)
   resolve <orderId> --action <action> [--note <t>] operator action on an UNKNOWN charge or NEEDS_ATTENTION
@@ -62,14 +64,17 @@ Environment: TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TASK_QUEUE, TEMPORAL_UI_URL, 
 (defaults: what a running "npm start" recorded in .data/runtime.json, else 127.0.0.1 loopback).`,
   place: `Usage: npx tsx client.ts place --file <order.json> [--json] [--no-wait]
 
-Validates the order (the same schema the workflow checks), then starts workflow order:<orderId> and
-waits for it. Prints the order ID, the final status and the run's Web UI URL.
+Validates the order (the same schema the workflow checks), then starts workflow order:<orderId> with
+an Update-with-Start: one call starts the saga and gets its early answer, accepted (validated, stock
+reserved) or refused with the reason. Without --no-wait it then waits for the end. Prints the order
+ID, the status and the run's Web UI URL.
   --file     the order, as JSON (see examples/order.json)
-  --json     print one JSON object: orderId, workflowId, runId, status, reason, uiUrl
-  --no-wait  return as soon as the saga has started
-Exit codes: 0 COMPLETED (or started, with --no-wait), 1 ended otherwise, 2 invalid input (including a
-currency the catalogue does not price the items in), 3 duplicate order ID (or ALREADY_SETTLED: the
-order was settled by an earlier run, and this one changed nothing).`,
+  --json     print one JSON object: orderId, workflowId, runId, status, reason, uiUrl (with
+             --no-wait also accepted and answerMs, the time to the early answer)
+  --no-wait  return with the early answer (status RESERVED when accepted)
+Exit codes: 0 COMPLETED (with --no-wait: accepted), 1 ended otherwise (refused), 2 invalid input
+(including a currency the catalogue does not price the items in), 3 duplicate order ID (or
+ALREADY_SETTLED: the order was settled by an earlier run, and this one changed nothing).`,
   status: `Usage: npx tsx client.ts status <orderId> [--json]
 
 Prints the saga's status, current step, steps done, compensation stack, unknowns and attempts
@@ -174,9 +179,14 @@ export async function loadOrder(file: string, db?: Pool): Promise<OrderInput> {
   return order;
 }
 
-function printResult(io: Out, json: boolean, r: { orderId: string; workflowId: string; runId?: string; status: string; reason?: string; uiUrl: string }): void {
+function printResult(
+  io: Out,
+  json: boolean,
+  r: { orderId: string; workflowId: string; runId?: string; status: string; reason?: string; uiUrl: string; accepted?: boolean; answerMs?: number },
+): void {
   if (json) return io.out(JSON.stringify(r));
-  io.out(`order ${r.orderId}: ${r.status}${r.reason ? ` (${r.reason})` : ''}`);
+  const early = r.accepted === undefined ? '' : r.accepted ? ' — accepted, the saga runs on' : ' — refused';
+  io.out(`order ${r.orderId}: ${r.status}${r.reason ? ` (${r.reason})` : ''}${early}${r.answerMs !== undefined ? ` [answer in ${r.answerMs} ms]` : ''}`);
   io.out(`  workflow: ${r.workflowId}${r.runId ? ` run ${r.runId}` : ''}`);
   io.out(`  web ui:   ${r.uiUrl}`);
 }
@@ -194,32 +204,41 @@ async function place(args: string[], cfg: AppConfig, io: Out): Promise<number> {
   }
   const client = await connect(cfg);
   const workflowId = workflowIdFor(order.orderId);
-  let handle;
+  // Update-with-Start: one call starts the saga and returns its early answer (stock reserved, or refused).
+  const start = new WithStartWorkflowOperation('orderSaga', {
+    taskQueue: cfg.taskQueue,
+    workflowId,
+    args: [order],
+    workflowIdReusePolicy: WorkflowIdReusePolicy.REJECT_DUPLICATE,
+    workflowIdConflictPolicy: WorkflowIdConflictPolicy.FAIL,
+    typedSearchAttributes: [
+      { key: OrderStatusKey, value: 'PENDING' },
+      { key: CustomerIdKey, value: order.customerId },
+      { key: TotalCentsKey, value: orderTotalCents(order) },
+      { key: NeedsAttentionKey, value: false },
+    ],
+    staticSummary: orderSummary(order),
+  });
+  const sent = Date.now();
+  let acceptance: Acceptance;
   try {
-    handle = await client.workflow.start('orderSaga', {
-      taskQueue: cfg.taskQueue,
-      workflowId,
-      args: [order],
-      workflowIdReusePolicy: WorkflowIdReusePolicy.REJECT_DUPLICATE,
-      workflowIdConflictPolicy: WorkflowIdConflictPolicy.FAIL,
-      typedSearchAttributes: [
-        { key: OrderStatusKey, value: 'PENDING' },
-        { key: CustomerIdKey, value: order.customerId },
-        { key: TotalCentsKey, value: orderTotalCents(order) },
-        { key: NeedsAttentionKey, value: false },
-      ],
-      staticSummary: orderSummary(order),
-    });
+    acceptance = await client.workflow.executeUpdateWithStart(acceptedUpdate, { startWorkflowOperation: start });
   } catch (err) {
     if (err instanceof WorkflowExecutionAlreadyStartedError) {
       throw new CliError(`duplicate order: orderId: ${order.orderId} already has workflow ${workflowId}`, EXIT.duplicate);
     }
     throw err;
   }
-  const base = { orderId: order.orderId, workflowId, runId: handle.firstExecutionRunId, uiUrl: runUrl(cfg, workflowId, handle.firstExecutionRunId) };
+  const answerMs = Date.now() - sent;
+  const handle = await start.workflowHandle();
+  // The start's run ID, when the server's answer carried it; else as the server describes the run.
+  const runId = (handle as Partial<WorkflowHandleWithFirstExecutionRunId>).firstExecutionRunId || (await handle.describe()).runId;
+  const base = { orderId: order.orderId, workflowId, runId, uiUrl: runUrl(cfg, workflowId, runId) };
   if (values['no-wait']) {
-    printResult(io, !!values.json, { ...base, status: 'STARTED' });
-    return EXIT.ok;
+    // The early answer: accepted (RESERVED) and running on, or refused with the reason.
+    printResult(io, !!values.json, { ...base, status: acceptance.status, ...(acceptance.reason ? { reason: acceptance.reason } : {}), accepted: acceptance.accepted, answerMs });
+    if (acceptance.status === 'ALREADY_SETTLED') return EXIT.duplicate;
+    return acceptance.accepted ? EXIT.ok : EXIT.notCompleted;
   }
   let result: OrderResult;
   try {

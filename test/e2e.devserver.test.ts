@@ -193,7 +193,9 @@ describe('end to end on the dev server', () => {
 
     const started = await cli(['place', '--file', orderFile(order), '--no-wait', '--json']);
     expect(started.code, started.stderr).toBe(0);
-    expect(JSON.parse(started.stdout).status).toBe('STARTED');
+    // The early answer (Update-with-Start): validated and reserved, the saga runs on.
+    expect(JSON.parse(started.stdout)).toMatchObject({ orderId: order.orderId, status: 'RESERVED', accepted: true });
+    expect(JSON.parse(started.stdout).answerMs).toEqual(expect.any(Number));
     const cancel = await cli(['cancel', order.orderId, '--reason', 'customer asked', '--json']);
     expect(cancel.code, cancel.stderr).toBe(0);
     expect(JSON.parse(cancel.stdout)).toMatchObject({ status: 'CANCELLED', reason: 'customer asked' });
@@ -205,6 +207,18 @@ describe('end to end on the dev server', () => {
     const again = await cli(['cancel', order.orderId]);
     expect(again.code).toBe(1);
     expect(again.stderr).toMatch(/already CANCELLED|has ended/);
+  });
+
+  it('place --no-wait: an order the stock cannot serve is refused in the early answer (exit 1); a duplicate gets exit 3', async () => {
+    const p = await createProduct(db, { stock: 1, priceCents: 700 });
+    const order = makeOrder([{ sku: p.sku, qty: 2, unitPriceCents: p.priceCents }]);
+    const r = await cli(['place', '--file', orderFile(order), '--no-wait', '--json']);
+    expect(r.code, r.stderr).toBe(1);
+    expect(JSON.parse(r.stdout)).toMatchObject({ orderId: order.orderId, accepted: false, reason: expect.stringMatching(/InsufficientStock/) });
+    expect((await orderOutcome(env.client.workflow.getHandle(workflowIdFor(order.orderId)))).status).toBe('FAILED');
+    const again = await cli(['place', '--file', orderFile(order), '--no-wait']);
+    expect(again.code).toBe(3);
+    expect((await productRow(db, p.sku)).stock).toBe(1);
   });
 
   it('client resolve is refused when there is nothing to resolve; list filters by status', async () => {

@@ -33,3 +33,14 @@ export interface ResolveRequest {
   note?: string;
 }
 export const resolveUpdate = defineUpdate<SagaState, [ResolveRequest]>('resolve');
+
+/** The early answer to `place`: the order was validated and its stock reserved, or it was refused (and why). */
+export interface Acceptance {
+  orderId: string;
+  accepted: boolean;
+  /** The order's status when the answer was given (RESERVED when accepted). */
+  status: OrderStatus | 'ALREADY_SETTLED';
+  reason?: string;
+}
+/** Sent with the start (Update-with-Start): answers once the stock is reserved, or the order is refused. */
+export const acceptedUpdate = defineUpdate<Acceptance>('accepted');

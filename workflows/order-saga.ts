@@ -32,7 +32,7 @@ import {
   type OrderStatus,
 } from '../domain/order';
 import { currentDetails } from './details';
-import { cancelUpdate, resolveUpdate, stateQuery, type ResolveAction, type SagaState } from './messages';
+import { acceptedUpdate, cancelUpdate, resolveUpdate, stateQuery, type Acceptance, type ResolveAction, type SagaState } from './messages';
 import { CustomerIdKey, NeedsAttentionKey, OrderStatusKey, TotalCentsKey } from './search-attributes';
 
 /** Knobs of one saga; every one has a production default. Durations are in milliseconds. */
@@ -255,6 +255,14 @@ export async function orderSaga(input: OrderInput, config: Partial<SagaConfig> =
   const preScope = new CancellationScope();
 
   setHandler(stateQuery, () => state);
+  let settledElsewhere = false;
+  setHandler(acceptedUpdate, async (): Promise<Acceptance> => {
+    const reserved = (): boolean => state.stepsDone.includes('reserveInventory');
+    await condition(() => reserved() || unwinding !== undefined || settledElsewhere || isFinal(state.status) || state.status === 'NEEDS_ATTENTION');
+    if (settledElsewhere) return { orderId, accepted: false, status: 'ALREADY_SETTLED', reason: state.reason };
+    if (reserved()) return { orderId, accepted: true, status: state.status };
+    return { orderId, accepted: false, status: state.status, reason: unwinding ?? state.reason };
+  });
   /** The run's current details in the Web UI (user metadata), kept up to date with `state`. */
   const refresh = (): void => setCurrentDetails(currentDetails(order, state));
   setHandler(
@@ -643,6 +651,7 @@ export async function orderSaga(input: OrderInput, config: Partial<SagaConfig> =
     compensations.length = 0;
     state.compensations = [];
     state.step = 'already settled';
+    settledElsewhere = true;
     mirror(status, `order ${orderId} is already ${status}: settled by another run; this run stopped without effects`);
     await condition(allHandlersFinished);
     return { orderId, status: 'ALREADY_SETTLED', orderStatus: status, reason: state.reason };
