@@ -15,6 +15,7 @@ import {
   WorkflowFailedError,
   WorkflowNotFoundError,
   WorkflowUpdateFailedError,
+  WorkflowUpdateStage,
   type WorkflowHandleWithFirstExecutionRunId,
 } from '@temporalio/client';
 import { WorkflowIdConflictPolicy, WorkflowIdReusePolicy, type Duration } from '@temporalio/common';
@@ -32,6 +33,7 @@ import { acceptedUpdate, cancelUpdate, RESOLVE_ACTIONS, resolveUpdate, stateQuer
 import { CustomerIdKey, NeedsAttentionKey, OrderStatusKey, TotalCentsKey } from './workflows/search-attributes';
 
 export const EXIT = { ok: 0, notCompleted: 1, invalid: 2, duplicate: 3 } as const;
+const LATE = Symbol('late');
 
 /** A user error: printed on stderr, naming the field, with the given exit code. */
 export class CliError extends Error {
@@ -49,7 +51,7 @@ const HELP: Record<string, string> = {
 Commands:
   place --file <order.json> [--json] [--no-wait]   start an order saga; its early answer, then its end
   status <orderId> [--json]                        the saga's state (its state query) and Web UI link
-  cancel <orderId> [--reason <text>]               cancel before the pivot (runs the compensations)
+  cancel <orderId> [--reason <text>] [--wait <s>]  cancel before the pivot (runs the compensations)
   resolve <orderId> --action <action> [--note <t>] operator action on an UNKNOWN charge or NEEDS_ATTENTION
   list [--status <STATUS>] [--json]                orders by status, from Temporal's visibility store
   stats [--json]                                   per-SKU CAS attempts, aborts, abort rate, fallbacks
@@ -82,14 +84,16 @@ Prints the saga's status, current step, steps done, compensation stack, unknowns
   cancel: `Usage: npx tsx client.ts cancel <orderId> [--reason <text>]
 
 Sends the "cancel" Update. Accepted before the pivot (the shipment): the compensations run and the
-order ends CANCELLED. After the pivot it is refused with the reason. Exit code 1 when refused.`,
+order ends CANCELLED. After the pivot it is refused with the reason. Exit code 1 when refused.
+  --wait  seconds to wait for the saga (60): with no answer by then, exit 1 and say so; accepted but
+          still compensating by then, exit 0 and say so.`,
   resolve: `Usage: npx tsx client.ts resolve <orderId> --action <action> [--note <text>]
 
 Sends the "resolve" Update. Actions: ${RESOLVE_ACTIONS.join(', ')}.
   charge-succeeded / charge-failed   settle an UNKNOWN charge after checking with the provider
   retry                              retry the failed compensation or forward step
   mark-resolved                      the failed step was done by hand; carry on
-Exit code 1 when refused (the saga is not waiting for that action).`,
+Exit code 1 when refused (the saga is not waiting for that action). --wait <seconds> as for cancel (60).`,
   stats: `Usage: npx tsx client.ts stats [--json]
 
 Per-SKU inventory metrics from the worker (WORKER_METRICS_URL, default http://127.0.0.1:9465):
@@ -295,8 +299,9 @@ async function update(command: 'cancel' | 'resolve', args: string[], cfg: AppCon
   const { values, positionals } = parseArgs({
     args,
     allowPositionals: true,
-    options: { reason: { type: 'string' }, action: { type: 'string' }, note: { type: 'string' }, json: { type: 'boolean' }, help: { type: 'boolean' } },
+    options: { reason: { type: 'string' }, action: { type: 'string' }, note: { type: 'string' }, wait: { type: 'string' }, json: { type: 'boolean' }, help: { type: 'boolean' } },
   });
+  const waitMs = whole(values.wait ?? '60', '--wait', 1, 3600) * 1000;
   if (values.help) return io.out(HELP[command]!), EXIT.ok;
   const orderId = orderIdArg(positionals, command);
   if (command === 'resolve' && !RESOLVE_ACTIONS.includes(values.action as ResolveAction)) {
@@ -314,10 +319,23 @@ async function update(command: 'cancel' | 'resolve', args: string[], cfg: AppCon
     const described = await handle.describe();
     found = true;
     if (described.status.name !== 'RUNNING') throw await ended();
-    const state =
+    // Bounded: a saga that cannot answer (no worker, or its workflow task failing) gets a clear
+    // message instead of a command that never returns.
+    const until = Date.now() + waitMs;
+    const late = <T>(p: Promise<T>): Promise<T | typeof LATE> =>
+      Promise.race([p, new Promise<typeof LATE>((r) => setTimeout(() => r(LATE), Math.max(0, until - Date.now())).unref())]);
+    const started =
       command === 'cancel'
-        ? await handle.executeUpdate(cancelUpdate, { args: [values.reason ?? 'cancelled by operator'] })
-        : await handle.executeUpdate(resolveUpdate, { args: [{ action: values.action as ResolveAction, ...(values.note ? { note: values.note } : {}) }] });
+        ? await late(handle.startUpdate(cancelUpdate, { args: [values.reason ?? 'cancelled by operator'], waitForStage: WorkflowUpdateStage.ACCEPTED }))
+        : await late(handle.startUpdate(resolveUpdate, { args: [{ action: values.action as ResolveAction, ...(values.note ? { note: values.note } : {}) }], waitForStage: WorkflowUpdateStage.ACCEPTED }));
+    if (started === LATE) {
+      throw new CliError(`${command}: no answer from order ${orderId} within ${waitMs / 1000} s (is a worker running? see the run in the Web UI: ${runUrl(cfg, workflowIdFor(orderId))})`, EXIT.notCompleted);
+    }
+    const state = await late(started.result());
+    if (state === LATE) {
+      io.out(`order ${orderId}: ${command} accepted; the saga is still working on it after ${waitMs / 1000} s (client.ts status ${orderId})`);
+      return EXIT.ok;
+    }
     printState(io, !!values.json, cfg, state);
     return EXIT.ok;
   } catch (err) {
