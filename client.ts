@@ -74,6 +74,7 @@ ID, the status and the run's Web UI URL.
   --json     print one JSON object: orderId, workflowId, runId, status, reason, uiUrl (with
              --no-wait also accepted and answerMs, the time to the early answer)
   --no-wait  return with the early answer (status RESERVED when accepted)
+  --wait     seconds to wait for the early answer (60): with none by then (no worker?), exit 1
 Exit codes: 0 COMPLETED (with --no-wait: accepted), 1 ended otherwise (refused), 2 invalid input
 (including a currency the catalogue does not price the items in), 3 duplicate order ID (or
 ALREADY_SETTLED: the order was settled by an earlier run, and this one changed nothing).`,
@@ -196,7 +197,10 @@ function printResult(
 }
 
 async function place(args: string[], cfg: AppConfig, io: Out): Promise<number> {
-  const { values } = parseArgs({ args, options: { file: { type: 'string' }, json: { type: 'boolean' }, 'no-wait': { type: 'boolean' }, help: { type: 'boolean' } } });
+  const { values } = parseArgs({
+    args,
+    options: { file: { type: 'string' }, json: { type: 'boolean' }, 'no-wait': { type: 'boolean' }, wait: { type: 'string' }, help: { type: 'boolean' } },
+  });
   if (values.help) return io.out(HELP.place!), EXIT.ok;
   if (!values.file) throw new CliError('invalid input: --file: an order file is required', EXIT.invalid);
   const db = cfg.databaseUrl ? createPool(cfg.databaseUrl, { max: 1 }) : undefined;
@@ -224,20 +228,36 @@ async function place(args: string[], cfg: AppConfig, io: Out): Promise<number> {
     staticSummary: orderSummary(order),
   });
   const sent = Date.now();
-  let acceptance: Acceptance;
+  const waitMs = whole(values.wait ?? '60', '--wait', 1, 3600) * 1000;
+  let acceptance: Acceptance | typeof LATE | Error;
   try {
-    acceptance = await client.workflow.executeUpdateWithStart(acceptedUpdate, { startWorkflowOperation: start });
+    acceptance = await Promise.race([
+      client.workflow.executeUpdateWithStart(acceptedUpdate, { startWorkflowOperation: start }),
+      new Promise<typeof LATE>((r) => setTimeout(() => r(LATE), waitMs).unref()),
+    ]);
   } catch (err) {
     if (err instanceof WorkflowExecutionAlreadyStartedError) {
       throw new CliError(`duplicate order: orderId: ${order.orderId} already has workflow ${workflowId}`, EXIT.duplicate);
     }
-    throw err;
+    // The saga started but ended before it could answer (it failed at its boundary, say): its outcome says why.
+    if (!(err instanceof WorkflowUpdateFailedError)) throw err;
+    acceptance = err;
   }
   const answerMs = Date.now() - sent;
   const handle = await start.workflowHandle();
   // The start's run ID, when the server's answer carried it; else as the server describes the run.
   const runId = (handle as Partial<WorkflowHandleWithFirstExecutionRunId>).firstExecutionRunId || (await handle.describe()).runId;
   const base = { orderId: order.orderId, workflowId, runId, uiUrl: runUrl(cfg, workflowId, runId) };
+  if (acceptance === LATE) {
+    throw new CliError(`order ${order.orderId}: started, but no answer within ${waitMs / 1000} s (is a worker running?); see ${base.uiUrl}`, EXIT.notCompleted);
+  }
+  if (acceptance instanceof Error) {
+    acceptance = { orderId: order.orderId, accepted: false, status: 'FAILED', reason: (acceptance.cause as Error | undefined)?.message ?? acceptance.message };
+    if (values['no-wait']) {
+      // Wait for the end: it says why (an invalid order is exit 2, as if the client had caught it).
+      values['no-wait'] = false;
+    }
+  }
   if (values['no-wait']) {
     // The early answer: accepted (RESERVED) and running on, or refused with the reason.
     printResult(io, !!values.json, { ...base, status: acceptance.status, ...(acceptance.reason ? { reason: acceptance.reason } : {}), accepted: acceptance.accepted, answerMs });
@@ -329,7 +349,11 @@ async function update(command: 'cancel' | 'resolve', args: string[], cfg: AppCon
         ? await late(handle.startUpdate(cancelUpdate, { args: [values.reason ?? 'cancelled by operator'], waitForStage: WorkflowUpdateStage.ACCEPTED }))
         : await late(handle.startUpdate(resolveUpdate, { args: [{ action: values.action as ResolveAction, ...(values.note ? { note: values.note } : {}) }], waitForStage: WorkflowUpdateStage.ACCEPTED }));
     if (started === LATE) {
-      throw new CliError(`${command}: no answer from order ${orderId} within ${waitMs / 1000} s (is a worker running? see the run in the Web UI: ${runUrl(cfg, workflowIdFor(orderId))})`, EXIT.notCompleted);
+      throw new CliError(
+        `${command}: no answer from order ${orderId} within ${waitMs / 1000} s (is a worker running?); the request may still apply when it is: ` +
+          `check client.ts status ${orderId}, or the run in the Web UI: ${runUrl(cfg, workflowIdFor(orderId))}`,
+        EXIT.notCompleted,
+      );
     }
     const state = await late(started.result());
     if (state === LATE) {

@@ -14,7 +14,7 @@ export function startTsProcess(
   entry: string,
   env: NodeJS.ProcessEnv,
   ready: RegExp,
-  opts: { onLine?: (line: string) => void; showStderr?: boolean } = {},
+  opts: { onLine?: (line: string) => void; showStderr?: boolean; readyTimeoutMs?: number } = {},
 ): Promise<{ child: ChildProcess; match: RegExpExecArray }> {
   const child = spawn(process.execPath, ['--import', 'tsx', path.join(ROOT, entry)], {
     cwd: ROOT,
@@ -34,15 +34,24 @@ export function startTsProcess(
   });
   if (opts.onLine) child.on('line', opts.onLine);
   return new Promise((resolve, reject) => {
+    // A child that neither gets ready nor exits is killed, so no caller waits for it forever.
+    const timer = setTimeout(() => {
+      child.off('exit', early);
+      child.kill('SIGKILL');
+      reject(new Error(`${entry} was not ready within ${opts.readyTimeoutMs ?? 60_000} ms: ${stderr.trim().slice(-1_500)}`));
+    }, opts.readyTimeoutMs ?? 60_000);
     const watch = (line: string): void => {
       const match = ready.exec(line);
       if (!match) return;
+      clearTimeout(timer);
       child.off('line', watch);
       child.off('exit', early);
       resolve({ child, match });
     };
-    const early = (code: number | null, signal: string | null): void =>
+    const early = (code: number | null, signal: string | null): void => {
+      clearTimeout(timer);
       reject(new Error(`${entry} exited (${code ?? signal}) before it was ready: ${stderr.trim().slice(-1_500)}`));
+    };
     child.on('line', watch);
     child.once('exit', early);
   });

@@ -7,6 +7,8 @@ export interface ProviderClientOptions {
   apiKey: string;
   /** Per-request timeout; a timed-out charge may still have happened (inquire before deciding). */
   timeoutMs?: number;
+  /** Sent as the `X-Client-Name` header, which the provider's log lines carry (who met a fault). */
+  clientName?: string;
 }
 
 /** The provider answered with an HTTP error (4xx/5xx). */
@@ -41,6 +43,7 @@ export function createProviderClient(opts: ProviderClientOptions): ProviderClien
   const timeoutMs = opts.timeoutMs ?? 10_000;
   async function call(method: string, path: string, key?: string, body?: unknown): Promise<{ status: number; json: unknown; replayed: boolean }> {
     const headers: Record<string, string> = { authorization: `Bearer ${opts.apiKey}` };
+    if (opts.clientName) headers['x-client-name'] = opts.clientName;
     if (key) headers[IDEMPOTENCY_HEADER] = key;
     if (body !== undefined) headers['content-type'] = 'application/json';
     let res: Response;

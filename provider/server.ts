@@ -146,13 +146,15 @@ const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms
  * The faults matched for one call. Each is counted (and logged as `fault applied`) only where it
  * takes effect: a call refused before it, or a replay that never waits, does not count.
  */
-function callFaults(book: FaultBook, target: FaultTarget, key: string) {
+function callFaults(book: FaultBook, target: FaultTarget, key: string, req: IncomingMessage) {
   const fired = book.take(target, key);
   const done = new Set<FaultKind>();
+  const name = req.headers['x-client-name'];
+  const client = typeof name === 'string' && /^[\w.-]{1,64}$/.test(name) ? { client: name } : {};
   const applied = (kind: FaultKind, fields: Record<string, unknown> = {}): void => {
     done.add(kind);
     book.apply(target, kind);
-    log('fault applied', { target, kind, key, ...fields });
+    log('fault applied', { target, kind, key, ...client, ...fields });
   };
   return {
     /** At the end of the call: the matched faults it did not apply go back to their rules. */
@@ -333,7 +335,7 @@ export function createProviderHandler(pool: Pool, faults: FaultBook = new FaultB
       if (req.method === 'POST' && url.pathname === '/v1/charges') {
         const key = idempotencyKey(req);
         const body = parseChargeRequest(await readJson(req));
-        const f = callFaults(faults, 'charges', key);
+        const f = callFaults(faults, 'charges', key, req);
         try {
           await f.before(false);
           const r = await createCharge(key, body, f.chargeDelay());
@@ -345,7 +347,7 @@ export function createProviderHandler(pool: Pool, faults: FaultBook = new FaultB
       }
       if (req.method === 'GET' && chargeMatch) {
         const key = decodeURIComponent(chargeMatch[1]!);
-        const f = callFaults(faults, 'inquiries', key);
+        const f = callFaults(faults, 'inquiries', key, req);
         try {
           await f.before();
           if (f.processing()) {
@@ -361,7 +363,7 @@ export function createProviderHandler(pool: Pool, faults: FaultBook = new FaultB
       if (req.method === 'POST' && url.pathname === '/v1/refunds') {
         const key = idempotencyKey(req);
         const body = parseRefundRequest(await readJson(req));
-        const f = callFaults(faults, 'refunds', key);
+        const f = callFaults(faults, 'refunds', key, req);
         try {
           await f.before();
           const r = await createRefund(key, body);

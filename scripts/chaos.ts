@@ -247,10 +247,12 @@ async function main(): Promise<number> {
       const row = slowRows.rows.find((r) => r.order_id === s.id);
       say(`  slowest: ${s.id} ${Math.round(s.ms / 1000)} s, ${row?.status ?? '?'}${row?.reason ? ` (${row.reason.slice(0, 160)})` : ''}`);
     }
-    say('faults applied by the provider (counted where applied, from its log, across its restart):');
+    say("faults applied by the provider to the workers' calls (counted where applied, from its log, across its restart):");
     for (const target of FAULT_TARGETS) {
       say(`  ${target.padEnd(10)} ${FAULT_KINDS.filter((k) => k !== 'processing' || target === 'inquiries').map((k) => `${k} ${stack.applied.get(`${target} ${k}`) ?? 0}`).join(', ')}`);
     }
+    const opFaults = [...stack.appliedToOperators.values()].reduce((a, b) => a + b, 0);
+    say(`  (not counted above: ${opFaults} fault(s) met by the operators' own calls, ${[...stack.appliedToOperators].map(([k, v]) => `${k} ${v}`).join(', ') || 'none'})`);
     say(`  outage window: ${outage.ms ? `${outage.ms / 1000} s from ${new Date(outage.at!).toISOString()}` : 'did not happen'}; stuck charges (answer lost, then processing): every ${STUCK_EVERY}th order`);
     say(`worker faults: SIGKILLs per worker process ${stack.workerKills.join(' and ')} (each about every ${killEveryMs / 1000} s, restarted)`);
     for (const r of stack.restarts as Restart[]) say(`  ${r.what} restarted in ${r.ms} ms, confirmed: ${r.evidence}`);

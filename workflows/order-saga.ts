@@ -257,8 +257,10 @@ export async function orderSaga(input: OrderInput, config: Partial<SagaConfig> =
   setHandler(stateQuery, () => state);
   let settledElsewhere = false;
   setHandler(acceptedUpdate, async (): Promise<Acceptance> => {
-    const reserved = (): boolean => state.stepsDone.includes('reserveInventory');
-    await condition(() => reserved() || unwinding !== undefined || settledElsewhere || isFinal(state.status) || state.status === 'NEEDS_ATTENTION');
+    // Reserved by this run, or found already further along (a run that took over a charged order).
+    const reserved = (): boolean => state.stepsDone.includes('reserveInventory') || pivotStarted || ['CHARGED', 'SHIPPED', 'COMPLETED'].includes(state.status);
+    // Waits are shielded from a Temporal cancellation: the saga's own end answers them.
+    await CancellationScope.nonCancellable(() => condition(() => reserved() || unwinding !== undefined || settledElsewhere || isFinal(state.status)));
     if (settledElsewhere) return { orderId, accepted: false, status: 'ALREADY_SETTLED', reason: state.reason };
     if (reserved()) return { orderId, accepted: true, status: state.status };
     return { orderId, accepted: false, status: state.status, reason: unwinding ?? state.reason };
@@ -270,7 +272,7 @@ export async function orderSaga(input: OrderInput, config: Partial<SagaConfig> =
     async (reason) => {
       cancelReason = reason || 'cancelled';
       preScope.cancel();
-      await condition(() => isFinal(state.status) || state.status === 'NEEDS_ATTENTION');
+      await CancellationScope.nonCancellable(() => condition(() => isFinal(state.status) || state.status === 'NEEDS_ATTENTION' || settledElsewhere));
       return state;
     },
     {
@@ -293,7 +295,7 @@ export async function orderSaga(input: OrderInput, config: Partial<SagaConfig> =
           await checkResolveWithProvider(action);
         }
         resolution = { action, note };
-        await condition(() => resolution === undefined);
+        await CancellationScope.nonCancellable(() => condition(() => resolution === undefined || settledElsewhere));
         return state;
       } finally {
         resolving = false;
@@ -652,6 +654,7 @@ export async function orderSaga(input: OrderInput, config: Partial<SagaConfig> =
     state.compensations = [];
     state.step = 'already settled';
     settledElsewhere = true;
+    state.awaiting = undefined; // nothing here is waiting for a person any more
     mirror(status, `order ${orderId} is already ${status}: settled by another run; this run stopped without effects`);
     await condition(allHandlersFinished);
     return { orderId, status: 'ALREADY_SETTLED', orderStatus: status, reason: state.reason };

@@ -24,7 +24,7 @@ import { createProviderClient } from '../../provider/client';
 import type { SagaConfig } from '../../workflows/order-saga';
 import type { SagaState } from '../../workflows/messages';
 import { unit, type ChaosOrder } from './orders';
-import { sleep, type ChaosStack } from './stack';
+import { OPERATOR_CLIENT, sleep, type ChaosStack } from './stack';
 
 export interface Tally {
   sent: number;
@@ -65,7 +65,7 @@ export class People {
 
   /** The provider's API, as an operator uses it (the same keys and faults as the worker's calls). */
   private get provider() {
-    return createProviderClient({ baseUrl: this.stack.providerUrl, apiKey: this.stack.apiKey, timeoutMs: 5_000 });
+    return createProviderClient({ baseUrl: this.stack.providerUrl, apiKey: this.stack.apiKey, timeoutMs: 5_000, clientName: OPERATOR_CLIENT });
   }
 
   private get client(): Client {

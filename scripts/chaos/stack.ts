@@ -21,6 +21,9 @@ import { CustomerIdKey, NeedsAttentionKey, OrderStatusKey, TotalCentsKey } from 
 
 export const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
+/** The name the soak's operators give the provider (X-Client-Name), so faults they meet count apart. */
+export const OPERATOR_CLIENT = 'chaos-operator';
+
 /** A free loopback port (the provider restarts on the same one, so the workers keep their URL). */
 function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
@@ -48,7 +51,10 @@ export class ChaosStack {
   readonly apiKey = 'chaos-key';
   private readonly adminKey = 'chaos-admin-key';
   readonly providerTimeoutMs = 2_000;
+  /** Faults applied to the saga's calls (the workers'). */
   readonly applied: AppliedFaults = new Map();
+  /** Faults applied to the chaos operators' own calls to the provider. */
+  readonly appliedToOperators: AppliedFaults = new Map();
   readonly restarts: Restart[] = [];
   workerKills: number[] = [];
   pg!: PostgresHandle;
@@ -102,9 +108,11 @@ export class ChaosStack {
   private async startProvider(): Promise<void> {
     const onLine = (line: string): void => {
       if (!line.includes('"event":"fault applied"')) return;
-      const { target, kind } = JSON.parse(line) as { target: string; kind: string };
+      const { target, kind, client } = JSON.parse(line) as { target: string; kind: string; client?: string };
+      // The saga's faults and the operators' own (their inquiries and refunds by hand) are kept apart.
+      const into = client === OPERATOR_CLIENT ? this.appliedToOperators : this.applied;
       const k = `${target} ${kind}`;
-      this.applied.set(k, (this.applied.get(k) ?? 0) + 1);
+      into.set(k, (into.get(k) ?? 0) + 1);
     };
     const p = await startProviderProcess(
       {
@@ -147,6 +155,10 @@ export class ChaosStack {
         if (attempt >= 5) throw err; // the port may take a moment to come free
         await sleep(500);
       }
+    }
+    if (this.stopping) {
+      await stopProcess(this.provider); // the soak is stopping: do not leave the new one behind
+      throw new Error('provider restart: the soak is stopping');
     }
     for (const r of this.rules) await this.admin.set(r);
     const health = await fetch(`${this.providerUrl}/healthz`, { signal: AbortSignal.timeout(5_000) });
