@@ -20,7 +20,7 @@ import {
 } from './api';
 import { FaultBook, parseFaultRequest, type FaultKind, type FaultRule, type FaultTarget } from './faults';
 
-/** Development defaults, for loopback use only. Set PROVIDER_API_KEY / PROVIDER_ADMIN_KEY anywhere else. */
+/** Development defaults, for loopback use only. Set PROVIDER_API_KEY(S) / PROVIDER_ADMIN_KEY(S) anywhere else. */
 export const DEV_PROVIDER_API_KEY = 'dev-only-provider-key';
 export const DEV_PROVIDER_ADMIN_KEY = 'dev-only-admin-key';
 
@@ -28,10 +28,34 @@ export interface ProviderConfig {
   databaseUrl: string;
   host: string;
   port: number;
-  apiKey: string;
-  /** The admin API (fault switches) listens apart from the payment API, with its own key. */
+  /** The API keys accepted now (more than one only while rotating); any other key gets 401. */
+  apiKeys: string[];
+  /** The admin API (fault switches) listens apart from the payment API, with its own keys. */
   adminPort: number;
-  adminKey: string;
+  adminKeys: string[];
+}
+
+/**
+ * The keys from `<NAME>S` (a comma-separated list, for a rotation's overlap) or `<NAME>`, else the
+ * development default. Throws naming the variable when a key is empty or malformed.
+ */
+export function keysFromEnv(env: NodeJS.ProcessEnv, name: string, fallback: string): string[] {
+  const list = env[`${name}S`];
+  const keys = list !== undefined ? list.split(',').map((k) => k.trim()) : [env[name] ?? fallback];
+  for (const k of keys) {
+    if (!/^[\x21-\x7e]{8,200}$/.test(k) || k.includes(',')) {
+      throw new Error(`${list !== undefined ? `${name}S` : name}: each key must be 8 to 200 printable characters, without spaces or commas`);
+    }
+  }
+  return keys;
+}
+
+/** Compares a presented key with the configured ones in constant time per key. */
+function keyMatches(given: string, hashes: Buffer[]): boolean {
+  const g = Buffer.from(sha256(given));
+  let ok = false;
+  for (const h of hashes) ok = timingSafeEqual(g, h) || ok;
+  return ok;
 }
 
 class HttpError extends Error {
@@ -203,13 +227,14 @@ function callFaults(book: FaultBook, target: FaultTarget, key: string, req: Inco
   };
 }
 
-export function createProviderHandler(pool: Pool, faults: FaultBook = new FaultBook()) {
+export function createProviderHandler(pool: Pool, faults: FaultBook, apiKeys: string[]) {
+  // Exactly the keys configured now: a key removed from the configuration stops working at restart.
+  const hashes = apiKeys.map((k) => Buffer.from(sha256(k)));
   async function authenticate(req: IncomingMessage): Promise<void> {
     const header = req.headers.authorization ?? '';
     const key = header.startsWith('Bearer ') ? header.slice(7) : '';
     if (!key) throw new HttpError(401, { error: 'unauthenticated', message: 'missing API key (Authorization: Bearer …)' });
-    const found = await pool.query({ text: 'SELECT 1 FROM provider.api_keys WHERE key_hash = $1', values: [sha256(key)] });
-    if (!found.rowCount) throw new HttpError(401, { error: 'unauthenticated', message: 'unknown API key' });
+    if (!keyMatches(key, hashes)) throw new HttpError(401, { error: 'unauthenticated', message: 'unknown API key' });
   }
 
   /** Charges this process is deciding right now: the same key meanwhile gets 409. */
@@ -383,8 +408,8 @@ export function createProviderHandler(pool: Pool, faults: FaultBook = new FaultB
 }
 
 /** The admin API: GET/POST/DELETE /admin/faults, with its own key, on its own port. */
-export function createAdminHandler(faults: FaultBook, adminKey: string) {
-  const expected = Buffer.from(sha256(adminKey));
+export function createAdminHandler(faults: FaultBook, adminKeys: string[]) {
+  const expected = adminKeys.map((k) => Buffer.from(sha256(k)));
   return async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
     const send = (status: number, body: unknown): void => {
       res.writeHead(status, { 'content-type': 'application/json' });
@@ -392,8 +417,7 @@ export function createAdminHandler(faults: FaultBook, adminKey: string) {
     };
     try {
       const header = req.headers.authorization ?? '';
-      const given = Buffer.from(sha256(header.startsWith('Bearer ') ? header.slice(7) : ''));
-      if (!header || !timingSafeEqual(given, expected)) {
+      if (!header.startsWith('Bearer ') || !keyMatches(header.slice(7), expected)) {
         throw new HttpError(401, { error: 'unauthenticated', message: 'missing or wrong admin key' });
       }
       const url = new URL(req.url ?? '/', 'http://provider-admin');
@@ -427,14 +451,20 @@ export function createAdminHandler(faults: FaultBook, adminKey: string) {
 export async function startProvider(cfg: ProviderConfig): Promise<{ server: http.Server; admin: http.Server; port: number; adminPort: number; pool: Pool }> {
   const pool = createPool(cfg.databaseUrl);
   await migrate(pool, PROVIDER_MIGRATIONS, 'provider.schema_migrations');
-  await pool.query({
-    text: `INSERT INTO provider.api_keys (key_hash, label) VALUES ($1, $2) ON CONFLICT (key_hash) DO NOTHING`,
-    values: [sha256(cfg.apiKey), cfg.apiKey === DEV_PROVIDER_API_KEY ? 'development default' : 'from PROVIDER_API_KEY'],
+  // The table records the keys in force (hashed), the ones of the provider that started last.
+  await withTransaction(pool, async (c) => {
+    await c.query({ text: 'DELETE FROM provider.api_keys WHERE key_hash <> ALL($1::text[])', values: [cfg.apiKeys.map(sha256)] });
+    for (const k of cfg.apiKeys) {
+      await c.query({
+        text: `INSERT INTO provider.api_keys (key_hash, label) VALUES ($1, $2) ON CONFLICT (key_hash) DO NOTHING`,
+        values: [sha256(k), k === DEV_PROVIDER_API_KEY ? 'development default' : 'configured'],
+      });
+    }
   });
   const faults = new FaultBook();
-  const handler = createProviderHandler(pool, faults);
+  const handler = createProviderHandler(pool, faults, cfg.apiKeys);
   const server = http.createServer((req, res) => void handler(req, res));
-  const adminHandler = createAdminHandler(faults, cfg.adminKey);
+  const adminHandler = createAdminHandler(faults, cfg.adminKeys);
   const admin = http.createServer((req, res) => void adminHandler(req, res));
   const listen = (srv: http.Server, port: number): Promise<number> =>
     new Promise((resolve, reject) => {
@@ -452,20 +482,26 @@ if (require.main === module) {
     process.stderr.write('provider: DATABASE_URL is required\n');
     process.exit(2);
   }
-  const cfg: ProviderConfig = {
-    databaseUrl,
-    host: process.env.PROVIDER_HOST ?? '127.0.0.1',
-    port: Number(process.env.PROVIDER_PORT ?? 4010),
-    apiKey: process.env.PROVIDER_API_KEY ?? DEV_PROVIDER_API_KEY,
-    adminPort: Number(process.env.PROVIDER_ADMIN_PORT ?? 4011),
-    adminKey: process.env.PROVIDER_ADMIN_KEY ?? DEV_PROVIDER_ADMIN_KEY,
-  };
+  let cfg: ProviderConfig;
+  try {
+    cfg = {
+      databaseUrl,
+      host: process.env.PROVIDER_HOST ?? '127.0.0.1',
+      port: Number(process.env.PROVIDER_PORT ?? 4010),
+      apiKeys: keysFromEnv(process.env, 'PROVIDER_API_KEY', DEV_PROVIDER_API_KEY),
+      adminPort: Number(process.env.PROVIDER_ADMIN_PORT ?? 4011),
+      adminKeys: keysFromEnv(process.env, 'PROVIDER_ADMIN_KEY', DEV_PROVIDER_ADMIN_KEY),
+    };
+  } catch (err) {
+    process.stderr.write(`provider: ${(err as Error).message}\n`);
+    process.exit(2);
+  }
   startProvider(cfg)
     .then(({ server, admin, port, adminPort, pool }) => {
       log('listening', {
         url: `http://${cfg.host}:${port}`,
         adminUrl: `http://${cfg.host}:${adminPort}`,
-        devKeys: cfg.apiKey === DEV_PROVIDER_API_KEY || cfg.adminKey === DEV_PROVIDER_ADMIN_KEY,
+        devKeys: cfg.apiKeys.includes(DEV_PROVIDER_API_KEY) || cfg.adminKeys.includes(DEV_PROVIDER_ADMIN_KEY),
       });
       const stop = (): void => {
         admin.close();
