@@ -32,6 +32,8 @@ export interface ProviderConfig {
   apiKeys: string[];
   /** The admin API (fault switches) listens apart from the payment API, with its own keys. */
   adminPort: number;
+  /** Loopback unless asked otherwise: the payment API may face a network, the fault switches not. */
+  adminHost: string;
   adminKeys: string[];
 }
 
@@ -466,13 +468,13 @@ export async function startProvider(cfg: ProviderConfig): Promise<{ server: http
   const server = http.createServer((req, res) => void handler(req, res));
   const adminHandler = createAdminHandler(faults, cfg.adminKeys);
   const admin = http.createServer((req, res) => void adminHandler(req, res));
-  const listen = (srv: http.Server, port: number): Promise<number> =>
+  const listen = (srv: http.Server, port: number, host: string): Promise<number> =>
     new Promise((resolve, reject) => {
       srv.once('error', reject);
-      srv.listen(port, cfg.host, () => resolve((srv.address() as AddressInfo).port));
+      srv.listen(port, host, () => resolve((srv.address() as AddressInfo).port));
     });
-  const port = await listen(server, cfg.port);
-  const adminPort = await listen(admin, cfg.adminPort);
+  const port = await listen(server, cfg.port, cfg.host);
+  const adminPort = await listen(admin, cfg.adminPort, cfg.adminHost);
   return { server, admin, port, adminPort, pool };
 }
 
@@ -490,6 +492,7 @@ if (require.main === module) {
       port: Number(process.env.PROVIDER_PORT ?? 4010),
       apiKeys: keysFromEnv(process.env, 'PROVIDER_API_KEY', DEV_PROVIDER_API_KEY),
       adminPort: Number(process.env.PROVIDER_ADMIN_PORT ?? 4011),
+      adminHost: process.env.PROVIDER_ADMIN_HOST ?? '127.0.0.1',
       adminKeys: keysFromEnv(process.env, 'PROVIDER_ADMIN_KEY', DEV_PROVIDER_ADMIN_KEY),
     };
   } catch (err) {
@@ -500,7 +503,7 @@ if (require.main === module) {
     .then(({ server, admin, port, adminPort, pool }) => {
       log('listening', {
         url: `http://${cfg.host}:${port}`,
-        adminUrl: `http://${cfg.host}:${adminPort}`,
+        adminUrl: `http://${cfg.adminHost}:${adminPort}`,
         devKeys: cfg.apiKeys.includes(DEV_PROVIDER_API_KEY) || cfg.adminKeys.includes(DEV_PROVIDER_ADMIN_KEY),
       });
       const stop = (): void => {

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Checks docker-compose.yml's syntax with `docker compose config -q` (no Docker engine needed).
+# Checks docker-compose.yml with `docker compose config` (no Docker engine needed): its syntax, that it
+# refuses to start without its secrets, and that it publishes only loopback ports and no admin API.
 # Uses the installed Compose plugin, else builds Compose from the Go module proxy into the cache.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,5 +21,33 @@ else
   fi
   compose=("$bin")
 fi
-"${compose[@]}" -f docker-compose.yml config -q
-echo "docker-compose.yml: docker compose config -q passed"
+secrets=(APP_DB_PASSWORD TEMPORAL_DB_PASSWORD PROVIDER_API_KEY PROVIDER_ADMIN_KEY)
+unset_all=()
+for v in "${secrets[@]}" PROVIDER_ADMIN_HOST; do unset_all+=(-u "$v"); done
+
+# 1. No secret has a default: without them, compose refuses, naming what to set.
+if out=$(env "${unset_all[@]}" "${compose[@]}" --env-file /dev/null -f docker-compose.yml config -q 2>&1); then
+  echo "check-compose: docker compose accepted the file without its secrets" >&2; exit 1
+fi
+grep -q "in .env (see .env.example)" <<<"$out" || { echo "check-compose: unexpected refusal: $out" >&2; exit 1; }
+if grep -n "dev-only" docker-compose.yml; then echo "check-compose: a development default is in docker-compose.yml" >&2; exit 1; fi
+
+# 2. With them (throwaway values, never written to the repository): valid, and what it publishes is
+#    loopback only, without the provider's admin API, which listens on the provider's own loopback.
+envfile=$(mktemp)
+trap 'rm -f "$envfile"' EXIT
+for v in "${secrets[@]}"; do echo "$v=check-$v-$RANDOM$RANDOM" >>"$envfile"; done
+env "${unset_all[@]}" "${compose[@]}" --env-file "$envfile" -f docker-compose.yml config -q
+env "${unset_all[@]}" "${compose[@]}" --env-file "$envfile" -f docker-compose.yml config --format json | node -e '
+  const cfg = JSON.parse(require("fs").readFileSync(0, "utf8"));
+  const bad = [];
+  for (const [name, svc] of Object.entries(cfg.services)) {
+    for (const p of svc.ports ?? []) {
+      if (p.host_ip !== "127.0.0.1") bad.push(`${name}: port ${p.target} published on ${p.host_ip || "every interface"}`);
+      if (String(p.target) === "4011" || String(p.published) === "4011") bad.push(`${name}: the admin API (4011) is published`);
+    }
+  }
+  if (cfg.services.provider.environment.PROVIDER_ADMIN_HOST !== "127.0.0.1") bad.push("provider: the admin API does not listen on loopback only");
+  if (bad.length) { console.error("check-compose: " + bad.join("; ")); process.exit(1); }
+'
+echo "docker-compose.yml: config -q passed; refused without its secrets; every published port on 127.0.0.1; admin API not published, on the provider's loopback"
