@@ -51,6 +51,17 @@ async function reserve(orderId: string, sku: string, qty: number, status: 'HELD'
   });
 }
 
+/** Removes the test's orders (with their ledger, reservations, shipments and quota) and restocks its SKUs. */
+async function cleanUp(orderIds: string[], skus: string[], customers: string[] = []): Promise<void> {
+  await db.query({ text: 'DELETE FROM provider.refunds WHERE charge_key LIKE ANY($1::text[])', values: [orderIds.map((i) => `${i}:%`)] });
+  await db.query({ text: 'DELETE FROM provider.charges WHERE reference = ANY($1::text[])', values: [orderIds] });
+  await db.query({ text: 'DELETE FROM reservations WHERE order_id = ANY($1::text[])', values: [orderIds] });
+  await db.query({ text: 'DELETE FROM shipments WHERE order_id = ANY($1::text[])', values: [orderIds] });
+  await db.query({ text: 'DELETE FROM purchase_quota WHERE customer_id = ANY($1::text[])', values: [customers] });
+  await db.query({ text: 'DELETE FROM orders WHERE order_id = ANY($1::text[])', values: [orderIds] });
+  await db.query({ text: 'UPDATE products SET stock = initial_stock WHERE sku = ANY($1::text[])', values: [skus] });
+}
+
 async function ship(orderId: string): Promise<void> {
   await db.query({ text: 'INSERT INTO shipments (order_id, tracking_number) VALUES ($1, $2)', values: [orderId, `TRK-${orderId}`] });
 }
@@ -118,12 +129,7 @@ describe('invariant checker', () => {
 
     // Leave the shared test database as it was.
     const all = Object.values(ids);
-    await db.query({ text: 'DELETE FROM provider.refunds WHERE charge_key LIKE ANY($1::text[])', values: [all.map((i) => `${i}:%`)] });
-    await db.query({ text: 'DELETE FROM provider.charges WHERE reference = ANY($1::text[])', values: [all] });
-    await db.query({ text: 'DELETE FROM reservations WHERE order_id = ANY($1::text[])', values: [all] });
-    await db.query({ text: 'DELETE FROM shipments WHERE order_id = ANY($1::text[])', values: [all] });
-    await db.query({ text: 'DELETE FROM orders WHERE order_id = ANY($1::text[])', values: [all] });
-    await db.query({ text: 'UPDATE products SET stock = initial_stock WHERE sku = ANY($1::text[])', values: [[p.sku, lost.sku, q.sku]] });
+    await cleanUp(all, [p.sku, lost.sku, q.sku]);
     const after = await checkInvariants(db, { deadlineMs: DAY });
     expect(after.violations.filter((v) => v.orderIds.some((o) => all.includes(o)))).toEqual([]);
   });
@@ -282,13 +288,7 @@ describe('invariant checker', () => {
 
     // Leave the shared test database as it was.
     const all = Object.values(ids);
-    await db.query({ text: 'DELETE FROM provider.refunds WHERE charge_key LIKE ANY($1::text[])', values: [all.map((i) => `${i}:%`)] });
-    await db.query({ text: 'DELETE FROM provider.charges WHERE reference = ANY($1::text[])', values: [all] });
-    await db.query({ text: 'DELETE FROM reservations WHERE order_id = ANY($1::text[])', values: [all] });
-    await db.query({ text: 'DELETE FROM shipments WHERE order_id = ANY($1::text[])', values: [all] });
-    await db.query({ text: 'DELETE FROM purchase_quota WHERE customer_id = ANY($1::text[])', values: [Object.values(customers)] });
-    await db.query({ text: 'DELETE FROM orders WHERE order_id = ANY($1::text[])', values: [all] });
-    await db.query({ text: 'UPDATE products SET stock = initial_stock WHERE sku = ANY($1::text[])', values: [[p.sku, other.sku]] });
+    await cleanUp(all, [p.sku, other.sku], Object.values(customers));
     const after = await checkInvariants(db, { deadlineMs: DAY, workflows });
     const skuDetail = (d: string): boolean => d.startsWith(`${p.sku}:`) || d.startsWith(`${other.sku}:`);
     expect(after.violations.filter((v) => v.orderIds.some((o) => all.includes(o)) || skuDetail(v.detail))).toEqual([]);
