@@ -1,5 +1,6 @@
 /** Starting the project's own processes (provider, worker) as children, for tests, the bench and the chaos soak. */
 import { spawn, type ChildProcess } from 'node:child_process';
+import { createServer } from 'node:net';
 import path from 'node:path';
 
 const ROOT = path.resolve(__dirname, '..');
@@ -69,6 +70,18 @@ export async function startProviderProcess(env: NodeJS.ProcessEnv, onLine?: (lin
 /** Starts worker.ts as its own process; resolves once it polls its task queue. */
 export async function startWorkerProcess(env: NodeJS.ProcessEnv): Promise<ChildProcess> {
   return (await startTsProcess('worker.ts', env, /polling task queue/)).child;
+}
+
+/** A free loopback port, for a child that must listen on a known one (and keep it across a restart). */
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.once('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const { port } = srv.address() as { port: number };
+      srv.close(() => resolve(port));
+    });
+  });
 }
 
 export async function stopProcess(child: ChildProcess | undefined, signal: NodeJS.Signals = 'SIGTERM'): Promise<void> {

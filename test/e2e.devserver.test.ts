@@ -4,7 +4,6 @@
  */
 import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { WorkflowNotFoundError } from '@temporalio/client';
@@ -17,6 +16,7 @@ import { orderOutcome } from '../lib/order-outcome';
 import { createOrderWorkers, type OrderWorkers } from '../worker';
 import { NeedsAttentionKey, OrderStatusKey, TotalCentsKey } from '../workflows/search-attributes';
 import { runCli } from '../client';
+import { freePort } from '../lib/processes';
 import { bundleWorkflows, startDevServer } from './temporal-env';
 import { createProduct, ledger, makeOrder, orderRow, productRow, testAdmin, testPool, uid } from './helpers';
 import { MALFORMED_ORDERS } from './malformed-orders';
@@ -32,16 +32,6 @@ let uiPort: number;
 const tmp = mkdtempSync(path.join(os.tmpdir(), 'order-saga-e2e-'));
 const admin = testAdmin();
 
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = net.createServer();
-    srv.once('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const { port } = srv.address() as net.AddressInfo;
-      srv.close(() => resolve(port));
-    });
-  });
-}
 
 beforeAll(async () => {
   uiPort = await freePort();

@@ -5,7 +5,6 @@
  */
 import type { ChildProcess } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
-import { createServer } from 'node:net';
 import path from 'node:path';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { bundleWorkflowCode, DefaultLogger } from '@temporalio/worker';
@@ -13,7 +12,7 @@ import type { Pool } from 'pg';
 import { migrateAll } from '../../db/migrate';
 import { createPool } from '../../db/pool';
 import { ensurePostgres, type EmbeddedOptions, type PostgresHandle } from '../../db/postgres';
-import { startProviderProcess, startWorkerProcess, stopProcess } from '../../lib/processes';
+import { freePort, startProviderProcess, startWorkerProcess, stopProcess } from '../../lib/processes';
 import { devServerExecutable } from '../../lib/temporal-servers';
 import { createProviderAdmin, type ProviderAdmin } from '../../provider/client';
 import type { FaultRequest } from '../../provider/faults';
@@ -23,18 +22,6 @@ export const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeou
 
 /** The name the soak's operators give the provider (X-Client-Name), so faults they meet count apart. */
 export const OPERATOR_CLIENT = 'chaos-operator';
-
-/** A free loopback port (the provider restarts on the same one, so the workers keep their URL). */
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = createServer();
-    srv.once('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const { port } = srv.address() as { port: number };
-      srv.close(() => resolve(port));
-    });
-  });
-}
 
 /** A restart that was confirmed: how long it took, and what shows it happened. */
 export interface Restart {
