@@ -62,7 +62,7 @@ Commands:
   views [--customer <id>] [--json]                 the Web UI list URLs an operator uses
 
 Run "npx tsx client.ts <command> --help" for a command's details.
-Environment: TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TASK_QUEUE, TEMPORAL_UI_URL, DATABASE_URL
+Environment: TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TASK_QUEUE, TEMPORAL_UI_URL, DATABASE_URL (the app role), READER_DATABASE_URL (the read-only role: check, findings)
 (defaults: what a running "npm start" recorded in .data/runtime.json, else 127.0.0.1 loopback).`,
   place: `Usage: npx tsx client.ts place --file <order.json> [--json] [--no-wait]
 
@@ -109,13 +109,13 @@ Shows a progress bar on a terminal, then orders/s, p50/p99 saga latency, statuse
 rate. Needs DATABASE_URL (or a running "npm start").`,
   check: `Usage: npx tsx client.ts check [--json]
 
-Reads the application database and the provider's ledger (DATABASE_URL) in one snapshot and reports
-every violation with its order IDs: double charges, refunds without or above a charge, charged
+Reads the application database and the provider's ledger in one snapshot, through the read-only
+role (READER_DATABASE_URL; else DATABASE_URL), and reports every violation with its order IDs: double charges, refunds without or above a charge, charged
 FAILED/CANCELLED orders without exactly one refund, stock + held + sold ≠ initial, orders neither
 decided nor within their deadline, HELD reservations on failed orders, charges with no order,
 shipped orders without exactly one succeeded unrefunded charge of their total, refunds on shipped
 orders, shipments that do not match SOLD reservations, purchase quota ≠ what reservations hold, and
-(asking Temporal) open orders whose workflow has closed. Needs DATABASE_URL and Temporal.
+(asking Temporal) open orders whose workflow has closed. Needs a database URL and Temporal.
 Exit code 0 when clean, 1 when there are violations.`,
   schedule: `Usage: npx tsx client.ts schedule reconcile [--every <duration>]
 
@@ -403,8 +403,8 @@ async function list(args: string[], cfg: AppConfig, io: Out): Promise<number> {
 async function check(args: string[], cfg: AppConfig, io: Out): Promise<number> {
   const { values } = parseArgs({ args, options: { json: { type: 'boolean' }, help: { type: 'boolean' } } });
   if (values.help) return io.out(HELP.check!), EXIT.ok;
-  if (!cfg.databaseUrl) throw new CliError('check needs DATABASE_URL (or a running "npm start")', 1);
-  const db = createPool(cfg.databaseUrl, { max: 1 });
+  if (!cfg.readerDatabaseUrl) throw new CliError('check needs READER_DATABASE_URL or DATABASE_URL (or a running "npm start")', 1);
+  const db = createPool(cfg.readerDatabaseUrl, { max: 1 }); // read-only: it reads the provider's ledger too
   try {
     // Temporal's visibility tells an open order whose workflow has closed (that rule needs the server).
     const client = await connect(cfg).catch((err: Error) => {
@@ -454,8 +454,8 @@ async function schedule(args: string[], cfg: AppConfig, io: Out): Promise<number
 async function findings(args: string[], cfg: AppConfig, io: Out): Promise<number> {
   const { values } = parseArgs({ args, options: { json: { type: 'boolean' }, help: { type: 'boolean' } } });
   if (values.help) return io.out(HELP.findings!), EXIT.ok;
-  if (!cfg.databaseUrl) throw new CliError('findings needs DATABASE_URL (or a running "npm start")', 1);
-  const db = createPool(cfg.databaseUrl, { max: 1 });
+  if (!cfg.readerDatabaseUrl) throw new CliError('findings needs READER_DATABASE_URL or DATABASE_URL (or a running "npm start")', 1);
+  const db = createPool(cfg.readerDatabaseUrl, { max: 1 });
   try {
     const run = await db.query<{ run_id: string; started_at: Date; orders: number; violations: number }>(
       'SELECT run_id, started_at, orders, violations FROM reconciliation_runs ORDER BY started_at DESC LIMIT 1',

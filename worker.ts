@@ -19,6 +19,8 @@ import { DEFAULT_SAGA_CONFIG } from './workflows/order-saga';
 export interface OrderWorkers {
   workers: Worker[];
   db: Pool;
+  /** The read-only role's pool (reconciliation); db itself when READER_DATABASE_URL is unset. */
+  reader: Pool;
   metrics: InventoryMetrics;
   /** Runs every worker until shutdown() (or a signal). */
   run(): Promise<void>;
@@ -32,9 +34,10 @@ export async function createOrderWorkers(
 ): Promise<OrderWorkers> {
   if (!cfg.databaseUrl && !extra.db) throw new Error('DATABASE_URL is required');
   const db = extra.db ?? createPool(cfg.databaseUrl!, { max: 20 });
+  const reader = extra.db || !cfg.readerDatabaseUrl || cfg.readerDatabaseUrl === cfg.databaseUrl ? db : createPool(cfg.readerDatabaseUrl, { max: 2 });
   const metrics = extra.metrics ?? new InventoryMetrics();
   const provider = createProviderClient({ baseUrl: cfg.providerUrl, apiKey: cfg.providerApiKey, timeoutMs: cfg.providerTimeoutMs });
-  const activities = createActivities({ db, provider, metrics });
+  const activities = createActivities({ db, reader, provider, metrics });
   const main = await Worker.create({
     connection,
     namespace: cfg.namespace,
@@ -58,6 +61,7 @@ export async function createOrderWorkers(
   return {
     workers,
     db,
+    reader,
     metrics,
     run: async () => {
       await Promise.all(workers.map((w) => w.run()));
@@ -108,6 +112,7 @@ async function main(): Promise<void> {
   } finally {
     server.close();
     await w.db.end();
+    if (w.reader !== w.db) await w.reader.end();
     await connection.close();
   }
 }

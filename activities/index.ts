@@ -10,6 +10,8 @@ import { shippingActivities } from './shipping';
 
 export interface ActivityDeps {
   db: Pool;
+  /** Read-only (the reader role): reconciliation reads the provider's ledger through it. Defaults to db. */
+  reader?: Pool;
   provider: ProviderClient;
   cas?: Partial<CasOptions>;
   reserveLogic?: ReserveLogic;

@@ -10,7 +10,7 @@ export interface ReconciliationSummary {
   rules: Record<string, number>;
 }
 
-export function reconciliationActivities({ db }: { db: Pool }) {
+export function reconciliationActivities({ db, reader = db }: { db: Pool; reader?: Pool }) {
   return {
     /**
      * Runs every invariant check plus the orphan sweep (charges whose order is missing or failed
@@ -18,7 +18,8 @@ export function reconciliationActivities({ db }: { db: Pool }) {
      * line. It never compensates: a person decides. Idempotent per runId.
      */
     async runReconciliation(req: { runId: string; deadlineMs: number }): Promise<ReconciliationSummary> {
-      const report = await checkInvariants(db, { deadlineMs: req.deadlineMs });
+      // Read through the read-only role (it sees the provider's ledger); the findings are written as the app.
+      const report = await checkInvariants(reader, { deadlineMs: req.deadlineMs });
       await withTransaction(db, async (c) => {
         await c.query({
           text: `INSERT INTO reconciliation_runs (run_id, orders, violations) VALUES ($1, $2, $3)

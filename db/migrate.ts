@@ -6,13 +6,18 @@ import { withTransaction } from './pool';
 export const APP_MIGRATIONS = path.resolve(__dirname, '..', 'migrations');
 export const PROVIDER_MIGRATIONS = path.resolve(__dirname, '..', 'provider', 'migrations');
 
+/** The numbered SQL files of a directory, in order. */
+async function migrationFiles(dir: string): Promise<string[]> {
+  return (await readdir(dir)).filter((f) => /^\d{4}_[\w-]+\.sql$/.test(f)).sort();
+}
+
 /**
  * Applies numbered SQL files (0001_name.sql, …) in order. Each file runs in one transaction and is
  * recorded in `table`; an advisory lock keeps two processes from migrating at once.
  */
 export async function migrate(pool: Pool, dir: string, table: string): Promise<string[]> {
   if (!/^[a-z_][a-z0-9_.]*$/.test(table)) throw new Error(`migrate: bad table name ${table}`);
-  const files = (await readdir(dir)).filter((f) => /^\d{4}_[\w-]+\.sql$/.test(f)).sort();
+  const files = await migrationFiles(dir);
   const applied: string[] = [];
   const schema = table.includes('.') ? table.split('.')[0] : undefined;
   for (const file of files) {
@@ -36,6 +41,22 @@ export async function migrate(pool: Pool, dir: string, table: string): Promise<s
     });
   }
   return applied;
+}
+
+/**
+ * For a process that runs with a role that may not migrate (the provider): refuses to start, saying
+ * what to run, when `table` lacks a migration found in `dir`.
+ */
+export async function assertMigrated(pool: Pool, dir: string, table: string): Promise<void> {
+  const files = await migrationFiles(dir);
+  let versions: number[];
+  try {
+    versions = (await pool.query<{ version: number }>(`SELECT version FROM ${table}`)).rows.map((r) => r.version);
+  } catch (err) {
+    throw new Error(`cannot read ${table} (${(err as Error).message}): run the migrations as the database owner first (npm run migrate)`);
+  }
+  const missing = files.filter((f) => !versions.includes(Number(f.slice(0, 4))));
+  if (missing.length) throw new Error(`migrations not applied: ${missing.join(', ')}; run them as the database owner (npm run migrate)`);
 }
 
 /** Both schemas: the application's and the payment provider's (kept in its own schema). */

@@ -20,7 +20,10 @@ export interface AppConfig {
   namespace: string;
   taskQueue: string;
   uiUrl: string;
+  /** The process's own role: the application's (worker, client.ts) or the provider's. */
   databaseUrl?: string;
+  /** The read-only role, for the invariant checker and reconciliation; DATABASE_URL when unset. */
+  readerDatabaseUrl?: string;
   providerUrl: string;
   providerApiKey: string;
   /** How long the worker waits for the provider before it treats the call as timed out (then inquires). */
@@ -38,6 +41,7 @@ export function readConfig(processEnv: NodeJS.ProcessEnv = process.env): AppConf
     taskQueue: env.TASK_QUEUE ?? 'orders',
     uiUrl: (env.TEMPORAL_UI_URL ?? 'http://127.0.0.1:8233').replace(/\/$/, ''),
     databaseUrl: env.DATABASE_URL,
+    readerDatabaseUrl: env.READER_DATABASE_URL ?? env.DATABASE_URL,
     providerUrl: env.PROVIDER_URL ?? 'http://127.0.0.1:4010',
     providerApiKey: env.PROVIDER_API_KEY ?? DEV_PROVIDER_API_KEY,
     providerTimeoutMs: Number(env.PROVIDER_TIMEOUT_MS ?? 10_000),

@@ -6,7 +6,7 @@ import { createHash, timingSafeEqual } from 'node:crypto';
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Pool } from 'pg';
-import { migrate, PROVIDER_MIGRATIONS } from '../db/migrate';
+import { assertMigrated, PROVIDER_MIGRATIONS } from '../db/migrate';
 import { createPool, withTransaction } from '../db/pool';
 import {
   DECLINED_PAYMENT_METHODS,
@@ -452,7 +452,8 @@ export function createAdminHandler(faults: FaultBook, adminKeys: string[]) {
 
 export async function startProvider(cfg: ProviderConfig): Promise<{ server: http.Server; admin: http.Server; port: number; adminPort: number; pool: Pool }> {
   const pool = createPool(cfg.databaseUrl);
-  await migrate(pool, PROVIDER_MIGRATIONS, 'provider.schema_migrations');
+  // It runs with its own role, which may write its ledger but not change the schema: the owner migrates.
+  await assertMigrated(pool, PROVIDER_MIGRATIONS, 'provider.schema_migrations');
   // The table records the keys in force (hashed), the ones of the provider that started last.
   await withTransaction(pool, async (c) => {
     await c.query({ text: 'DELETE FROM provider.api_keys WHERE key_hash <> ALL($1::text[])', values: [cfg.apiKeys.map(sha256)] });

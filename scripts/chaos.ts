@@ -125,7 +125,8 @@ async function main(): Promise<number> {
     const cliCfg = readConfig({
       TEMPORAL_ADDRESS: stack.env.address,
       TASK_QUEUE: stack.taskQueue,
-      DATABASE_URL: stack.url,
+      DATABASE_URL: stack.urls.app,
+      READER_DATABASE_URL: stack.urls.reader,
       PROVIDER_URL: stack.providerUrl,
       PROVIDER_API_KEY: stack.apiKey,
     });
@@ -197,12 +198,12 @@ async function main(): Promise<number> {
     people.stop();
     await operators;
 
-    const report = await checkInvariants(stack.db, { deadlineMs: SAGA_CONFIG.deadlineMs!, workflows: temporalLookup(stack.env.client) });
-    const audit = await auditOrders(stack.db, placed, people);
+    const report = await checkInvariants(stack.reader, { deadlineMs: SAGA_CONFIG.deadlineMs!, workflows: temporalLookup(stack.env.client) });
+    const audit = await auditOrders(stack.reader, placed, people);
     const historyBar = progressBar();
     const facts = await readHistories(stack.env.client, new Set(placed.map((o) => o.input.orderId)), historyBar);
     historyBar.end();
-    const reasons = await stack.db.query<{ reason: string; n: number }>({
+    const reasons = await stack.reader.query<{ reason: string; n: number }>({
       text: `SELECT split_part(coalesce(reason, '-'), ':', 1) AS reason, count(*)::int AS n FROM orders
              WHERE order_id = ANY($1::text[]) AND status <> 'COMPLETED' GROUP BY 1 ORDER BY 2 DESC LIMIT 8`,
       values: [placed.map((o) => o.input.orderId)],
@@ -239,7 +240,7 @@ async function main(): Promise<number> {
     say(`not completed, by reason: ${reasons.rows.map((r) => `${r.reason} × ${r.n}`).join('; ') || '-'}`);
     say(`throughput:   ${Math.round((placed.length / loadSeconds) * 10) / 10} orders/s over ${Math.round(loadSeconds)} s of load; per order (start to last run closed) p50 ${percentile(latencies, 50)} ms, p99 ${percentile(latencies, 99)} ms`);
     const slow = slowest.sort((a, b) => b.ms - a.ms).slice(0, 3);
-    const slowRows = await stack.db.query<{ order_id: string; status: string; reason: string | null }>({
+    const slowRows = await stack.reader.query<{ order_id: string; status: string; reason: string | null }>({
       text: 'SELECT order_id, status, reason FROM orders WHERE order_id = ANY($1::text[])',
       values: [slow.map((s) => s.id)],
     });

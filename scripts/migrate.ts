@@ -1,11 +1,14 @@
 /**
- * `npm run migrate`: applies the numbered migrations (application and provider schemas) to
- * DATABASE_URL and, when TEMPORAL_ADDRESS is set, registers the saga's search attributes there.
- * npm start does both by itself; this is for an existing Postgres and server (docker compose).
+ * `npm run migrate`: as the owner (DATABASE_URL), applies the numbered migrations (application and
+ * provider schemas) and, when APP_ROLE_PASSWORD, PROVIDER_ROLE_PASSWORD and READER_ROLE_PASSWORD are
+ * set, creates the three roles (db/roles.ts) with those passwords and grants their privileges. When
+ * TEMPORAL_ADDRESS is set, it also registers the saga's search attributes there.
+ * npm start does all of it by itself; this is for an existing Postgres and server (docker compose).
  */
 import { Connection } from '@temporalio/client';
 import { migrateAll } from '../db/migrate';
 import { createPool } from '../db/pool';
+import { passwordsFromEnv, ROLE_PASSWORD_VARS, ROLES, setUpRoles } from '../db/roles';
 import { registerSearchAttributes } from '../lib/temporal-servers';
 
 async function main(): Promise<void> {
@@ -15,6 +18,13 @@ async function main(): Promise<void> {
   try {
     const applied = await migrateAll(pool);
     process.stdout.write(`migrate: ${applied.length ? `applied ${applied.join(', ')}` : 'up to date'}\n`);
+    const passwords = passwordsFromEnv(process.env);
+    if (passwords) {
+      await setUpRoles(pool, url, passwords);
+      process.stdout.write(`migrate: roles ${Object.values(ROLES).join(', ')} set up\n`);
+    } else {
+      process.stdout.write(`migrate: roles not set up (set ${Object.values(ROLE_PASSWORD_VARS).join(', ')} to create them)\n`);
+    }
   } finally {
     await pool.end();
   }

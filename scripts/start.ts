@@ -2,7 +2,8 @@
  * `npm start`: the whole stack on loopback, on embedded defaults, until Ctrl-C.
  *   1. Temporal dev server with its Web UI on :8233 (unless TEMPORAL_ADDRESS names a running server),
  *      its state kept in .data/temporal.db, with the saga's search attributes registered;
- *   2. Postgres (embedded, data in .data/pg; unless DATABASE_URL is set), migrated and seeded;
+ *   2. Postgres (embedded, data in .data/pg; unless DATABASE_URL is set), migrated and seeded as its
+ *      owner, with a role each for the worker, the provider and the read-only checks (db/roles.ts);
  *   3. the payment provider and the worker, as child processes.
  * Ctrl-C stops them all, children first.
  */
@@ -11,9 +12,8 @@ import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { Connection } from '@temporalio/client';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
-import { migrateAll } from '../db/migrate';
-import { createPool } from '../db/pool';
 import { ensurePostgres } from '../db/postgres';
+import { passwordsFromEnv, prepareDatabase, ROLES } from '../db/roles';
 import { listUrl, operatorViews, readConfig, RUNTIME_FILE } from '../lib/config';
 import { devServerExecutable, registerSearchAttributes } from '../lib/temporal-servers';
 import { CustomerIdKey, NeedsAttentionKey, OrderStatusKey, TotalCentsKey } from '../workflows/search-attributes';
@@ -93,15 +93,13 @@ async function main(): Promise<void> {
     // ---- Postgres ----
     const pg = await ensurePostgres({ dataDir: path.join(DATA, 'pg'), port: Number(env.PG_PORT ?? 54329), database: 'orders', persistent: true });
     cleanups.push(() => pg.stop());
-    const pool = createPool(pg.url);
-    const applied = await migrateAll(pool);
-    await pool.end();
+    // With DATABASE_URL the roles' passwords may come from APP_/PROVIDER_/READER_ROLE_PASSWORD; else new ones.
+    const { applied, urls } = await prepareDatabase(pg.url, passwordsFromEnv(env));
     say(`postgres: ${pg.embedded ? `embedded, data in ${pg.dataDir!.startsWith(ROOT) ? path.relative(ROOT, pg.dataDir!) : pg.dataDir}` : 'DATABASE_URL'}; migrations applied now: ${applied.length ? applied.join(', ') : 'none (up to date)'}`);
 
     const providerPort = env.PROVIDER_PORT ?? '4010';
     const childEnv: NodeJS.ProcessEnv = {
       ...env,
-      DATABASE_URL: pg.url,
       TEMPORAL_ADDRESS: temporalAddress,
       TEMPORAL_NAMESPACE: namespace,
       TEMPORAL_UI_URL: uiUrl,
@@ -109,9 +107,9 @@ async function main(): Promise<void> {
       PROVIDER_URL: env.PROVIDER_URL ?? `http://127.0.0.1:${providerPort}`,
     };
     const tsx = require.resolve('tsx/cli');
-    const launch = (name: string, script: string, readyText: string): Promise<void> =>
+    const launch = (name: string, script: string, readyText: string, roleEnv: NodeJS.ProcessEnv): Promise<void> =>
       new Promise((resolve, reject) => {
-        const child = spawn(process.execPath, [tsx, path.join(ROOT, script)], { env: childEnv, stdio: ['ignore', 'pipe', 'pipe'] });
+        const child = spawn(process.execPath, [tsx, path.join(ROOT, script)], { env: { ...childEnv, ...roleEnv }, stdio: ['ignore', 'pipe', 'pipe'] });
         children.push(child);
         let ready = false;
         const relay = (chunk: Buffer, stream: NodeJS.WriteStream): void => {
@@ -125,14 +123,15 @@ async function main(): Promise<void> {
           else if (!stopping) { say(`${name} exited (code ${code}, signal ${signal}); stopping everything`); void shutdown(1); }
         });
       });
-    await launch('provider', 'provider/server.ts', '"listening"');
-    await launch('worker', 'worker.ts', 'polling task queue');
+    await launch('provider', 'provider/server.ts', '"listening"', { DATABASE_URL: urls.provider });
+    const appEnv = { DATABASE_URL: urls.app, READER_DATABASE_URL: urls.reader };
+    await launch('worker', 'worker.ts', 'polling task queue', appEnv);
 
     const runtime = {
       TEMPORAL_ADDRESS: temporalAddress,
       TEMPORAL_NAMESPACE: namespace,
       TEMPORAL_UI_URL: uiUrl,
-      DATABASE_URL: pg.url,
+      ...appEnv,
       PROVIDER_URL: childEnv.PROVIDER_URL,
       WORKER_METRICS_URL: `http://127.0.0.1:${env.WORKER_METRICS_PORT ?? 9465}`,
     };
@@ -141,7 +140,7 @@ async function main(): Promise<void> {
     say(`Temporal:  ${cfg.temporalAddress} (namespace ${cfg.namespace})`);
     say(`Web UI:    ${cfg.uiUrl}/namespaces/${cfg.namespace}/workflows`);
     say(`  needs attention: ${listUrl(cfg, operatorViews(new Date())[0]!.query)}   (more: npx tsx client.ts views)`);
-    say(`Postgres:  ${pg.url.replace(/:[^:@/]+@/, ':***@')}`);
+    say(`Postgres:  ${pg.url.replace(/\/\/[^@/]*@/, '//')} as ${ROLES.app} (worker, client.ts), ${ROLES.provider} (provider), ${ROLES.reader} (checks, read-only)`);
     say(`Provider:  ${cfg.providerUrl} (admin API http://127.0.0.1:${env.PROVIDER_ADMIN_PORT ?? 4011})`);
     say(`Metrics:   ${cfg.workerMetricsUrl}/metrics (inventory), http://127.0.0.1:9464/metrics (Temporal runtime)`);
     say(`READY — try: npx tsx client.ts place --file examples/order.json   (Ctrl-C to stop)`);

@@ -43,7 +43,7 @@ function envFor(taskQueue: string): NodeJS.ProcessEnv {
   return {
     TEMPORAL_ADDRESS: env.address,
     TASK_QUEUE: taskQueue,
-    DATABASE_URL: inject('databaseUrl'),
+    DATABASE_URL: inject('roleUrls').app,
     PROVIDER_URL: inject('providerUrl'),
     PROVIDER_API_KEY: inject('providerApiKey'),
   };

@@ -42,13 +42,15 @@ beforeAll(async () => {
     TEMPORAL_NAMESPACE: 'default',
     TASK_QUEUE: `e2e-${uid()}`,
     TEMPORAL_UI_URL: `http://127.0.0.1:${uiPort}`,
-    DATABASE_URL: inject('databaseUrl'),
+    // The worker and client.ts run with the roles npm start gives them (db/roles.ts).
+    DATABASE_URL: inject('roleUrls').app,
+    READER_DATABASE_URL: inject('roleUrls').reader,
     PROVIDER_URL: inject('providerUrl'),
     PROVIDER_API_KEY: inject('providerApiKey'),
   };
   cfg = readConfig(childEnv);
   const workflowBundle = await bundleWorkflows();
-  workers = await createOrderWorkers(cfg, env.nativeConnection, { db, workflowBundle });
+  workers = await createOrderWorkers(cfg, env.nativeConnection, { workflowBundle });
   running = workers.run();
 });
 
@@ -56,6 +58,8 @@ afterAll(async () => {
   await admin.clear();
   workers?.shutdown();
   await running;
+  await workers?.db.end();
+  await workers?.reader.end();
   await db?.end();
   await env?.teardown();
 });

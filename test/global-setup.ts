@@ -1,6 +1,7 @@
 /**
  * Brings up what every test file shares: a real Postgres (embedded in a temporary folder, or
- * DATABASE_URL), migrated and seeded, and the real payment provider as a separate process on loopback.
+ * DATABASE_URL), migrated and seeded as its owner with the three roles of db/roles.ts, and the real
+ * payment provider as a separate process on loopback, with the provider's role.
  * Temporal servers are per file (time-skipping or dev server).
  */
 import type { ChildProcess } from 'node:child_process';
@@ -8,9 +9,8 @@ import { chmodSync, mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import type { TestProject } from 'vitest/node' with { 'resolution-mode': 'import' };
-import { migrateAll } from '../db/migrate';
-import { createPool } from '../db/pool';
 import { ensurePostgres, type PostgresHandle } from '../db/postgres';
+import { prepareDatabase, type RoleUrls } from '../db/roles';
 import { startProviderProcess, stopProcess } from '../lib/processes';
 
 export const TEST_PROVIDER_API_KEY = 'test-provider-key';
@@ -18,7 +18,10 @@ export const TEST_PROVIDER_ADMIN_KEY = 'test-provider-admin-key';
 
 declare module 'vitest' {
   export interface ProvidedContext {
+    /** The owner's: tests set up and inspect with it. */
     databaseUrl: string;
+    /** The app's, the provider's and the read-only role's (db/roles.ts). */
+    roleUrls: RoleUrls;
     providerUrl: string;
     providerApiKey: string;
     providerAdminUrl: string;
@@ -34,11 +37,9 @@ export async function setup(project: TestProject): Promise<void> {
   tmp = mkdtempSync(path.join(os.tmpdir(), 'order-saga-test-'));
   chmodSync(tmp, 0o755); // as root, Postgres runs as the postgres user and must reach its data dir
   pg = await ensurePostgres({ dataDir: path.join(tmp, 'pg'), port: 54000 + (process.pid % 1000), database: 'orders_test', persistent: false });
-  const pool = createPool(pg.url);
-  await migrateAll(pool);
-  await pool.end();
+  const { urls } = await prepareDatabase(pg.url);
   const started = await startProviderProcess({
-    DATABASE_URL: pg.url,
+    DATABASE_URL: urls.provider,
     PROVIDER_PORT: '0',
     PROVIDER_ADMIN_PORT: '0',
     PROVIDER_API_KEY: TEST_PROVIDER_API_KEY,
@@ -46,6 +47,7 @@ export async function setup(project: TestProject): Promise<void> {
   });
   provider = started.child;
   project.provide('databaseUrl', pg.url);
+  project.provide('roleUrls', urls);
   project.provide('providerUrl', started.url);
   project.provide('providerApiKey', TEST_PROVIDER_API_KEY);
   project.provide('providerAdminUrl', started.adminUrl);

@@ -23,7 +23,7 @@ afterAll(async () => {
 
 async function provider(env: Record<string, string>): Promise<{ url: string; adminUrl: string }> {
   await stopProcess(child);
-  const p = await startProviderProcess({ DATABASE_URL: inject('databaseUrl'), PROVIDER_PORT: '0', PROVIDER_ADMIN_PORT: '0', ...env });
+  const p = await startProviderProcess({ DATABASE_URL: inject('roleUrls').provider, PROVIDER_PORT: '0', PROVIDER_ADMIN_PORT: '0', ...env });
   child = p.child;
   return p;
 }
@@ -59,7 +59,7 @@ describe('provider keys: rotation', () => {
   it('a malformed key list is refused at start, naming the variable', async () => {
     await stopProcess(child);
     child = undefined;
-    const start = startTsProcess('provider/server.ts', { DATABASE_URL: inject('databaseUrl'), PROVIDER_PORT: '0', PROVIDER_ADMIN_PORT: '0', PROVIDER_API_KEYS: 'good-key-1234,' }, /listening/);
+    const start = startTsProcess('provider/server.ts', { DATABASE_URL: inject('roleUrls').provider, PROVIDER_PORT: '0', PROVIDER_ADMIN_PORT: '0', PROVIDER_API_KEYS: 'good-key-1234,' }, /listening/);
     await expect(start).rejects.toThrow(/PROVIDER_API_KEYS: each key must be 8 to 200 printable characters/);
   });
 });

@@ -9,9 +9,9 @@ import path from 'node:path';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { bundleWorkflowCode, DefaultLogger } from '@temporalio/worker';
 import type { Pool } from 'pg';
-import { migrateAll } from '../../db/migrate';
 import { createPool } from '../../db/pool';
 import { ensurePostgres, type EmbeddedOptions, type PostgresHandle } from '../../db/postgres';
+import { prepareDatabase, type RoleUrls } from '../../db/roles';
 import { freePort, startProviderProcess, startWorkerProcess, stopProcess } from '../../lib/processes';
 import { devServerExecutable } from '../../lib/temporal-servers';
 import { createProviderAdmin, type ProviderAdmin } from '../../provider/client';
@@ -46,7 +46,12 @@ export class ChaosStack {
   workerKills: number[] = [];
   pg!: PostgresHandle;
   env!: TestWorkflowEnvironment;
+  /** The owner's pool: the soak seeds its catalogue with it. */
   db!: Pool;
+  /** The read-only role's pool: the checks read through it, as client.ts check does. */
+  reader!: Pool;
+  /** Each process runs with its own role (db/roles.ts), as under npm start. */
+  urls!: RoleUrls;
   admin!: ProviderAdmin;
   providerUrl = '';
   private provider?: ChildProcess;
@@ -64,14 +69,11 @@ export class ChaosStack {
 
   constructor(private readonly pgOpts: EmbeddedOptions) {}
 
-  get url(): string {
-    return this.pg.url;
-  }
-
   async start(workerCount: number): Promise<void> {
     this.pg = await ensurePostgres(this.pgOpts, {});
+    this.urls = (await prepareDatabase(this.pg.url)).urls;
     this.db = createPool(this.pg.url, { max: 4 });
-    await migrateAll(this.db);
+    this.reader = createPool(this.urls.reader, { max: 4 });
     const executable = devServerExecutable();
     this.env = await TestWorkflowEnvironment.createLocal({
       server: {
@@ -103,7 +105,7 @@ export class ChaosStack {
     };
     const p = await startProviderProcess(
       {
-        DATABASE_URL: this.pg.url,
+        DATABASE_URL: this.urls.provider,
         PROVIDER_PORT: String(this.providerPorts.api),
         PROVIDER_ADMIN_PORT: String(this.providerPorts.admin),
         PROVIDER_API_KEY: this.apiKey,
@@ -181,7 +183,8 @@ export class ChaosStack {
     const env = {
       TEMPORAL_ADDRESS: this.env.address,
       TASK_QUEUE: this.taskQueue,
-      DATABASE_URL: this.pg.url,
+      DATABASE_URL: this.urls.app,
+      READER_DATABASE_URL: this.urls.reader,
       PROVIDER_URL: this.providerUrl,
       PROVIDER_API_KEY: this.apiKey,
       PROVIDER_TIMEOUT_MS: String(this.providerTimeoutMs),
@@ -237,6 +240,7 @@ export class ChaosStack {
     for (const w of this.workers) await stopProcess(w, 'SIGTERM');
     await stopProcess(this.provider);
     await this.db?.end().catch(() => undefined);
+    await this.reader?.end().catch(() => undefined);
     await this.env?.teardown();
     await this.pg?.stop();
   }
