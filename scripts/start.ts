@@ -1,9 +1,10 @@
 /**
  * `npm start`: the whole stack on loopback, on embedded defaults, until Ctrl-C.
- *   1. Temporal dev server with its Web UI on :8233 (unless TEMPORAL_ADDRESS names a running server),
+ *   1. Postgres (embedded, data in .data/pg or PG_DATA_DIR; unless DATABASE_URL is set), migrated and
+ *      seeded as its owner, with a role each for the worker, the provider and the read-only checks
+ *      (db/roles.ts);
+ *   2. Temporal dev server with its Web UI on :8233 (unless TEMPORAL_ADDRESS names a running server),
  *      its state kept in .data/temporal.db, with the saga's search attributes registered;
- *   2. Postgres (embedded, data in .data/pg; unless DATABASE_URL is set), migrated and seeded as its
- *      owner, with a role each for the worker, the provider and the read-only checks (db/roles.ts);
  *   3. the payment provider and the worker, as child processes.
  * Ctrl-C stops them all, children first.
  */
@@ -27,6 +28,7 @@ async function main(): Promise<void> {
   const cleanups: (() => Promise<void>)[] = [];
   const children: ChildProcess[] = [];
   let stopping = false;
+  let wroteRuntime = false;
 
   let stopped: Promise<void> | undefined;
   /** Stops children (newest first), then the servers; a second signal waits for the same stop. */
@@ -44,7 +46,7 @@ async function main(): Promise<void> {
         }
       }
       for (const c of cleanups.reverse()) await c().catch((err: Error) => say(`cleanup: ${err.message}`));
-      rmSync(RUNTIME_FILE, { force: true });
+      if (wroteRuntime) rmSync(RUNTIME_FILE, { force: true }); // only ours: never another npm start's
       say('stopped');
       process.exit(code);
     })();
@@ -59,6 +61,20 @@ async function main(): Promise<void> {
 
   try {
     const env = { ...process.env };
+    // ---- Postgres ----
+    // First, so that a refusal (say, of a planted /var/tmp directory) comes before anything else starts.
+    const pg = await ensurePostgres({
+      dataDir: path.resolve(env.PG_DATA_DIR ?? path.join(DATA, 'pg')),
+      port: Number(env.PG_PORT ?? 54329),
+      database: 'orders',
+      persistent: true,
+      ...(env.PG_SHARED_DIR ? { sharedBase: path.resolve(env.PG_SHARED_DIR) } : {}),
+    });
+    cleanups.push(() => pg.stop());
+    // With DATABASE_URL the roles' passwords may come from APP_/PROVIDER_/READER_ROLE_PASSWORD; else new ones.
+    const { applied, urls } = await prepareDatabase(pg.url, passwordsFromEnv(env));
+    say(`postgres: ${pg.embedded ? `embedded, data in ${pg.dataDir!.startsWith(ROOT) ? path.relative(ROOT, pg.dataDir!) : pg.dataDir}` : 'DATABASE_URL'}; migrations applied now: ${applied.length ? applied.join(', ') : 'none (up to date)'}`);
+
     // ---- Temporal ----
     let temporalAddress = env.TEMPORAL_ADDRESS;
     let uiUrl = env.TEMPORAL_UI_URL ?? 'http://127.0.0.1:8233';
@@ -89,13 +105,6 @@ async function main(): Promise<void> {
       await registerSearchAttributes(connection, namespace);
       await connection.close();
     }
-
-    // ---- Postgres ----
-    const pg = await ensurePostgres({ dataDir: path.join(DATA, 'pg'), port: Number(env.PG_PORT ?? 54329), database: 'orders', persistent: true });
-    cleanups.push(() => pg.stop());
-    // With DATABASE_URL the roles' passwords may come from APP_/PROVIDER_/READER_ROLE_PASSWORD; else new ones.
-    const { applied, urls } = await prepareDatabase(pg.url, passwordsFromEnv(env));
-    say(`postgres: ${pg.embedded ? `embedded, data in ${pg.dataDir!.startsWith(ROOT) ? path.relative(ROOT, pg.dataDir!) : pg.dataDir}` : 'DATABASE_URL'}; migrations applied now: ${applied.length ? applied.join(', ') : 'none (up to date)'}`);
 
     const providerPort = env.PROVIDER_PORT ?? '4010';
     const childEnv: NodeJS.ProcessEnv = {
@@ -136,6 +145,7 @@ async function main(): Promise<void> {
       WORKER_METRICS_URL: `http://127.0.0.1:${env.WORKER_METRICS_PORT ?? 9465}`,
     };
     writeFileSync(RUNTIME_FILE, `${JSON.stringify(runtime, null, 2)}\n`, { mode: 0o600 });
+    wroteRuntime = true;
     const cfg = readConfig(childEnv);
     say(`Temporal:  ${cfg.temporalAddress} (namespace ${cfg.namespace})`);
     say(`Web UI:    ${cfg.uiUrl}/namespaces/${cfg.namespace}/workflows`);
