@@ -21,7 +21,7 @@ else
   fi
   compose=("$bin")
 fi
-secrets=(APP_DB_PASSWORD TEMPORAL_DB_PASSWORD PROVIDER_API_KEY PROVIDER_ADMIN_KEY)
+secrets=(APP_DB_PASSWORD APP_ROLE_PASSWORD PROVIDER_ROLE_PASSWORD READER_ROLE_PASSWORD TEMPORAL_DB_PASSWORD PROVIDER_API_KEY PROVIDER_ADMIN_KEY)
 unset_all=()
 for v in "${secrets[@]}" PROVIDER_ADMIN_HOST; do unset_all+=(-u "$v"); done
 
@@ -48,6 +48,15 @@ env "${unset_all[@]}" "${compose[@]}" --env-file "$envfile" -f docker-compose.ym
     }
   }
   if (cfg.services.provider.environment.PROVIDER_ADMIN_HOST !== "127.0.0.1") bad.push("provider: the admin API does not listen on loopback only");
+  // Each process connects with its own role; only setup (the migrations) as the owner.
+  const roles = { setup: "orders", provider: "order_provider", worker: "order_app" };
+  for (const [name, svc] of Object.entries(cfg.services)) {
+    const url = svc.environment?.DATABASE_URL;
+    if (url === undefined) continue;
+    const user = new URL(url).username;
+    if (roles[name] !== user) bad.push(`${name}: connects as ${user}, not ${roles[name] ?? "(no database)"}`);
+  }
+  if (new URL(cfg.services.worker.environment.READER_DATABASE_URL ?? "postgres://none@x/").username !== "order_reader") bad.push("worker: reconciliation does not read as order_reader");
   if (bad.length) { console.error("check-compose: " + bad.join("; ")); process.exit(1); }
 '
-echo "docker-compose.yml: config -q passed; refused without its secrets; every published port on 127.0.0.1; admin API not published, on the provider's loopback"
+echo "docker-compose.yml: config -q passed; refused without its secrets; every published port on 127.0.0.1; admin API not published, on the provider's loopback; each process with its own database role"
