@@ -13,6 +13,7 @@ import { InventoryMetrics } from './activities/inventory-metrics';
 import { createPool } from './db/pool';
 import { laneTaskQueue } from './domain/lanes';
 import { readConfig, type AppConfig } from './lib/config';
+import { jsonServer, sendJson } from './lib/http';
 import { createProviderClient } from './provider/client';
 import { DEFAULT_SAGA_CONFIG } from './workflows/order-saga';
 
@@ -72,18 +73,26 @@ export async function createOrderWorkers(
   };
 }
 
-/** GET /metrics (Prometheus text) and GET /stats (JSON) of the inventory metrics. */
+/** GET /metrics (Prometheus text) and GET /stats (JSON) of the inventory metrics; any other request gets a JSON 4xx. */
 export function startMetricsServer(metrics: InventoryMetrics, port: number, host = '127.0.0.1'): Promise<http.Server> {
-  const server = http.createServer((req, res) => {
-    if (req.url === '/metrics') {
+  const routes: Record<string, (res: http.ServerResponse) => void> = {
+    '/metrics': (res) => {
       res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4' });
-      return res.end(metrics.prometheus());
+      res.end(metrics.prometheus());
+    },
+    '/stats': (res) => sendJson(res, 200, { skus: metrics.snapshot() }),
+  };
+  const server = jsonServer((req, res) => {
+    let pathname: string;
+    try {
+      pathname = new URL(req.url ?? '/', 'http://worker').pathname;
+    } catch {
+      return sendJson(res, 400, { error: 'invalid_path', message: 'the request target is not a valid path' });
     }
-    if (req.url === '/stats') {
-      res.writeHead(200, { 'content-type': 'application/json' });
-      return res.end(JSON.stringify({ skus: metrics.snapshot() }));
-    }
-    res.writeHead(404).end();
+    const route = routes[pathname];
+    if (!route) return sendJson(res, 404, { error: 'not_found', message: `${pathname.slice(0, 100)} is not an endpoint (GET /metrics, GET /stats)` });
+    if (req.method !== 'GET' && req.method !== 'HEAD') return sendJson(res, 405, { error: 'method_not_allowed', message: `${req.method} is not allowed; use GET` }, { allow: 'GET, HEAD' });
+    route(res);
   });
   return new Promise((resolve, reject) => {
     server.once('error', reject);

@@ -8,6 +8,7 @@ import type { AddressInfo } from 'node:net';
 import type { Pool } from 'pg';
 import { assertMigrated, PROVIDER_MIGRATIONS } from '../db/migrate';
 import { createPool, withTransaction } from '../db/pool';
+import { jsonServer, sendJson } from '../lib/http';
 import {
   DECLINED_PAYMENT_METHODS,
   IDEMPOTENCY_HEADER,
@@ -75,12 +76,21 @@ function log(event: string, fields: Record<string, unknown> = {}): void {
   process.stdout.write(`${JSON.stringify({ ts: new Date().toISOString(), svc: 'provider', event, ...fields })}\n`);
 }
 
+const MAX_BODY = 64 * 1024;
+
+/** A JSON object body: application/json, at most 64 KiB (refused by its Content-Length before reading). */
 async function readJson(req: IncomingMessage): Promise<Record<string, unknown>> {
+  const type = (req.headers['content-type'] ?? '').split(';')[0]!.trim().toLowerCase();
+  if (type !== 'application/json') {
+    throw new HttpError(415, { error: 'unsupported_media_type', field: 'Content-Type', message: 'Content-Type: must be application/json' });
+  }
+  const tooLarge = new HttpError(413, { error: 'body_too_large', message: 'body over 64 KiB' });
+  if (Number(req.headers['content-length'] ?? 0) > MAX_BODY) throw tooLarge;
   const chunks: Buffer[] = [];
   let size = 0;
   for await (const chunk of req) {
     size += (chunk as Buffer).length;
-    if (size > 64 * 1024) throw new HttpError(413, { error: 'body_too_large', message: 'body over 64 KiB' });
+    if (size > MAX_BODY) throw tooLarge;
     chunks.push(chunk as Buffer);
   }
   let parsed: unknown;
@@ -109,6 +119,26 @@ function text(v: unknown, field: string, max = 200): string {
     bad(field, `must be a non-empty string of at most ${max} printable characters`);
   }
   return v;
+}
+
+/** The request's URL; a target that is not one (or a bad % escape in it) is the client's error. */
+function requestUrl(req: IncomingMessage, base: string): URL {
+  try {
+    return new URL(req.url ?? '/', base);
+  } catch {
+    throw new HttpError(400, { error: 'invalid_path', message: 'the request target is not a valid path' });
+  }
+}
+
+/** One path segment, percent-decoded, held to the same rule as an Idempotency-Key. */
+function pathKey(segment: string): string {
+  let key: string;
+  try {
+    key = decodeURIComponent(segment);
+  } catch {
+    throw new HttpError(400, { error: 'invalid_path', field: 'key', message: 'key: the path has a malformed % escape' });
+  }
+  return text(key, 'key');
 }
 
 function idempotencyKey(req: IncomingMessage): string {
@@ -340,22 +370,27 @@ export function createProviderHandler(pool: Pool, faults: FaultBook, apiKeys: st
       if (Number(refunded.rows[0]!.sum) + body.amountCents > Number(row.amount_cents)) {
         throw new HttpError(422, { error: 'refund_exceeds_charge', field: 'amountCents', message: 'refunds would exceed the charge' });
       }
-      await c.query({
-        text: `INSERT INTO provider.refunds (idempotency_key, request_hash, charge_key, amount_cents, status) VALUES ($1, $2, $3, $4, 'succeeded')`,
-        values: [key, hash, body.chargeKey, body.amountCents],
-      });
+      try {
+        await c.query({
+          text: `INSERT INTO provider.refunds (idempotency_key, request_hash, charge_key, amount_cents, status) VALUES ($1, $2, $3, $4, 'succeeded')`,
+          values: [key, hash, body.chargeKey, body.amountCents],
+        });
+      } catch (err) {
+        // The same key, for another charge, committed meanwhile: like a charge in flight, retry to see it.
+        if ((err as { code?: string }).code === '23505') {
+          throw new HttpError(409, { error: 'request_in_flight', message: 'a request with this Idempotency-Key is in flight' });
+        }
+        throw err;
+      }
       log('refund', { key, chargeKey: body.chargeKey, amountCents: body.amountCents });
       return { status: 201, refund: { idempotencyKey: key, chargeKey: body.chargeKey, amountCents: body.amountCents, status: 'succeeded' }, replayed: false };
     });
   }
 
   return async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const send = (status: number, body: unknown, headers: Record<string, string> = {}): void => {
-      res.writeHead(status, { 'content-type': 'application/json', ...headers });
-      res.end(JSON.stringify(body));
-    };
+    const send = (status: number, body: unknown, headers: Record<string, string> = {}): void => sendJson(res, status, body, headers);
     try {
-      const url = new URL(req.url ?? '/', 'http://provider');
+      const url = requestUrl(req, 'http://provider');
       if (req.method === 'GET' && url.pathname === '/healthz') return send(200, { ok: true });
       await authenticate(req);
       const chargeMatch = /^\/v1\/charges\/([^/]+)$/.exec(url.pathname);
@@ -373,7 +408,7 @@ export function createProviderHandler(pool: Pool, faults: FaultBook, apiKeys: st
         }
       }
       if (req.method === 'GET' && chargeMatch) {
-        const key = decodeURIComponent(chargeMatch[1]!);
+        const key = pathKey(chargeMatch[1]!);
         const f = callFaults(faults, 'inquiries', key, req);
         try {
           await f.before();
@@ -413,16 +448,13 @@ export function createProviderHandler(pool: Pool, faults: FaultBook, apiKeys: st
 export function createAdminHandler(faults: FaultBook, adminKeys: string[]) {
   const expected = adminKeys.map((k) => Buffer.from(sha256(k)));
   return async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
-    const send = (status: number, body: unknown): void => {
-      res.writeHead(status, { 'content-type': 'application/json' });
-      res.end(JSON.stringify(body));
-    };
+    const send = (status: number, body: unknown): void => sendJson(res, status, body);
     try {
       const header = req.headers.authorization ?? '';
       if (!header.startsWith('Bearer ') || !keyMatches(header.slice(7), expected)) {
         throw new HttpError(401, { error: 'unauthenticated', message: 'missing or wrong admin key' });
       }
-      const url = new URL(req.url ?? '/', 'http://provider-admin');
+      const url = requestUrl(req, 'http://provider-admin');
       if (url.pathname !== '/admin/faults') return send(404, { error: 'not_found', message: 'only /admin/faults' });
       if (req.method === 'GET') return send(200, { rules: faults.list(), injected: faults.injected, applied: faults.applied });
       if (req.method === 'DELETE') {
@@ -466,9 +498,9 @@ export async function startProvider(cfg: ProviderConfig): Promise<{ server: http
   });
   const faults = new FaultBook();
   const handler = createProviderHandler(pool, faults, cfg.apiKeys);
-  const server = http.createServer((req, res) => void handler(req, res));
+  const server = jsonServer((req, res) => void handler(req, res));
   const adminHandler = createAdminHandler(faults, cfg.adminKeys);
-  const admin = http.createServer((req, res) => void adminHandler(req, res));
+  const admin = jsonServer((req, res) => void adminHandler(req, res));
   const listen = (srv: http.Server, port: number, host: string): Promise<number> =>
     new Promise((resolve, reject) => {
       srv.once('error', reject);

@@ -1,0 +1,351 @@
+/**
+ * The HTTP edge, fuzzed: a provider process of its own (payment API and admin API) and the worker's
+ * metrics endpoint get malformed paths and % escapes, bad methods, wrong content types, malformed and
+ * invalid bodies, oversized bodies, bad headers, requests Node cannot parse, and concurrent requests
+ * with one Idempotency-Key and different bodies. Every answer must be a 4xx with a JSON error (never
+ * a 500, never plain text), and nothing may be written but the one winner of each concurrent race.
+ * Requests go over raw sockets, so the bytes are exactly the fuzzer's. Seeded: a failure reproduces.
+ */
+import type { ChildProcess } from 'node:child_process';
+import type http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import net from 'node:net';
+import type { Pool } from 'pg';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { InventoryMetrics } from '../activities/inventory-metrics';
+import { startProviderProcess, stopProcess } from '../lib/processes';
+import { startMetricsServer } from '../worker';
+import { testPool, uid } from './helpers';
+
+const API_KEY = 'fuzz-api-key-1234';
+const ADMIN_KEY = 'fuzz-admin-key-1234';
+const SEED = Number(process.env.FUZZ_SEED ?? 20261130);
+
+interface Reply {
+  status: number;
+  headers: Record<string, string>;
+  body: string;
+}
+
+/** Sends exactly these bytes on a new connection and reads the one response until the server closes. */
+function raw(port: number, head: string, body: Buffer = Buffer.alloc(0)): Promise<Reply> {
+  return new Promise((resolve, reject) => {
+    const sock = net.connect(port, '127.0.0.1');
+    const chunks: Buffer[] = [];
+    const timer = setTimeout(() => {
+      sock.destroy();
+      reject(new Error(`no answer within 10 s to ${JSON.stringify(head.slice(0, 120))}`));
+    }, 10_000);
+    sock.on('data', (c: Buffer) => chunks.push(c));
+    sock.on('error', () => undefined); // EPIPE/ECONNRESET once the server has answered early (413)
+    sock.on('close', () => {
+      clearTimeout(timer);
+      const all = Buffer.concat(chunks);
+      const split = all.indexOf('\r\n\r\n');
+      const m = /^HTTP\/1\.1 (\d{3})/.exec(all.toString('latin1'));
+      if (split < 0 || !m) return reject(new Error(`no HTTP response to ${JSON.stringify(head.slice(0, 120))}: ${JSON.stringify(all.toString('latin1').slice(0, 200))}`));
+      const headers: Record<string, string> = {};
+      for (const line of all.subarray(0, split).toString('latin1').split('\r\n').slice(1)) {
+        const i = line.indexOf(':');
+        headers[line.slice(0, i).trim().toLowerCase()] = line.slice(i + 1).trim();
+      }
+      let rest = all.subarray(split + 4);
+      if (headers['transfer-encoding'] === 'chunked') {
+        const parts: Buffer[] = [];
+        for (;;) {
+          const eol = rest.indexOf('\r\n');
+          const size = parseInt(rest.subarray(0, eol).toString('latin1'), 16);
+          if (!size) break;
+          parts.push(rest.subarray(eol + 2, eol + 2 + size));
+          rest = rest.subarray(eol + 2 + size + 2);
+        }
+        rest = Buffer.concat(parts);
+      }
+      resolve({ status: Number(m[1]), headers, body: rest.toString('utf8') });
+    });
+    sock.write(head);
+    // A large body goes in pieces, and stops once the server has answered and closed.
+    let offset = 0;
+    const more = (): void => {
+      while (offset < body.length && !sock.destroyed) {
+        const piece = body.subarray(offset, offset + 65_536);
+        offset += piece.length;
+        if (!sock.write(piece)) return void sock.once('drain', more);
+      }
+    };
+    more();
+  });
+}
+
+interface Req {
+  method: string;
+  path: string;
+  headers?: Record<string, string>;
+  body?: Buffer | string;
+  /** Send the body chunked (no Content-Length). */
+  chunked?: boolean;
+}
+
+function request(port: number, r: Req): Promise<Reply> {
+  const body = typeof r.body === 'string' ? Buffer.from(r.body) : (r.body ?? Buffer.alloc(0));
+  const lines = [`${r.method} ${r.path} HTTP/1.1`, 'host: 127.0.0.1', 'connection: close'];
+  for (const [k, v] of Object.entries(r.headers ?? {})) lines.push(`${k}: ${v}`);
+  if (r.body !== undefined && !r.chunked) lines.push(`content-length: ${body.length}`);
+  if (r.chunked) {
+    lines.push('transfer-encoding: chunked');
+    const framed = Buffer.concat([Buffer.from(`${body.length.toString(16)}\r\n`), body, Buffer.from('\r\n0\r\n\r\n')]);
+    return raw(port, `${lines.join('\r\n')}\r\n\r\n`, framed);
+  }
+  return raw(port, `${lines.join('\r\n')}\r\n\r\n`, body);
+}
+
+/** mulberry32: a small seeded generator. */
+function rng(seed: number): { int(n: number): number; pick<T>(xs: readonly T[]): T } {
+  let a = seed >>> 0;
+  const next = (): number => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+  return { int: (n) => Math.floor(next() * n), pick: (xs) => xs[Math.floor(next() * xs.length)]! };
+}
+
+/** Pieces of a malformed path segment: bad and overlong % escapes, control bytes, dots, slashes. */
+const PATH_PIECES = ['%', '%%', '%G0', '%1', '%zz', '%C0%AF', '%ED%A0%80', '%E2%82', '%FF%FE', '%00', '%0A', '%1F', '%7F', '..', '/', '//', ';', 'x', 'ü', '%F0%9F%92', 'a'.repeat(300)];
+const METHODS = ['GET', 'POST', 'PUT', 'DELETE', 'PATCH', 'OPTIONS', 'TRACE', 'BREW'];
+
+const validCharge = (key: string, amountCents = 500) => ({ amountCents, currency: 'USD', paymentMethod: 'tok_visa', reference: key });
+
+/** A charge body that breaks at least one rule (by construction, never a valid one). */
+function badCharge(r: ReturnType<typeof rng>, key: string): unknown {
+  const body: Record<string, unknown> = validCharge(key);
+  const mutations: (() => void)[] = [
+    () => (body.amountCents = r.pick([0, -1, 1.5, '100', null, true, 2 ** 60, [], {}])),
+    () => (body.currency = r.pick(['usd', 'US', 'USDD', '', 5, null, 'U\u0000D'])),
+    () => (body.paymentMethod = r.pick(['', 'x'.repeat(65), 7, null, 'a\nb'])),
+    () => (body.reference = r.pick(['', 'x'.repeat(201), 5, 'a\u0001', false])),
+    // defineProperty: an assignment to __proto__ would set the prototype, not add a field.
+    () => Object.defineProperty(body, r.pick(['amount', '__proto__', 'constructor', 'status', '']), { value: 1, enumerable: true }),
+    () => delete body[r.pick(['amountCents', 'currency', 'paymentMethod'])],
+  ];
+  for (let n = 1 + r.int(2); n > 0; n--) r.pick(mutations)();
+  return body;
+}
+
+function badRefund(r: ReturnType<typeof rng>, key: string): unknown {
+  const body: Record<string, unknown> = { chargeKey: `${key}:charge`, amountCents: 100 };
+  r.pick<() => void>([
+    () => (body.amountCents = r.pick([0, -5, 0.5, '1', null])),
+    () => (body.chargeKey = r.pick(['', 'x'.repeat(201), 3, null, 'a\u0002b'])),
+    () => (body.extra = true),
+    () => delete body.chargeKey,
+  ])();
+  return body;
+}
+
+function badFault(r: ReturnType<typeof rng>): unknown {
+  return r.pick<unknown>([
+    {},
+    { kind: 'outage' },
+    { kind: 'meteor', count: 1 },
+    { kind: 'delay', count: 1 },
+    { kind: 'delay', count: 1, delayMs: -1 },
+    { kind: 'outage', count: -1 },
+    { kind: 'outage', rate: 2 },
+    { kind: 'processing', target: 'charges', count: 1 },
+    { kind: 'outage', count: 1, keyPrefix: '' },
+    { kind: 'outage', count: 1, mode: 'drop' },
+    { kind: 'outage', count: 1, surprise: 1 },
+  ]);
+}
+
+/** JSON that does not parse, or is not an object. */
+const BAD_JSON = ['{', '{"amountCents":', '{"a":1}}', "{'a':1}", '[]', '[1,2]', '42', '"text"', 'null', 'true', '', '\u0000', '{"a":1,}', '['.repeat(20_000), '{"a":"\ud800"'];
+
+const CONTENT_TYPES = ['text/plain', 'application/x-www-form-urlencoded', 'multipart/form-data; boundary=x', 'application/jsonx', 'text/json', 'application/xml', ''];
+
+/** Requests Node's parser itself refuses; the answer must still be a JSON 4xx. */
+const UNPARSABLE = [
+  'GARBAGE\r\n\r\n',
+  'GET /healthz HTTP/9.9\r\nhost: x\r\n\r\n',
+  'GET  HTTP/1.1\r\nhost: x\r\n\r\n',
+  'GET /healthz HTTP/1.1\r\nbad header: x\r\n\r\n',
+  'GET /healthz HTTP/1.1\r\nx-a: \u0001\r\n\r\n',
+  `GET /healthz HTTP/1.1\r\nx-big: ${'a'.repeat(20_000)}\r\n\r\n`,
+  'POST /v1/charges HTTP/1.1\r\ncontent-length: 5\r\ncontent-length: 6\r\n\r\nhello',
+  'POST /v1/charges HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n',
+  'GET /\u0000 HTTP/1.1\r\n\r\n',
+];
+
+let db: Pool;
+let provider: ChildProcess | undefined;
+let ports: { api: number; admin: number; metrics: number };
+let metricsServer: http.Server;
+const prefix = `fz${uid()}`;
+const sent: Record<string, number> = {};
+const failures: string[] = [];
+
+/** Sends and checks one request that must be refused: a 4xx whose body is a JSON error. */
+async function refused(target: string, port: number, r: Req | string): Promise<void> {
+  sent[target] = (sent[target] ?? 0) + 1;
+  let reply: Reply;
+  try {
+    reply = typeof r === 'string' ? await raw(port, r) : await request(port, r);
+  } catch (err) {
+    failures.push(`${target}: ${(err as Error).message}`);
+    return;
+  }
+  const what = typeof r === 'string' ? JSON.stringify(r.slice(0, 80)) : `${r.method} ${r.path.slice(0, 80)} ${JSON.stringify(r.headers ?? {}).slice(0, 200)} ${String(r.body ?? '').slice(0, 60)}`;
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(reply.body);
+  } catch {
+    parsed = undefined;
+  }
+  const json = parsed as { error?: unknown; message?: unknown } | undefined;
+  if (reply.status < 400 || reply.status > 499) failures.push(`${target} ${what}: status ${reply.status} ${reply.body.slice(0, 100)}`);
+  else if (!reply.headers['content-type']?.startsWith('application/json') || typeof json?.error !== 'string' || typeof json.message !== 'string') {
+    failures.push(`${target} ${what}: not a JSON error: ${reply.status} ${reply.headers['content-type']} ${reply.body.slice(0, 100)}`);
+  }
+}
+
+/** Runs the requests with at most `width` in flight. */
+async function pool<T>(items: T[], width: number, fn: (x: T) => Promise<void>): Promise<void> {
+  let i = 0;
+  await Promise.all(Array.from({ length: width }, async () => {
+    while (i < items.length) await fn(items[i++]!);
+  }));
+}
+
+beforeAll(async () => {
+  db = testPool();
+  const p = await startProviderProcess({
+    DATABASE_URL: inject('roleUrls').provider,
+    PROVIDER_PORT: '0',
+    PROVIDER_ADMIN_PORT: '0',
+    PROVIDER_API_KEY: API_KEY,
+    PROVIDER_ADMIN_KEY: ADMIN_KEY,
+  });
+  provider = p.child;
+  metricsServer = await startMetricsServer(new InventoryMetrics(), 0);
+  ports = { api: Number(new URL(p.url).port), admin: Number(new URL(p.adminUrl).port), metrics: (metricsServer.address() as AddressInfo).port };
+});
+afterAll(async () => {
+  metricsServer?.close();
+  await stopProcess(provider);
+  await db.end();
+});
+
+const auth = { authorization: `Bearer ${API_KEY}` };
+const json = { ...auth, 'content-type': 'application/json' };
+
+describe('the HTTP edge under fuzzing', () => {
+  it('answers every malformed request with a JSON 4xx, and writes nothing', async () => {
+    const r = rng(SEED);
+    const junk = (): string => Array.from({ length: 1 + r.int(4) }, () => r.pick(PATH_PIECES)).join('');
+    const key = (): string => `${prefix}-${r.int(1e9)}`;
+    const api: Req[] = [];
+    const admin: Req[] = [];
+    const metrics: Req[] = [];
+    for (let i = 0; i < 300; i++) {
+      // Malformed paths, with and without a key; random methods on random paths.
+      api.push({ method: 'GET', path: `/v1/charges/${prefix}${junk()}`, headers: auth });
+      api.push({ method: r.pick(METHODS), path: `/${r.pick(['', 'v1', 'v1/charges', 'v1/refunds', 'admin/faults', 'healthz'])}/${junk()}`, headers: r.pick<Record<string, string>>([auth, {}]) });
+      // Invalid bodies: by field, by JSON, by content type, by size, by header.
+      api.push({ method: 'POST', path: '/v1/charges', headers: { ...json, 'idempotency-key': key() }, body: JSON.stringify(badCharge(r, key())) });
+      api.push({ method: 'POST', path: '/v1/refunds', headers: { ...json, 'idempotency-key': key() }, body: JSON.stringify(badRefund(r, key())) });
+      api.push({ method: 'POST', path: r.pick(['/v1/charges', '/v1/refunds']), headers: { ...json, 'idempotency-key': key() }, body: r.pick(BAD_JSON) });
+      const k = key();
+      api.push({ method: 'POST', path: '/v1/charges', headers: { ...auth, 'content-type': r.pick(CONTENT_TYPES), 'idempotency-key': k }, body: JSON.stringify(validCharge(k)) });
+      api.push({
+        method: 'POST',
+        path: '/v1/charges',
+        headers: r.pick<Record<string, string>>([{ ...json }, { ...json, 'idempotency-key': '' }, { ...json, 'idempotency-key': 'k'.repeat(201) }, { 'content-type': 'application/json', 'idempotency-key': key() }, { ...json, authorization: `Bearer ${'x'.repeat(4000)}`, 'idempotency-key': key() }, { ...json, authorization: 'Basic Zm9vOmJhcg==', 'idempotency-key': key() }]),
+        body: JSON.stringify(validCharge(key())),
+      });
+      admin.push({ method: 'POST', path: '/admin/faults', headers: { authorization: `Bearer ${ADMIN_KEY}`, 'content-type': 'application/json' }, body: JSON.stringify(badFault(r)) });
+      admin.push({ method: r.pick(METHODS), path: `/admin/${junk()}`, headers: r.pick<Record<string, string>>([{ authorization: `Bearer ${ADMIN_KEY}` }, {}, { authorization: `Bearer ${API_KEY}` }]) });
+      metrics.push({ method: r.pick(METHODS.filter((m) => m !== 'GET')), path: r.pick(['/metrics', '/stats']) });
+      metrics.push({ method: r.pick(METHODS), path: `/${junk()}` });
+    }
+    for (const size of [64 * 1024 + 1, 200_000, 1_000_000]) {
+      for (const chunked of [false, true]) {
+        const k = key();
+        const padded = Buffer.from(JSON.stringify({ ...validCharge(k), reference: 'x'.repeat(size) }));
+        api.push({ method: 'POST', path: '/v1/charges', headers: { ...json, 'idempotency-key': k }, body: padded, chunked });
+        api.push({ method: 'POST', path: '/v1/refunds', headers: { ...json, 'idempotency-key': key() }, body: padded, chunked });
+        admin.push({ method: 'POST', path: '/admin/faults', headers: { authorization: `Bearer ${ADMIN_KEY}`, 'content-type': 'application/json' }, body: padded, chunked });
+      }
+    }
+    await pool(api, 16, (q) => refused('provider API', ports.api, q));
+    await pool(admin, 16, (q) => refused('provider admin', ports.admin, q));
+    await pool(metrics, 16, (q) => refused('worker metrics', ports.metrics, q));
+    for (const bytes of UNPARSABLE) {
+      await refused('provider API', ports.api, bytes);
+      await refused('provider admin', ports.admin, bytes);
+      await refused('worker metrics', ports.metrics, bytes);
+    }
+
+    const total = Object.values(sent).reduce((a, b) => a + b, 0);
+    console.log(`http fuzz (seed ${SEED}): ${total} malformed requests sent (${Object.entries(sent).map(([t, n]) => `${t} ${n}`).join(', ')}); ${failures.length} not answered with a JSON 4xx`);
+    expect(failures.slice(0, 20)).toEqual([]);
+    expect(total).toBeGreaterThan(3000);
+    const written = await db.query({
+      text: `SELECT (SELECT count(*) FROM provider.charges WHERE idempotency_key LIKE $1)::int AS charges,
+                    (SELECT count(*) FROM provider.refunds WHERE idempotency_key LIKE $1)::int AS refunds`,
+      values: [`${prefix}%`],
+    });
+    expect(written.rows[0]).toEqual({ charges: 0, refunds: 0 });
+    const rules = await fetch(`http://127.0.0.1:${ports.admin}/admin/faults`, { headers: { authorization: `Bearer ${ADMIN_KEY}` } });
+    expect(((await rules.json()) as { rules: unknown[] }).rules).toEqual([]);
+  });
+
+  it('concurrent requests with one Idempotency-Key and different bodies: one wins, the rest get a JSON 409 or 422, one row', async () => {
+    const races = 10;
+    const width = 8;
+    let lost = 0;
+    for (let i = 0; i < races; i++) {
+      // Charges: the same key, eight amounts at once.
+      const key = `${prefix}-race-${i}`;
+      const replies = await Promise.all(
+        Array.from({ length: width }, (_, n) =>
+          request(ports.api, { method: 'POST', path: '/v1/charges', headers: { ...json, 'idempotency-key': key }, body: JSON.stringify(validCharge(key, 100 + n)) }),
+        ),
+      );
+      const won = replies.filter((x) => x.status === 201);
+      expect(won).toHaveLength(1);
+      for (const x of replies.filter((y) => y.status !== 201)) {
+        expect([409, 422]).toContain(x.status);
+        expect(JSON.parse(x.body)).toMatchObject({ error: expect.any(String), message: expect.any(String) });
+        lost++;
+      }
+      const rows = await db.query({ text: 'SELECT amount_cents FROM provider.charges WHERE idempotency_key = $1', values: [key] });
+      expect(rows.rows).toEqual([{ amount_cents: String((JSON.parse(won[0]!.body) as { amountCents: number }).amountCents) }]);
+
+      // Refunds of that charge: one refund key, eight amounts (and two charges) at once.
+      const refundKey = `${prefix}-race-${i}:refund`;
+      const refunds = await Promise.all(
+        Array.from({ length: width }, (_, n) =>
+          request(ports.api, {
+            method: 'POST',
+            path: '/v1/refunds',
+            headers: { ...json, 'idempotency-key': refundKey },
+            body: JSON.stringify({ chargeKey: n % 2 ? key : `${prefix}-race-${i - 1 < 0 ? 0 : i - 1}`, amountCents: 1 + n }),
+          }),
+        ),
+      );
+      const refundWon = refunds.filter((x) => x.status === 201);
+      expect(refundWon).toHaveLength(1);
+      for (const x of refunds.filter((y) => y.status !== 201)) {
+        expect([409, 422]).toContain(x.status);
+        expect(JSON.parse(x.body)).toMatchObject({ error: expect.any(String), message: expect.any(String) });
+        lost++;
+      }
+      const refundRows = await db.query({ text: 'SELECT amount_cents FROM provider.refunds WHERE idempotency_key = $1', values: [refundKey] });
+      expect(refundRows.rows).toEqual([{ amount_cents: String((JSON.parse(refundWon[0]!.body) as { amountCents: number }).amountCents) }]);
+    }
+    console.log(`http fuzz: ${races * width * 2} concurrent requests in ${races * 2} races with one key each; ${lost} refused with 409/422, one row per key`);
+  });
+});
