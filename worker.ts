@@ -38,7 +38,7 @@ export async function createOrderWorkers(
   const reader = extra.db || !cfg.readerDatabaseUrl || cfg.readerDatabaseUrl === cfg.databaseUrl ? db : createPool(cfg.readerDatabaseUrl, { max: 2 });
   const metrics = extra.metrics ?? new InventoryMetrics();
   const provider = createProviderClient({ baseUrl: cfg.providerUrl, apiKey: cfg.providerApiKey, timeoutMs: cfg.providerTimeoutMs });
-  const activities = createActivities({ db, reader, provider, metrics });
+  const activities = createActivities({ db, reader, provider, metrics, cas: { laneSkus: cfg.laneSkus } });
   const main = await Worker.create({
     connection,
     namespace: cfg.namespace,

@@ -5,6 +5,7 @@ import type { OrderItem } from '../domain/order';
 import { businessFailure, ErrorTypes } from './errors';
 import { ABORT_RATE_CRITICAL, InventoryMetrics } from './inventory-metrics';
 import { readOrder, stateConflict, transition } from './order-lock';
+import { withLaneLock } from './lane-lock';
 import { holdPurchaseQuota } from './purchase-policy';
 import { UndoLog } from './undo-log';
 
@@ -16,6 +17,8 @@ export interface CasOptions {
   jitterMs: number;
   /** Above this recent abort rate on any of its SKUs, a reservation goes straight to the serial lane. */
   abortRateThreshold: number;
+  /** SKUs an operator pinned to the serial lane (INVENTORY_LANE_SKUS): known-hot, never tried by CAS. */
+  laneSkus?: string[];
 }
 export const DEFAULT_CAS: CasOptions = { maxAttempts: 8, baseMs: 5, maxMs: 250, jitterMs: 25, abortRateThreshold: ABORT_RATE_CRITICAL };
 
@@ -144,6 +147,8 @@ export async function reserveOptimistic(db: Pool, req: ReserveRequest, opts: Cas
   for (let attempt = 0; attempt < opts.maxAttempts; attempt++) {
     io.heartbeat({ attempt, conflicts }); // every attempt: a stuck one is detected by its heartbeat timeout
     if ((await reserveGate(db, req.orderId)) === 'already-reserved') return { outcome: 'already-reserved', path: 'cas', attempts: attempt, conflicts };
+    const pinned = skus.find((s) => opts.laneSkus?.includes(s));
+    if (pinned) return { outcome: 'route-to-lane', path: 'cas', attempts: attempt, conflicts, reason: `${pinned} is pinned to the serial lane` };
     const hot = io.metrics && skus.find((s) => io.metrics!.useLane(s, opts.abortRateThreshold));
     if (hot) {
       io.metrics!.recordFallback(skus);
@@ -283,10 +288,13 @@ export function inventoryActivities(deps: InventoryDeps) {
       return result;
     },
 
-    /** Runs on a serial lane's task queue (one task at a time per lane). */
+    /** Runs on a serial lane's task queue: one task at a time per lane, across every worker process. */
     async reserveInventorySerial(req: ReserveRequest): Promise<ReserveResult> {
       const ctx = Context.current();
-      const result = await reserveSerial(deps.db, req, { logic, metrics: deps.metrics, heartbeat: (d) => ctx.heartbeat(d) });
+      const lane = ctx.info.taskQueue;
+      const result = await withLaneLock(deps.db, lane, req.orderId, () => ctx.heartbeat({ waiting: lane }), () =>
+        reserveSerial(deps.db, req, { logic, metrics: deps.metrics, heartbeat: (d) => ctx.heartbeat(d) }),
+      );
       log.info('inventory reserved by the serial lane', { orderId: req.orderId, ...result });
       return result;
     },

@@ -30,6 +30,8 @@ export interface AppConfig {
   providerTimeoutMs: number;
   /** The worker's inventory metrics endpoint (GET /metrics, GET /stats). */
   workerMetricsUrl: string;
+  /** SKUs pinned to the serial lane (INVENTORY_LANE_SKUS, comma-separated): known-hot, never tried by CAS. */
+  laneSkus: string[];
 }
 
 /** Environment first, then what a running `npm start` recorded, then loopback defaults. */
@@ -45,6 +47,7 @@ export function readConfig(processEnv: NodeJS.ProcessEnv = process.env): AppConf
     providerUrl: env.PROVIDER_URL ?? 'http://127.0.0.1:4010',
     providerApiKey: env.PROVIDER_API_KEY ?? DEV_PROVIDER_API_KEY,
     providerTimeoutMs: Number(env.PROVIDER_TIMEOUT_MS ?? 10_000),
+    laneSkus: (env.INVENTORY_LANE_SKUS ?? '').split(',').map((s) => s.trim()).filter(Boolean),
     workerMetricsUrl: (env.WORKER_METRICS_URL ?? `http://127.0.0.1:${env.WORKER_METRICS_PORT ?? 9465}`).replace(/\/$/, ''),
   };
 }

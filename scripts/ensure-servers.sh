@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Obtain the two real Temporal servers the project runs against, from package registries only:
 #   - the Temporal CLI (dev server + Web UI), built with `go install`;
-#   - the Java time-skipping test server, resolved with Maven and started by an `exec java` wrapper.
+#   - the Java time-skipping test server, resolved with Maven and started by an `exec java` wrapper;
+#   - only with `server`: the real Temporal server (for Postgres), its SQL schema tool, and the
+#     standalone Web UI server, each built with `go install` (npm start -- --temporal=server, test:server).
 # Both are cached under ${ORDER_SAGA_CACHE:-~/.cache/order-saga} so a fresh clone finds them again.
 # Paths given in TEMPORAL_CLI_PATH / TEMPORAL_TEST_SERVER_PATH win. When Go or Java/Maven is missing,
 # the step is skipped and the SDK falls back to its own download (needs internet).
@@ -10,10 +12,43 @@ set -euo pipefail
 CLI_VERSION="${TEMPORAL_CLI_VERSION:-v1.5.1}"
 TEST_SERVER_VERSION="${TEMPORAL_TEST_SERVER_VERSION:-1.34.0}"
 CACHE="${ORDER_SAGA_CACHE:-$HOME/.cache/order-saga}"
-WHAT="${1:-all}"   # all | cli | test-server
+SERVER_VERSION="${TEMPORAL_SERVER_VERSION:-v1.29.1}"   # the server inside the CLI v1.5.1
+UI_VERSION="${TEMPORAL_UI_SERVER_VERSION:-v2.42.1}"     # the Web UI inside the CLI v1.5.1
+WHAT="${1:-all}"   # all | cli | test-server | server
 mkdir -p "$CACHE/bin"
 
 say() { printf '[servers] %s\n' "$*" >&2; }
+
+# Builds `module@version`'s binary `name` once into the cache as `target` (go install, own GOBIN).
+go_build() {
+  local what="$1" module="$2" name="$3" target="$4"
+  if [[ -x "$target" ]]; then say "$what: cached at $target"; return 0; fi
+  command -v go >/dev/null 2>&1 || { say "$what: go not found; cannot build it"; return 1; }
+  say "$what: building with go install $module (first run only, a few minutes)..."
+  local tmpbin; tmpbin="$(mktemp -d)"
+  GOBIN="$tmpbin" GOFLAGS="${GOFLAGS:-} -trimpath" go install "$module"
+  mv "$tmpbin/$name" "$target"
+  rm -rf "$tmpbin"
+  say "$what: built at $target"
+}
+
+# ---- the real Temporal server, its SQL tool, the Web UI server (only when asked) -----------
+if [[ "$WHAT" == server ]]; then
+  go_build "Temporal server $SERVER_VERSION" "go.temporal.io/server/cmd/server@$SERVER_VERSION" server "$CACHE/bin/temporal-server-$SERVER_VERSION"
+  go_build "Temporal SQL tool $SERVER_VERSION" "go.temporal.io/server/cmd/tools/sql@$SERVER_VERSION" sql "$CACHE/bin/temporal-sql-tool-$SERVER_VERSION"
+  go_build "Temporal UI server $UI_VERSION" "github.com/temporalio/ui-server/v2/cmd/server@$UI_VERSION" server "$CACHE/bin/temporal-ui-server-$UI_VERSION"
+  # The SQL schema the tool applies ships in the server module; keep a copy beside the binaries.
+  schema="$CACHE/temporal-schema-$SERVER_VERSION"
+  if [[ ! -f "$schema/.complete" ]]; then
+    moddir="$(go env GOMODCACHE)/go.temporal.io/server@$SERVER_VERSION"
+    [[ -d "$moddir/schema/postgresql" ]] || go mod download -x "go.temporal.io/server@$SERVER_VERSION" >/dev/null 2>&1 || true
+    rm -rf "$schema" && mkdir -p "$schema"
+    cp -r "$moddir/schema/postgresql" "$schema/" && chmod -R u+w "$schema"
+    touch "$schema/.complete"
+  fi
+  say "Temporal schema $SERVER_VERSION: $schema"
+  exit 0
+fi
 
 # ---- Temporal CLI -------------------------------------------------------------------------
 cli="$CACHE/bin/temporal-$CLI_VERSION"

@@ -22,6 +22,8 @@ declare module 'vitest' {
     databaseUrl: string;
     /** The app's, the provider's and the read-only role's (db/roles.ts). */
     roleUrls: RoleUrls;
+    /** Set only under `npm run test:server`: the real Temporal server on Postgres, and its Web UI. */
+    temporalServer: { address: string; uiUrl: string } | undefined;
     providerUrl: string;
     providerApiKey: string;
     providerAdminUrl: string;
@@ -48,6 +50,7 @@ export async function setup(project: TestProject): Promise<void> {
   provider = started.child;
   project.provide('databaseUrl', pg.url);
   project.provide('roleUrls', urls);
+  project.provide('temporalServer', undefined);
   project.provide('providerUrl', started.url);
   project.provide('providerApiKey', TEST_PROVIDER_API_KEY);
   project.provide('providerAdminUrl', started.adminUrl);

@@ -1,5 +1,6 @@
 /** The real Temporal servers the test files start, and the workflow bundle they share per file. */
 import path from 'node:path';
+import { inject } from 'vitest';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { bundleWorkflowCode, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
 import { devServerExecutable, registerSearchAttributes, testServerExecutable } from '../lib/temporal-servers';
@@ -31,4 +32,16 @@ export async function startDevServer(opts: { uiPort?: number } = {}): Promise<Te
       log: { format: 'pretty', level: 'error' },
     },
   });
+}
+
+/**
+ * The server of the end-to-end tests. Under `npm test`: a dev server of the file's own (with the
+ * Web UI on `uiPort`). Under `npm run test:server`: the real Postgres-backed Temporal server the
+ * global setup started once, with its standalone Web UI (teardown leaves that server running).
+ */
+export async function startE2eServer(opts: { uiPort?: number } = {}): Promise<{ env: TestWorkflowEnvironment; uiUrl?: string; real: boolean }> {
+  const real = inject('temporalServer');
+  if (real) return { env: await TestWorkflowEnvironment.createFromExistingServer({ address: real.address }), uiUrl: real.uiUrl, real: true };
+  const env = await startDevServer(opts);
+  return { env, ...(opts.uiPort ? { uiUrl: `http://127.0.0.1:${opts.uiPort}` } : {}), real: false };
 }

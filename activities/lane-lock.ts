@@ -1,0 +1,67 @@
+/**
+ * One task at a time per serial lane, across every worker process. Each process runs a lane's task
+ * queue one task at a time; with N processes that alone would be N at once. So a lane task first takes
+ * the lane's Postgres advisory lock, on a connection of its own, and holds it until it is done. If the
+ * process holding it dies, Postgres ends its session and the lane is free at once; the task itself is
+ * retried by Temporal (its heartbeat stops), and its commit is idempotent.
+ */
+import os from 'node:os';
+import type { Pool } from 'pg';
+
+/** The SDK's default worker identity, so a lane_tasks row names the worker the Web UI shows. */
+const WORKER = `${process.pid}@${os.hostname()}`;
+const LOCK_WAIT = '1s';
+
+export async function withLaneLock<T>(db: Pool, lane: string, orderId: string, heartbeat: () => void, fn: () => Promise<T>): Promise<T> {
+  const c = await db.connect();
+  let broken = false;
+  const lost = (): void => void (broken = true);
+  c.on('error', lost);
+  const key = `lane:${lane}`;
+  try {
+    // Wait in steps, heartbeating in between, so a long queue is not mistaken for a stuck task.
+    await c.query(`SET lock_timeout = '${LOCK_WAIT}'`);
+    for (;;) {
+      try {
+        await c.query({ text: 'SELECT pg_advisory_lock(hashtext($1))', values: [key] });
+        break;
+      } catch (err) {
+        if ((err as { code?: string }).code !== '55P03') throw err; // lock_not_available: still queued
+        heartbeat();
+      }
+    }
+    await c.query('RESET lock_timeout');
+    const started = (await c.query<{ t: Date }>('SELECT clock_timestamp() AS t')).rows[0]!.t;
+    try {
+      return await fn();
+    } finally {
+      await c.query({
+        text: 'INSERT INTO lane_tasks (lane, order_id, worker, started_at, ended_at) VALUES ($1, $2, $3, $4, clock_timestamp())',
+        values: [lane, orderId, WORKER, started],
+      });
+      await c.query({ text: 'SELECT pg_advisory_unlock(hashtext($1))', values: [key] });
+    }
+  } catch (err) {
+    broken = true; // a lock may still be held on this session: never hand it back to the pool
+    throw err;
+  } finally {
+    c.off('error', lost);
+    c.release(broken ? new Error('lane lock session closed') : undefined);
+  }
+}
+
+/**
+ * The most tasks of one lane that ran at the same time, from lane_tasks rows (a sweep over their
+ * starts and ends; an end at the same instant as a start counts first).
+ */
+export function maxOverlap(rows: { started_at: Date; ended_at: Date }[]): number {
+  const events = rows.flatMap((r) => [
+    { t: r.started_at.getTime(), d: 1 },
+    { t: r.ended_at.getTime(), d: -1 },
+  ]);
+  events.sort((a, b) => a.t - b.t || a.d - b.d);
+  let now = 0;
+  let max = 0;
+  for (const e of events) max = Math.max(max, (now += e.d));
+  return max;
+}
