@@ -26,7 +26,7 @@ import { createPool } from './db/pool';
 import { ORDER_STATUSES, OrderValidationError, orderSummary, orderTotalCents, parseOrder, workflowIdFor, type OrderInput, type OrderResult } from './domain/order';
 import { listUrl, operatorViews, readConfig, runUrl, type AppConfig } from './lib/config';
 import { checkInvariants, formatReport, RULES, temporalLookup } from './lib/invariants';
-import { progressBar, runLoad } from './lib/load';
+import { progressBar, runLoad, workerProcesses } from './lib/load';
 import { orderOutcome } from './lib/order-outcome';
 import { DEFAULT_SAGA_CONFIG } from './workflows/order-saga';
 import { acceptedUpdate, cancelUpdate, RESOLVE_ACTIONS, resolveUpdate, stateQuery, type Acceptance, type ResolveAction, type SagaState } from './workflows/messages';
@@ -101,12 +101,14 @@ Per-SKU inventory metrics from the worker (WORKER_METRICS_URL, default http://12
 CAS attempts, aborts, abort rate (aborted attempts over task executions), recent abort rate,
 fallbacks to the serial lane and lane commits, with seed 000's health band
 (healthy < 10 %, critical > 30 %). Counted in the worker's memory since it started.`,
-  load: `Usage: npx tsx client.ts load --orders N --concurrency C --hot-skus K [--hot-share F] [--decline-share F] [--json]
+  load: `Usage: npx tsx client.ts load --orders N --concurrency C --hot-skus K [--hot-share F] [--decline-share F] [--workers W] [--json]
 
 Places N orders (1 line, 1 unit each) with C in flight. A share F of them (default 0.3) goes to
 K hot SKUs; the rest spread over 50 cold SKUs. The run creates its own products (LOAD-<run>-…).
-Shows a progress bar on a terminal, then orders/s, p50/p99 saga latency, statuses and the abort
-rate. Needs DATABASE_URL (or a running "npm start").`,
+Shows a progress bar on a terminal, then orders/s, p50/p99 saga latency, statuses, the abort
+rate and how many worker processes poll the task queue. With --workers W it refuses to start unless
+at least W worker processes poll it (npm start -- --workers W), so a figure is measured with the
+workers it claims. Needs DATABASE_URL (or a running "npm start").`,
   check: `Usage: npx tsx client.ts check [--json]
 
 Reads the application database and the provider's ledger in one snapshot, through the read-only
@@ -530,11 +532,13 @@ async function load(args: string[], cfg: AppConfig, io: Out): Promise<number> {
       'hot-skus': { type: 'string' },
       'hot-share': { type: 'string' },
       'decline-share': { type: 'string' },
+      workers: { type: 'string' },
       json: { type: 'boolean' },
       help: { type: 'boolean' },
     },
   });
   if (values.help) return io.out(HELP.load!), EXIT.ok;
+  const wantWorkers = values.workers === undefined ? undefined : whole(values.workers, '--workers', 1, 64);
   const opts = {
     orders: whole(values.orders, '--orders', 1, 100_000),
     concurrency: whole(values.concurrency ?? '10', '--concurrency', 1, 500),
@@ -544,6 +548,13 @@ async function load(args: string[], cfg: AppConfig, io: Out): Promise<number> {
   };
   if (!cfg.databaseUrl) throw new CliError('load needs DATABASE_URL (or a running "npm start") to create its products', 1);
   const client = await connect(cfg);
+  const workers = await workerProcesses(client, cfg.taskQueue);
+  if (wantWorkers !== undefined && workers.length < wantWorkers) {
+    throw new CliError(
+      `load --workers ${wantWorkers}: ${workers.length} worker process(es) poll task queue ${cfg.taskQueue}${workers.length ? ` (${workers.join(', ')})` : ''}; start them with npm start -- --workers ${wantWorkers}`,
+      EXIT.notCompleted,
+    );
+  }
   const db = createPool(cfg.databaseUrl, { max: 2 });
   const bar = progressBar();
   try {
@@ -555,9 +566,9 @@ async function load(args: string[], cfg: AppConfig, io: Out): Promise<number> {
     });
     bar.end();
     const { orderIds: _ids, ...printable } = summary;
-    if (values.json) io.out(JSON.stringify(printable));
+    if (values.json) io.out(JSON.stringify({ ...printable, workers: workers.length }));
     else {
-      io.out(`load ${summary.runId}: ${summary.orders} orders, concurrency ${opts.concurrency}, ${opts.hotSkus} hot SKU(s) taking ${pct(opts.hotShare)}`);
+      io.out(`load ${summary.runId}: ${summary.orders} orders, concurrency ${opts.concurrency}, ${opts.hotSkus} hot SKU(s) taking ${pct(opts.hotShare)}, ${workers.length} worker process(es) polling`);
       io.out(`  throughput:   ${summary.ordersPerSecond} orders/s over ${summary.seconds} s`);
       io.out(`  saga latency: p50 ${summary.latencyMs.p50} ms, p99 ${summary.latencyMs.p99} ms, max ${summary.latencyMs.max} ms`);
       io.out(`  statuses:     ${Object.entries(summary.statuses).map(([k, v]) => `${k} ${v}`).join(', ') || '-'}${summary.errors ? `; errors ${summary.errors}` : ''}`);

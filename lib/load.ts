@@ -5,6 +5,8 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { Client } from '@temporalio/client';
+import { tsToMs } from '@temporalio/common/lib/time';
+import { temporal } from '@temporalio/proto';
 import type { Pool } from 'pg';
 import type { SkuStats } from '../activities/inventory-metrics';
 import { orderSummary, workflowIdFor, type OrderInput, type OrderResult } from '../domain/order';
@@ -180,4 +182,19 @@ export function progressBar(stream: NodeJS.WriteStream = process.stderr): ((done
     stream.write(`\r[${'#'.repeat(filled)}${'.'.repeat(width - filled)}] ${done}/${total}  ${rate.toFixed(1)} orders/s `);
   };
   return Object.assign(draw, { end: () => void (stream.isTTY && stream.write('\n')) });
+}
+
+/**
+ * How many worker processes poll `taskQueue` now: the distinct identities that polled its workflow
+ * tasks in the last 90 s (a worker's long poll lasts up to a minute; a killed one drops out after).
+ */
+export async function workerProcesses(client: Client, taskQueue: string): Promise<string[]> {
+  const res = await client.workflowService.describeTaskQueue({
+    namespace: client.options.namespace,
+    taskQueue: { name: taskQueue, kind: temporal.api.enums.v1.TaskQueueKind.TASK_QUEUE_KIND_NORMAL },
+    taskQueueType: temporal.api.enums.v1.TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+  });
+  const since = Date.now() - 90_000;
+  const seen = (res.pollers ?? []).filter((p) => p.identity && tsToMs(p.lastAccessTime) >= since).map((p) => p.identity!);
+  return [...new Set(seen)].sort();
 }

@@ -1,32 +1,46 @@
-/** Starting the project's own processes (provider, worker) as children, for tests, the bench and the chaos soak. */
+/** Starting processes as children (the project's own, and the servers), for npm start, tests, the bench and the chaos soak. */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createServer } from 'node:net';
 import path from 'node:path';
 
 const ROOT = path.resolve(__dirname, '..');
 
+export interface StartOptions {
+  onLine?: (line: string) => void;
+  /** Receives every stderr line. */
+  onErrLine?: (line: string) => void;
+  showStderr?: boolean;
+  readyTimeoutMs?: number;
+  cwd?: string;
+}
+
 /**
- * Runs one of the project's TypeScript entry points as its own process (`node --import tsx`, so a
- * signal reaches it, not a wrapper) and resolves once a stdout line matches `ready`, with the match.
- * `onLine` receives every stdout line. Rejects with the tail of stderr if it exits first; with
- * `showStderr`, stderr is also passed through to ours.
+ * Spawns `command` and resolves once it is ready: when a stdout line matches `ready` (with the
+ * match), or when `ready()` resolves true (polled every 250 ms; a throw means "not yet"). `onLine`
+ * receives every stdout line. Rejects with the tail of stderr if it exits first, and kills it if it is
+ * not ready in time, so no caller waits forever; with `showStderr`, stderr is passed through to ours.
  */
-export function startTsProcess(
-  entry: string,
+export function startProcess(
+  command: string,
+  args: string[],
   env: NodeJS.ProcessEnv,
-  ready: RegExp,
-  opts: { onLine?: (line: string) => void; showStderr?: boolean; readyTimeoutMs?: number } = {},
-): Promise<{ child: ChildProcess; match: RegExpExecArray }> {
-  const child = spawn(process.execPath, ['--import', 'tsx', path.join(ROOT, entry)], {
-    cwd: ROOT,
-    env: { ...process.env, ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
+  ready: RegExp | (() => Promise<boolean>),
+  opts: StartOptions = {},
+): Promise<{ child: ChildProcess; match?: RegExpExecArray }> {
+  const child = spawn(command, args, { cwd: opts.cwd ?? ROOT, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const entry = args.find((a) => /\.ts$/.test(a));
+  const name = entry ? path.relative(ROOT, entry) : path.basename(command);
   let partial = '';
+  let errPartial = '';
   let stderr = '';
   child.stderr!.on('data', (c: Buffer) => {
     stderr = (stderr + c.toString()).slice(-4_000);
     if (opts.showStderr) process.stderr.write(c);
+    if (opts.onErrLine) {
+      const lines = (errPartial + c.toString('utf8')).split('\n');
+      errPartial = lines.pop()!.slice(-100_000);
+      for (const line of lines) opts.onErrLine(line);
+    }
   });
   child.stdout!.on('data', (chunk: Buffer) => {
     const lines = (partial + chunk.toString('utf8')).split('\n');
@@ -34,28 +48,59 @@ export function startTsProcess(
     for (const line of lines) child.emit('line', line);
   });
   if (opts.onLine) child.on('line', opts.onLine);
+  // What it said last, on either stream, for the error if it never gets ready (servers log to stdout).
+  let said = '';
+  child.on('line', (line: string) => void (said = `${said}${line}\n`.slice(-2_000)));
+  const tail = (): string => (stderr.trim() || said.trim()).slice(-1_500);
+  const timeoutMs = opts.readyTimeoutMs ?? 60_000;
   return new Promise((resolve, reject) => {
-    // A child that neither gets ready nor exits is killed, so no caller waits for it forever.
+    let settled = false;
+    const finish = (err?: Error, match?: RegExpExecArray): void => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      child.off('exit', early);
+      if (err) reject(err);
+      else resolve({ child, ...(match ? { match } : {}) });
+    };
     const timer = setTimeout(() => {
-      child.off('exit', early);
       child.kill('SIGKILL');
-      reject(new Error(`${entry} was not ready within ${opts.readyTimeoutMs ?? 60_000} ms: ${stderr.trim().slice(-1_500)}`));
-    }, opts.readyTimeoutMs ?? 60_000);
-    const watch = (line: string): void => {
-      const match = ready.exec(line);
-      if (!match) return;
-      clearTimeout(timer);
-      child.off('line', watch);
-      child.off('exit', early);
-      resolve({ child, match });
-    };
-    const early = (code: number | null, signal: string | null): void => {
-      clearTimeout(timer);
-      reject(new Error(`${entry} exited (${code ?? signal}) before it was ready: ${stderr.trim().slice(-1_500)}`));
-    };
-    child.on('line', watch);
+      finish(new Error(`${name} was not ready within ${timeoutMs} ms: ${tail()}`));
+    }, timeoutMs);
+    const early = (code: number | null, signal: string | null): void =>
+      finish(new Error(`${name} exited (${code ?? signal}) before it was ready: ${stderr.trim()}\n${said.trim()}`.trim().slice(-2_500)));
     child.once('exit', early);
+    if (ready instanceof RegExp) {
+      const watch = (line: string): void => {
+        const match = ready.exec(line);
+        if (!match) return;
+        child.off('line', watch);
+        finish(undefined, match);
+      };
+      child.on('line', watch);
+    } else {
+      void (async () => {
+        while (!settled) {
+          if (await ready().catch(() => false)) return finish();
+          await new Promise((r) => setTimeout(r, 250));
+        }
+      })();
+    }
   });
+}
+
+/**
+ * Runs one of the project's TypeScript entry points as its own process (`node --import tsx`, so a
+ * signal reaches it, not a wrapper); resolves once a stdout line matches `ready`, with the match.
+ */
+export async function startTsProcess(
+  entry: string,
+  env: NodeJS.ProcessEnv,
+  ready: RegExp,
+  opts: StartOptions = {},
+): Promise<{ child: ChildProcess; match: RegExpExecArray }> {
+  const { child, match } = await startProcess(process.execPath, ['--import', 'tsx', path.join(ROOT, entry)], env, ready, opts);
+  return { child, match: match! };
 }
 
 /**
@@ -84,11 +129,12 @@ export function freePort(): Promise<number> {
   });
 }
 
-export async function stopProcess(child: ChildProcess | undefined, signal: NodeJS.Signals = 'SIGTERM'): Promise<void> {
+/** Sends `signal`, and SIGKILL after `graceMs` if it has not exited; resolves once it has. */
+export async function stopProcess(child: ChildProcess | undefined, signal: NodeJS.Signals = 'SIGTERM', graceMs = 10_000): Promise<void> {
   if (!child || child.exitCode !== null || child.signalCode !== null) return;
   const exited = new Promise((r) => child.once('exit', r));
   child.kill(signal);
-  const t = setTimeout(() => child.kill('SIGKILL'), 10_000);
+  const t = setTimeout(() => child.kill('SIGKILL'), graceMs);
   await exited;
   clearTimeout(t);
 }

@@ -80,12 +80,23 @@ function faultRules(orders: ChaosOrder[], slowMs: number): FaultRequest[] {
 
 async function main(): Promise<number> {
   const { values } = parseArgs({
-    options: { quick: { type: 'boolean' }, orders: { type: 'string' }, 'max-minutes': { type: 'string' }, help: { type: 'boolean' } },
+    options: {
+      quick: { type: 'boolean' },
+      orders: { type: 'string' },
+      'max-minutes': { type: 'string' },
+      temporal: { type: 'string' },
+      workers: { type: 'string' },
+      help: { type: 'boolean' },
+    },
   });
   if (values.help) {
-    say('usage: npm run chaos [-- --quick] [-- --orders N] [-- --max-minutes M]');
+    say('usage: npm run chaos [-- --quick] [-- --orders N] [-- --max-minutes M] [-- --temporal dev|server] [-- --workers N]');
     return 0;
   }
+  const temporal = values.temporal ?? 'dev';
+  if (temporal !== 'dev' && temporal !== 'server') throw new Error(`--temporal: dev or server, not "${temporal}"`);
+  const workerCount = Number(values.workers ?? '2');
+  if (!Number.isInteger(workerCount) || workerCount < 1 || workerCount > 8) throw new Error('--workers: a whole number from 1 to 8');
   Runtime.install({ logger: new DefaultLogger('ERROR') });
   const quick = !!values.quick;
   const count = Number(values.orders ?? (quick ? 70 : 500));
@@ -98,7 +109,7 @@ async function main(): Promise<number> {
   const started = Date.now();
   const tmp = mkdtempSync(path.join(os.tmpdir(), 'order-saga-chaos-'));
   chmodSync(tmp, 0o755);
-  const stack = new ChaosStack({ dataDir: path.join(tmp, 'pg'), port: 56000 + (process.pid % 900), database: 'chaos', persistent: true });
+  const stack = new ChaosStack({ dataDir: path.join(tmp, 'pg'), port: 56000 + (process.pid % 900), database: 'chaos', persistent: true }, temporal);
   let people: People | undefined;
   let cleaned: Promise<void> | undefined;
   const cleanup = (): Promise<void> =>
@@ -116,8 +127,8 @@ async function main(): Promise<number> {
     });
   }
   try {
-    say(`starting: Postgres, Temporal dev server, provider, 2 worker processes; ${count} orders, ${concurrency} in flight`);
-    await stack.start(2);
+    say(`starting: Postgres, ${stack.temporalName}, provider, ${workerCount} worker processes; ${count} orders, ${concurrency} in flight`);
+    await stack.start(workerCount);
     const tag = randomUUID().slice(0, 6);
     const catalogue = await stockCatalogue(stack.db, tag, count);
     const orders = makeOrders(count, tag, catalogue);
@@ -153,6 +164,8 @@ async function main(): Promise<number> {
       }),
       at(0.45, async () => void (await stack.restartPostgres())),
       at(0.7, async () => void (await stack.restartProvider())),
+      // On the real server, the server process itself is stopped and started again mid-load.
+      ...(temporal === 'server' ? [at(0.55, async () => void (await stack.restartTemporal()))] : []),
     ];
     const latencies: number[] = [];
     const slowest: { id: string; ms: number }[] = [];
@@ -218,7 +231,7 @@ async function main(): Promise<number> {
     for (const a of mustAct) if (!people.actions.get(a)?.sent) missing.push(`operator action ${a}`);
     if (!people.actions.get('cancel')?.accepted) missing.push('an accepted cancel');
     if (!people.cancels.get('after the pivot')?.sent) missing.push('a cancel after the pivot');
-    if (stack.restarts.length < 2) missing.push('the Postgres and provider restarts');
+    if (stack.restarts.length < (temporal === 'server' ? 3 : 2)) missing.push(`the Postgres, provider${temporal === 'server' ? ' and Temporal server' : ''} restarts`);
     const fullTargets = !quick && count >= 500;
     if (fullTargets && facts.unknownPayment.size < 20) missing.push(`20 sagas in UNKNOWN_PAYMENT (${facts.unknownPayment.size})`);
     if (fullTargets && facts.compensationsFaulted.size < 20) missing.push(`20 compensations meeting a fault (${facts.compensationsFaulted.size})`);

@@ -8,7 +8,8 @@
  *   3. the payment provider and the worker, as child processes.
  * Ctrl-C stops them all, children first.
  */
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { spawnSync, type ChildProcess } from 'node:child_process';
+import { parseArgs } from 'node:util';
 import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { Connection } from '@temporalio/client';
@@ -16,6 +17,8 @@ import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { ensurePostgres } from '../db/postgres';
 import { passwordsFromEnv, prepareDatabase, ROLES } from '../db/roles';
 import { listUrl, operatorViews, readConfig, RUNTIME_FILE } from '../lib/config';
+import { startTsProcess } from '../lib/processes';
+import { startRealTemporal } from '../lib/temporal-server';
 import { devServerExecutable, registerSearchAttributes } from '../lib/temporal-servers';
 import { CustomerIdKey, NeedsAttentionKey, OrderStatusKey, TotalCentsKey } from '../workflows/search-attributes';
 
@@ -23,7 +26,41 @@ const ROOT = path.resolve(__dirname, '..');
 const DATA = path.join(ROOT, '.data');
 const say = (line: string): void => void process.stdout.write(`[start] ${line}\n`);
 
+const USAGE = `Usage: npm start [-- --temporal dev|server] [-- --workers N]
+  --temporal dev     the Temporal CLI's dev server, history in .data/temporal.db (default)
+  --temporal server  the real Temporal server, history in Postgres (databases temporal, temporal_visibility),
+                     with the standalone Web UI; built once with go install (scripts/ensure-servers.sh server)
+  --workers N        N worker processes (default 1); the serial lanes stay serial across them
+Environment: see the README (TEMPORAL_ADDRESS skips starting a Temporal server).`;
+
+/** The command line: --temporal (ORDER_SAGA_TEMPORAL) and --workers. Exits 2 naming a bad value. */
+function options(argv: string[], env: NodeJS.ProcessEnv): { temporal: 'dev' | 'server'; workers: number } {
+  let values;
+  try {
+    ({ values } = parseArgs({ args: argv, options: { temporal: { type: 'string' }, workers: { type: 'string' }, help: { type: 'boolean' } } }));
+  } catch (err) {
+    process.stderr.write(`${(err as Error).message}\n${USAGE}\n`);
+    process.exit(2);
+  }
+  if (values.help) {
+    process.stdout.write(`${USAGE}\n`);
+    process.exit(0);
+  }
+  const temporal = values.temporal ?? env.ORDER_SAGA_TEMPORAL ?? 'dev';
+  if (temporal !== 'dev' && temporal !== 'server') {
+    process.stderr.write(`invalid input: --temporal: dev or server, not "${temporal}"\n`);
+    process.exit(2);
+  }
+  const workers = Number(values.workers ?? '1');
+  if (!Number.isInteger(workers) || workers < 1 || workers > 16) {
+    process.stderr.write(`invalid input: --workers: a whole number from 1 to 16, not "${values.workers}"\n`);
+    process.exit(2);
+  }
+  return { temporal, workers };
+}
+
 async function main(): Promise<void> {
+  const opts = options(process.argv.slice(2), process.env);
   mkdirSync(DATA, { recursive: true });
   const cleanups: (() => Promise<void>)[] = [];
   const children: ChildProcess[] = [];
@@ -79,7 +116,22 @@ async function main(): Promise<void> {
     let temporalAddress = env.TEMPORAL_ADDRESS;
     let uiUrl = env.TEMPORAL_UI_URL ?? 'http://127.0.0.1:8233';
     const namespace = env.TEMPORAL_NAMESPACE ?? 'default';
-    if (!temporalAddress) {
+    if (!temporalAddress && opts.temporal === 'server') {
+      const built = spawnSync('bash', [path.join(ROOT, 'scripts', 'ensure-servers.sh'), 'server'], { stdio: 'inherit' });
+      if (built.status !== 0) throw new Error('could not build the Temporal server (scripts/ensure-servers.sh server failed)');
+      say('starting the Temporal server on Postgres (databases temporal and temporal_visibility) and its Web UI…');
+      const real = await startRealTemporal({
+        ownerUrl: pg.url,
+        port: Number(env.TEMPORAL_PORT ?? 7233),
+        uiPort: Number(env.TEMPORAL_UI_PORT ?? 8233),
+        metricsPort: Number(env.TEMPORAL_SERVER_METRICS_PORT ?? 8000),
+        namespace,
+        log: say,
+      });
+      cleanups.push(() => real.stop());
+      temporalAddress = real.address;
+      uiUrl = real.uiUrl;
+    } else if (!temporalAddress) {
       const built = spawnSync('bash', [path.join(ROOT, 'scripts', 'ensure-servers.sh'), 'cli'], { stdio: 'inherit' });
       if (built.status !== 0) throw new Error('could not obtain the Temporal CLI (scripts/ensure-servers.sh failed)');
       const executable = devServerExecutable();
@@ -115,26 +167,29 @@ async function main(): Promise<void> {
       PROVIDER_PORT: providerPort,
       PROVIDER_URL: env.PROVIDER_URL ?? `http://127.0.0.1:${providerPort}`,
     };
-    const tsx = require.resolve('tsx/cli');
-    const launch = (name: string, script: string, readyText: string, roleEnv: NodeJS.ProcessEnv): Promise<void> =>
-      new Promise((resolve, reject) => {
-        const child = spawn(process.execPath, [tsx, path.join(ROOT, script)], { env: { ...childEnv, ...roleEnv }, stdio: ['ignore', 'pipe', 'pipe'] });
-        children.push(child);
-        let ready = false;
-        const relay = (chunk: Buffer, stream: NodeJS.WriteStream): void => {
-          for (const line of chunk.toString('utf8').split('\n')) if (line.trim()) stream.write(`[${name}] ${line}\n`);
-          if (!ready && chunk.toString('utf8').includes(readyText)) { ready = true; resolve(); }
-        };
-        child.stdout!.on('data', (c: Buffer) => relay(c, process.stdout));
-        child.stderr!.on('data', (c: Buffer) => relay(c, process.stderr));
-        child.once('exit', (code, signal) => {
-          if (!ready) reject(new Error(`${name} exited before it was ready (code ${code}, signal ${signal})`));
-          else if (!stopping) { say(`${name} exited (code ${code}, signal ${signal}); stopping everything`); void shutdown(1); }
-        });
+    /** Starts a child with its output prefixed by its name; its exit after it was ready stops everything. */
+    const launch = async (name: string, script: string, ready: RegExp, roleEnv: NodeJS.ProcessEnv): Promise<void> => {
+      const prefix = (stream: NodeJS.WriteStream) => (line: string) => void (line.trim() && stream.write(`[${name}] ${line}\n`));
+      const { child } = await startTsProcess(script, { ...childEnv, ...roleEnv }, ready, { onLine: prefix(process.stdout), onErrLine: prefix(process.stderr), readyTimeoutMs: 120_000 });
+      children.push(child);
+      child.once('exit', (code, signal) => {
+        if (!stopping) { say(`${name} exited (code ${code}, signal ${signal}); stopping everything`); void shutdown(1); }
       });
-    await launch('provider', 'provider/server.ts', '"listening"', { DATABASE_URL: urls.provider });
+    };
+    await launch('provider', 'provider/server.ts', /"listening"/, { DATABASE_URL: urls.provider });
     const appEnv = { DATABASE_URL: urls.app, READER_DATABASE_URL: urls.reader };
-    await launch('worker', 'worker.ts', 'polling task queue', appEnv);
+    // N worker processes on the same task queues; lanes stay serial across them (activities/lane-lock.ts).
+    const metricsPort = Number(env.WORKER_METRICS_PORT ?? 9465);
+    await Promise.all(
+      Array.from({ length: opts.workers }, (_, i) =>
+        launch(opts.workers > 1 ? `worker-${i + 1}` : 'worker', 'worker.ts', /polling task queue/, {
+          ...appEnv,
+          WORKER_METRICS_PORT: String(metricsPort + i),
+          // The runtime's Prometheus endpoint: the first worker's only (one port per machine).
+          ...(i > 0 ? { TEMPORAL_METRICS_ADDRESS: 'off' } : {}),
+        }),
+      ),
+    );
 
     const runtime = {
       TEMPORAL_ADDRESS: temporalAddress,
@@ -152,6 +207,7 @@ async function main(): Promise<void> {
     say(`  needs attention: ${listUrl(cfg, operatorViews(new Date())[0]!.query)}   (more: npx tsx client.ts views)`);
     say(`Postgres:  ${pg.url.replace(/\/\/[^@/]*@/, '//')} as ${ROLES.app} (worker, client.ts), ${ROLES.provider} (provider), ${ROLES.reader} (checks, read-only)`);
     say(`Provider:  ${cfg.providerUrl} (admin API http://127.0.0.1:${env.PROVIDER_ADMIN_PORT ?? 4011})`);
+    say(`Workers:   ${opts.workers} process${opts.workers > 1 ? 'es' : ''} (metrics ${opts.workers > 1 ? `ports ${metricsPort}–${metricsPort + opts.workers - 1}` : `port ${metricsPort}`})`);
     say(`Metrics:   ${cfg.workerMetricsUrl}/metrics (inventory), http://127.0.0.1:9464/metrics (Temporal runtime)`);
     say(`READY — try: npx tsx client.ts place --file examples/order.json   (Ctrl-C to stop)`);
   } catch (err) {

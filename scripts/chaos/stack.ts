@@ -13,6 +13,7 @@ import { createPool } from '../../db/pool';
 import { ensurePostgres, type EmbeddedOptions, type PostgresHandle } from '../../db/postgres';
 import { prepareDatabase, type RoleUrls } from '../../db/roles';
 import { freePort, startProviderProcess, startWorkerProcess, stopProcess } from '../../lib/processes';
+import { realServerPortBlock, startRealTemporal, SERVER_VERSION, type RealTemporal } from '../../lib/temporal-server';
 import { devServerExecutable } from '../../lib/temporal-servers';
 import { createProviderAdmin, type ProviderAdmin } from '../../provider/client';
 import type { FaultRequest } from '../../provider/faults';
@@ -67,23 +68,41 @@ export class ChaosStack {
   /** Sleeps, or returns at once when the soak stops killing. */
   private readonly nap = (ms: number): Promise<void> => Promise.race([sleep(ms), this.stopped]);
 
-  constructor(private readonly pgOpts: EmbeddedOptions) {}
+  /** The real Temporal server on Postgres (--temporal server), when the soak runs on it. */
+  private real?: RealTemporal;
+
+  constructor(
+    private readonly pgOpts: EmbeddedOptions,
+    private readonly temporal: 'dev' | 'server' = 'dev',
+  ) {}
+
+  /** Which Temporal server the soak runs on, for the summary. */
+  get temporalName(): string {
+    return this.temporal === 'server' ? `the Temporal server ${SERVER_VERSION} on Postgres` : 'the Temporal dev server';
+  }
 
   async start(workerCount: number): Promise<void> {
     this.pg = await ensurePostgres(this.pgOpts, {});
     this.urls = (await prepareDatabase(this.pg.url)).urls;
     this.db = createPool(this.pg.url, { max: 4 });
     this.reader = createPool(this.urls.reader, { max: 4 });
-    const executable = devServerExecutable();
-    this.env = await TestWorkflowEnvironment.createLocal({
-      server: {
-        ...(executable ? { executable } : {}),
-        ip: '127.0.0.1',
-        searchAttributes: [OrderStatusKey, CustomerIdKey, NeedsAttentionKey, TotalCentsKey],
-        // Its error lines are the expected noise of SIGKILLed workers ("context canceled"); the summary says what matters.
-        log: { format: 'pretty', level: 'never' },
-      },
-    });
+    if (this.temporal === 'server') {
+      // Its own databases on the soak's Postgres; a port block of its own (frontend + 3, +10…, +20).
+      const port = realServerPortBlock();
+      this.real = await startRealTemporal({ ownerUrl: this.pg.url, port, uiPort: port + 21, metricsPort: port + 22 });
+      this.env = await TestWorkflowEnvironment.createFromExistingServer({ address: this.real.address });
+    } else {
+      const executable = devServerExecutable();
+      this.env = await TestWorkflowEnvironment.createLocal({
+        server: {
+          ...(executable ? { executable } : {}),
+          ip: '127.0.0.1',
+          searchAttributes: [OrderStatusKey, CustomerIdKey, NeedsAttentionKey, TotalCentsKey],
+          // Its error lines are the expected noise of SIGKILLed workers ("context canceled"); the summary says what matters.
+          log: { format: 'pretty', level: 'never' },
+        },
+      });
+    }
     // Bundled once: each worker restart loads it instead of bundling again (seconds of CPU each time).
     const bundle = await bundleWorkflowCode({ workflowsPath: require.resolve('../../workflows'), logger: new DefaultLogger('ERROR') });
     this.bundlePath = path.join(this.pgOpts.dataDir, '..', 'workflow-bundle.js');
@@ -153,6 +172,19 @@ export class ChaosStack {
     const health = await fetch(`${this.providerUrl}/healthz`, { signal: AbortSignal.timeout(5_000) });
     if (!health.ok) throw new Error(`provider restart: /healthz answered ${health.status}`);
     const restart = { what: 'provider', ms: Date.now() - t, evidence: `pid ${old.pid} → ${this.provider!.pid}, /healthz 200, fault rules set again` };
+    this.restarts.push(restart);
+    return restart;
+  }
+
+  /**
+   * Stops the Temporal server process and starts it again (server tier only); confirmed by the
+   * frontend answering again after it was down. The sagas in flight must go on.
+   */
+  async restartTemporal(): Promise<Restart> {
+    if (!this.real) throw new Error('restartTemporal: the soak runs on the dev server');
+    const { downMs } = await this.real.restart();
+    const info = await this.env.connection.workflowService.getSystemInfo({});
+    const restart = { what: 'Temporal server', ms: downMs, evidence: `process stopped (SIGTERM) and started again; frontend answers (server ${info.serverVersion})` };
     this.restarts.push(restart);
     return restart;
   }
@@ -242,6 +274,7 @@ export class ChaosStack {
     await this.db?.end().catch(() => undefined);
     await this.reader?.end().catch(() => undefined);
     await this.env?.teardown();
+    await this.real?.stop();
     await this.pg?.stop();
   }
 }

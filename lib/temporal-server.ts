@@ -1,0 +1,205 @@
+/**
+ * The real Temporal server on Postgres, as one process running its four services, with the
+ * standalone Web UI server beside it: what `npm start -- --temporal=server`, `npm run test:server`
+ * and the chaos soak's server tier run. Both read their configuration from temporal/ (the files
+ * docker-compose.yml mounts), filled in from the environment. The binaries come from
+ * `scripts/ensure-servers.sh server` (go install, cached).
+ */
+import type { ChildProcess } from 'node:child_process';
+import { execFile } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { existsSync } from 'node:fs';
+import path from 'node:path';
+import { promisify } from 'node:util';
+import { Connection } from '@temporalio/client';
+import { msToTs } from '@temporalio/common/lib/time';
+import { Client as PgClient } from 'pg';
+import { CACHE_DIR, registerSearchAttributes } from './temporal-servers';
+import { startProcess, stopProcess } from './processes';
+import { SEARCH_ATTRIBUTES } from '../workflows/search-attributes';
+
+const ROOT = path.resolve(__dirname, '..');
+export const SERVER_VERSION = 'v1.29.1';
+export const UI_VERSION = 'v2.42.1';
+const ROLE = 'temporal';
+const DATABASES = { temporal: 'temporal', visibility: 'temporal_visibility' } as const;
+
+export interface RealTemporalOptions {
+  /** The Postgres owner's connection string (the embedded server's, or DATABASE_URL's). */
+  ownerUrl: string;
+  /** The frontend's gRPC port; the other services use the next three, membership +10…, HTTP +20. */
+  port: number;
+  uiPort: number;
+  metricsPort: number;
+  namespace?: string;
+  log?: (line: string) => void;
+}
+
+export interface RealTemporal {
+  address: string;
+  uiUrl: string;
+  namespace: string;
+  /** Stops the server process and starts it again on the same ports and databases; how long it was down. */
+  restart(): Promise<{ downMs: number }>;
+  stop(): Promise<void>;
+}
+
+function binary(name: string): string {
+  const p = path.join(CACHE_DIR, 'bin', name);
+  if (!existsSync(p)) throw new Error(`${p} is missing: build it with "bash scripts/ensure-servers.sh server" (go install, once)`);
+  return p;
+}
+
+/** The Temporal role and its two databases on the owner's server; a new password at every start. */
+async function prepareDatabases(ownerUrl: string, password: string): Promise<void> {
+  const owner = new PgClient({ connectionString: ownerUrl });
+  await owner.connect();
+  try {
+    const exists = await owner.query({ text: 'SELECT 1 FROM pg_roles WHERE rolname = $1', values: [ROLE] });
+    if (!exists.rowCount) await owner.query(`CREATE ROLE ${ROLE}`);
+    await owner.query(`ALTER ROLE ${ROLE} WITH LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE PASSWORD ${owner.escapeLiteral(password)}`);
+    for (const db of Object.values(DATABASES)) {
+      const found = await owner.query({ text: 'SELECT 1 FROM pg_database WHERE datname = $1', values: [db] });
+      if (!found.rowCount) await owner.query(`CREATE DATABASE ${db} OWNER ${ROLE}`);
+    }
+  } finally {
+    await owner.end();
+  }
+}
+
+/** Sets up (first time) and upgrades both schemas with the server's own SQL tool. */
+async function applySchemas(ownerUrl: string, password: string): Promise<void> {
+  const u = new URL(ownerUrl);
+  const schema = path.join(CACHE_DIR, `temporal-schema-${SERVER_VERSION}`, 'postgresql', 'v12');
+  const tool = binary(`temporal-sql-tool-${SERVER_VERSION}`);
+  const run = promisify(execFile);
+  for (const [dir, db] of [['temporal', DATABASES.temporal], ['visibility', DATABASES.visibility]] as const) {
+    const env = { ...process.env, SQL_PLUGIN: 'postgres12', SQL_HOST: u.hostname, SQL_PORT: u.port || '5432', SQL_USER: ROLE, SQL_PASSWORD: password, SQL_DATABASE: db };
+    const versions = await new PgClient({ connectionString: Object.assign(new URL(ownerUrl), { pathname: `/${db}` }).toString() });
+    await versions.connect();
+    const initialised = (await versions.query(`SELECT to_regclass('public.schema_version') IS NOT NULL AS ok`)).rows[0]!.ok as boolean;
+    await versions.end();
+    try {
+      if (!initialised) await run(tool, ['--quiet', 'setup-schema', '-v', '0.0'], { env });
+      await run(tool, ['--quiet', 'update-schema', '-d', path.join(schema, dir, 'versioned')], { env });
+    } catch (err) {
+      const e = err as { stderr?: string; message: string };
+      throw new Error(`temporal-sql-tool on ${db}: ${(e.stderr ?? e.message).trim().slice(-800)}`);
+    }
+  }
+}
+
+/** The namespace and the saga's search attributes, each waited for until the server serves it. */
+async function prepareNamespace(address: string, namespace: string): Promise<void> {
+  const connection = await Connection.connect({ address });
+  try {
+    try {
+      await connection.workflowService.describeNamespace({ namespace });
+    } catch {
+      await connection.workflowService
+        .registerNamespace({ namespace, workflowExecutionRetentionPeriod: msToTs('3 days') })
+        .catch((err: Error) => {
+          if (!/already exists|already registered/i.test(err.message)) throw err;
+        });
+    }
+    const deadline = Date.now() + 30_000;
+    for (;;) {
+      try {
+        await connection.workflowService.listWorkflowExecutions({ namespace, pageSize: 1 });
+        await registerSearchAttributes(connection, namespace);
+        const known = (await connection.operatorService.listSearchAttributes({ namespace })).customAttributes ?? {};
+        if (Object.keys(SEARCH_ATTRIBUTES).every((k) => k in known)) break;
+      } catch (err) {
+        if (Date.now() > deadline) throw new Error(`namespace ${namespace} not ready on ${address}: ${(err as Error).message}`);
+      }
+      if (Date.now() > deadline) throw new Error(`the search attributes did not appear on ${address}`);
+      await new Promise((r) => setTimeout(r, 250));
+    }
+    // Every service caches namespaces (refreshed each second, temporal/dynamicconfig): let them catch up.
+    await new Promise((r) => setTimeout(r, 1_500));
+  } finally {
+    await connection.close();
+  }
+}
+
+async function frontendServing(address: string): Promise<boolean> {
+  const connection = await Connection.connect({ address, connectTimeout: 1_000 });
+  try {
+    await connection.workflowService.getSystemInfo({});
+    return true;
+  } finally {
+    await connection.close();
+  }
+}
+
+/**
+ * A block of ports for a server of a test or the soak: the frontend's, then +1…+3, +10…+13 (membership),
+ * +20 (HTTP), +21 (UI), +22 (metrics). Below 32768: the server stores membership ports as smallint.
+ */
+export function realServerPortBlock(seed = process.pid): number {
+  return 20_000 + (seed % 500) * 25;
+}
+
+export async function startRealTemporal(opts: RealTemporalOptions): Promise<RealTemporal> {
+  if (opts.port + 13 > 32_767) throw new Error(`port ${opts.port}: the Temporal server's ports (up to +13) must stay below 32768 (it stores membership ports as smallint)`);
+  const namespace = opts.namespace ?? 'default';
+  const say = opts.log ?? (() => undefined);
+  const server = binary(`temporal-server-${SERVER_VERSION}`);
+  const ui = binary(`temporal-ui-server-${UI_VERSION}`);
+  const password = randomBytes(18).toString('base64url');
+  const u = new URL(opts.ownerUrl);
+  await prepareDatabases(opts.ownerUrl, password);
+  await applySchemas(opts.ownerUrl, password);
+  say('Temporal server: schemas of temporal and temporal_visibility up to date');
+
+  const address = `127.0.0.1:${opts.port}`;
+  const serverEnv: NodeJS.ProcessEnv = {
+    TEMPORAL_DB_HOST: u.hostname,
+    TEMPORAL_DB_PORT: u.port || '5432',
+    TEMPORAL_DB_USER: ROLE,
+    TEMPORAL_DB_PASSWORD: password,
+    TEMPORAL_PORT_BASE: String(opts.port),
+    TEMPORAL_METRICS_PORT: String(opts.metricsPort),
+    TEMPORAL_DYNAMIC_CONFIG: path.join(ROOT, 'temporal', 'dynamicconfig', 'order-saga.yaml'),
+  };
+  const startServer = async (): Promise<ChildProcess> =>
+    (
+      await startProcess(server, ['--root', ROOT, '--config', 'temporal/config', '--env', 'order-saga', '--allow-no-auth', 'start'], serverEnv, () => frontendServing(address), {
+        readyTimeoutMs: 90_000,
+      })
+    ).child;
+  let serverChild = await startServer();
+  let uiChild: ChildProcess | undefined;
+  try {
+    await prepareNamespace(address, namespace);
+    const uiUrl = `http://127.0.0.1:${opts.uiPort}`;
+    uiChild = (
+      await startProcess(
+        ui,
+        ['--root', ROOT, '--config', 'temporal/ui', '--env', 'order-saga', 'start'],
+        { TEMPORAL_ADDRESS: address, TEMPORAL_UI_PORT: String(opts.uiPort), TEMPORAL_UI_ORIGIN: uiUrl, TEMPORAL_NAMESPACE: namespace },
+        async () => (await fetch(uiUrl, { signal: AbortSignal.timeout(1_000) })).ok,
+      )
+    ).child;
+    say(`Temporal server ${SERVER_VERSION} on Postgres: ${address} (namespace ${namespace}), Web UI ${uiUrl}`);
+    return {
+      address,
+      uiUrl,
+      namespace,
+      async restart() {
+        const t = Date.now();
+        await stopProcess(serverChild, 'SIGTERM', 20_000);
+        serverChild = await startServer();
+        return { downMs: Date.now() - t };
+      },
+      async stop() {
+        await stopProcess(uiChild);
+        await stopProcess(serverChild, 'SIGTERM', 20_000);
+      },
+    };
+  } catch (err) {
+    await stopProcess(uiChild);
+    await stopProcess(serverChild, 'SIGTERM', 20_000);
+    throw err;
+  }
+}
