@@ -67,20 +67,17 @@ async function prepareDatabases(ownerUrl: string, password: string): Promise<voi
   }
 }
 
-/** Sets up (first time) and upgrades both schemas with the server's own SQL tool. */
+/** Sets up (a no-op once done) and upgrades both schemas with the server's own SQL tool. */
 async function applySchemas(ownerUrl: string, password: string): Promise<void> {
   const u = new URL(ownerUrl);
   const schema = path.join(CACHE_DIR, `temporal-schema-${SERVER_VERSION}`, 'postgresql', 'v12');
   const tool = binary(`temporal-sql-tool-${SERVER_VERSION}`);
   const run = promisify(execFile);
   for (const [dir, db] of [['temporal', DATABASES.temporal], ['visibility', DATABASES.visibility]] as const) {
+    // The password goes by environment, not argv (which other users may read).
     const env = { ...process.env, SQL_PLUGIN: 'postgres12', SQL_HOST: u.hostname, SQL_PORT: u.port || '5432', SQL_USER: ROLE, SQL_PASSWORD: password, SQL_DATABASE: db };
-    const versions = await new PgClient({ connectionString: Object.assign(new URL(ownerUrl), { pathname: `/${db}` }).toString() });
-    await versions.connect();
-    const initialised = (await versions.query(`SELECT to_regclass('public.schema_version') IS NOT NULL AS ok`)).rows[0]!.ok as boolean;
-    await versions.end();
     try {
-      if (!initialised) await run(tool, ['--quiet', 'setup-schema', '-v', '0.0'], { env });
+      await run(tool, ['--quiet', 'setup-schema', '-v', '0.0'], { env });
       await run(tool, ['--quiet', 'update-schema', '-d', path.join(schema, dir, 'versioned')], { env });
     } catch (err) {
       const e = err as { stderr?: string; message: string };
@@ -89,9 +86,20 @@ async function applySchemas(ownerUrl: string, password: string): Promise<void> {
   }
 }
 
-/** The namespace and the saga's search attributes, each waited for until the server serves it. */
-async function prepareNamespace(address: string, namespace: string): Promise<void> {
-  const connection = await Connection.connect({ address });
+/**
+ * The namespace (created if missing) and the saga's search attributes, each waited for until the
+ * server serves it. npm start, the tests, and `npm run migrate` (docker compose) call it.
+ */
+export async function prepareNamespace(address: string, namespace: string, waitMs = 30_000): Promise<void> {
+  let connection: Connection | undefined;
+  for (const until = Date.now() + waitMs; !connection; ) {
+    try {
+      connection = await Connection.connect({ address, connectTimeout: 2_000 });
+    } catch (err) {
+      if (Date.now() > until) throw new Error(`cannot reach Temporal at ${address}: ${(err as Error).message}`);
+      await new Promise((r) => setTimeout(r, 1_000));
+    }
+  }
   try {
     try {
       await connection.workflowService.describeNamespace({ namespace });
@@ -102,7 +110,7 @@ async function prepareNamespace(address: string, namespace: string): Promise<voi
           if (!/already exists|already registered/i.test(err.message)) throw err;
         });
     }
-    const deadline = Date.now() + 30_000;
+    const deadline = Date.now() + waitMs;
     for (;;) {
       try {
         await connection.workflowService.listWorkflowExecutions({ namespace, pageSize: 1 });

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Checks docker-compose.yml with `docker compose config` (no Docker engine needed): its syntax, that it
-# refuses to start without its secrets, and that it publishes only loopback ports and no admin API.
+# refuses to start without its secrets, that it publishes only loopback ports and no admin API, that
+# each service has its own database role, and that Temporal runs with the files in temporal/.
 # Uses the installed Compose plugin, else builds Compose from the Go module proxy into the cache.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -57,6 +58,12 @@ env "${unset_all[@]}" "${compose[@]}" --env-file "$envfile" -f docker-compose.ym
     if (roles[name] !== user) bad.push(`${name}: connects as ${user}, not ${roles[name] ?? "(no database)"}`);
   }
   if (new URL(cfg.services.worker.environment.READER_DATABASE_URL ?? "postgres://none@x/").username !== "order_reader") bad.push("worker: reconciliation does not read as order_reader");
+  // Temporal runs with the configuration files npm start -- --temporal server and test:server use.
+  const mounts = (svc, source, target) => (svc.volumes ?? []).some((v) => v.source.endsWith(source) && v.target === target);
+  if (!mounts(cfg.services.temporal, "/temporal", "/etc/order-saga/temporal")) bad.push("temporal: does not mount ./temporal");
+  if (!String(cfg.services.temporal.command).includes("--config temporal/config --env order-saga")) bad.push("temporal: does not start with temporal/config (env order-saga)");
+  if (!mounts(cfg.services["temporal-ui"], "/temporal/ui/order-saga.yaml", "/home/ui-server/config/order-saga.yaml")) bad.push("temporal-ui: does not mount temporal/ui/order-saga.yaml");
+  if (!(cfg.services["temporal-ui"].entrypoint ?? []).join(" ").includes("--env order-saga")) bad.push("temporal-ui: does not use temporal/ui/order-saga.yaml");
   if (bad.length) { console.error("check-compose: " + bad.join("; ")); process.exit(1); }
 '
-echo "docker-compose.yml: config -q passed; refused without its secrets; every published port on 127.0.0.1; admin API not published, on the provider's loopback; each process with its own database role"
+echo "docker-compose.yml: config -q passed; refused without its secrets; every published port on 127.0.0.1; admin API not published, on the provider's loopback; each process with its own database role; Temporal and its Web UI configured by temporal/"

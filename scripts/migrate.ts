@@ -2,14 +2,13 @@
  * `npm run migrate`: as the owner (DATABASE_URL), applies the numbered migrations (application and
  * provider schemas) and, when APP_ROLE_PASSWORD, PROVIDER_ROLE_PASSWORD and READER_ROLE_PASSWORD are
  * set, creates the three roles (db/roles.ts) with those passwords and grants their privileges. When
- * TEMPORAL_ADDRESS is set, it also registers the saga's search attributes there.
+ * TEMPORAL_ADDRESS is set, it also creates the namespace (if missing) and the saga's search attributes.
  * npm start does all of it by itself; this is for an existing Postgres and server (docker compose).
  */
-import { Connection } from '@temporalio/client';
 import { migrateAll } from '../db/migrate';
 import { createPool } from '../db/pool';
 import { passwordsFromEnv, ROLE_PASSWORD_VARS, ROLES, setUpRoles } from '../db/roles';
-import { registerSearchAttributes } from '../lib/temporal-servers';
+import { prepareNamespace } from '../lib/temporal-server';
 
 async function main(): Promise<void> {
   const url = process.env.DATABASE_URL;
@@ -29,10 +28,10 @@ async function main(): Promise<void> {
     await pool.end();
   }
   if (process.env.TEMPORAL_ADDRESS) {
-    const connection = await Connection.connect({ address: process.env.TEMPORAL_ADDRESS });
-    await registerSearchAttributes(connection, process.env.TEMPORAL_NAMESPACE ?? 'default');
-    await connection.close();
-    process.stdout.write(`migrate: search attributes registered on ${process.env.TEMPORAL_ADDRESS}\n`);
+    // It may run while the server starts (docker compose): wait for it, up to two minutes.
+    const namespace = process.env.TEMPORAL_NAMESPACE ?? 'default';
+    await prepareNamespace(process.env.TEMPORAL_ADDRESS, namespace, 120_000);
+    process.stdout.write(`migrate: namespace ${namespace} and its search attributes ready on ${process.env.TEMPORAL_ADDRESS}\n`);
   }
 }
 

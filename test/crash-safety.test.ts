@@ -16,7 +16,7 @@ import { workflowIdFor, type OrderInput } from '../domain/order';
 import { readConfig } from '../lib/config';
 import { createOrderWorkers } from '../worker';
 import { orderSaga } from '../workflows';
-import { bundleWorkflows, startDevServer } from './temporal-env';
+import { bundleWorkflows, startE2eServer } from './temporal-env';
 import { createProduct, ledger, makeOrder, orderRow, productRow, reservations, testAdmin, testPool, uid } from './helpers';
 
 const ROOT = path.resolve(__dirname, '..');
@@ -27,7 +27,7 @@ const admin = testAdmin();
 const tmp = mkdtempSync(path.join(os.tmpdir(), 'order-saga-crash-'));
 
 beforeAll(async () => {
-  env = await startDevServer();
+  ({ env } = await startE2eServer());
   db = testPool();
   bundle = await bundleWorkflows();
 });

@@ -1,8 +1,9 @@
 /**
  * End to end on the real Temporal dev server: client.ts (a real process) → dev server → worker →
- * Postgres → provider process.
+ * Postgres → provider process. Under `npm run test:server`, the same tests run on the real
+ * Temporal server on Postgres with its standalone Web UI, against three worker processes.
  */
-import { spawn } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -16,32 +17,48 @@ import { orderOutcome } from '../lib/order-outcome';
 import { createOrderWorkers, type OrderWorkers } from '../worker';
 import { NeedsAttentionKey, OrderStatusKey, TotalCentsKey } from '../workflows/search-attributes';
 import { runCli } from '../client';
-import { freePort } from '../lib/processes';
-import { bundleWorkflows, startDevServer } from './temporal-env';
+import { freePort, startWorkerProcess, stopProcess } from '../lib/processes';
+import { bundleWorkflows, startE2eServer } from './temporal-env';
 import { createProduct, ledger, makeOrder, orderRow, productRow, testAdmin, testPool, uid } from './helpers';
 import { MALFORMED_ORDERS } from './malformed-orders';
 
 const ROOT = path.resolve(__dirname, '..');
 let env: TestWorkflowEnvironment;
 let db: Pool;
-let workers: OrderWorkers;
-let running: Promise<void>;
+let workers: OrderWorkers | undefined;
+let running: Promise<void> | undefined;
+/** Under test:server: the worker processes (the dev tier runs one worker in this process). */
+let workerProcesses: ChildProcess[] = [];
 let cfg: AppConfig;
 let childEnv: NodeJS.ProcessEnv;
-let uiPort: number;
 const tmp = mkdtempSync(path.join(os.tmpdir(), 'order-saga-e2e-'));
 const admin = testAdmin();
 
+/**
+ * The number of workflows visibility reports, once it has stopped moving (the real server's SQL
+ * visibility is written asynchronously; the dev server's answer is final at once).
+ */
+async function settledCount(e: TestWorkflowEnvironment): Promise<number> {
+  let last = (await e.client.workflow.count()).count;
+  for (let i = 0; i < 30; i++) {
+    await new Promise((r) => setTimeout(r, 500));
+    const now = (await e.client.workflow.count()).count;
+    if (now === last) return now;
+    last = now;
+  }
+  return last;
+}
+
 
 beforeAll(async () => {
-  uiPort = await freePort();
-  env = await startDevServer({ uiPort });
+  const server = await startE2eServer({ uiPort: await freePort() });
+  env = server.env;
   db = testPool();
   childEnv = {
     TEMPORAL_ADDRESS: env.address,
     TEMPORAL_NAMESPACE: 'default',
     TASK_QUEUE: `e2e-${uid()}`,
-    TEMPORAL_UI_URL: `http://127.0.0.1:${uiPort}`,
+    TEMPORAL_UI_URL: server.uiUrl!,
     // The worker and client.ts run with the roles npm start gives them (db/roles.ts).
     DATABASE_URL: inject('roleUrls').app,
     READER_DATABASE_URL: inject('roleUrls').reader,
@@ -50,14 +67,23 @@ beforeAll(async () => {
   };
   cfg = readConfig(childEnv);
   const workflowBundle = await bundleWorkflows();
-  workers = await createOrderWorkers(cfg, env.nativeConnection, { workflowBundle });
-  running = workers.run();
+  if (server.real) {
+    console.log(`e2e on the real Temporal server at ${env.address} (Web UI ${server.uiUrl}), with 3 worker processes`);
+    const bundlePath = path.join(tmp, 'bundle.js');
+    writeFileSync(bundlePath, workflowBundle.code);
+    const env3 = { ...childEnv, WORKFLOW_BUNDLE: bundlePath, WORKER_METRICS_PORT: '0', TEMPORAL_METRICS_ADDRESS: 'off' };
+    workerProcesses = await Promise.all([1, 2, 3].map(() => startWorkerProcess(env3)));
+  } else {
+    workers = await createOrderWorkers(cfg, env.nativeConnection, { workflowBundle });
+    running = workers.run();
+  }
 });
 
 afterAll(async () => {
   await admin.clear();
   workers?.shutdown();
   await running;
+  await Promise.all(workerProcesses.map((w) => stopProcess(w)));
   await workers?.db.end();
   await workers?.reader.end();
   await db?.end();
@@ -357,7 +383,7 @@ describe('end to end on the dev server', () => {
 
   it(`${MALFORMED_ORDERS.length} malformed orders through client.ts place: exit 2, the field named, 0 rows and 0 workflows`, async () => {
     const ordersBefore = Number((await db.query('SELECT count(*) FROM orders')).rows[0].count);
-    const workflowsBefore = (await env.client.workflow.count()).count;
+    const workflowsBefore = await settledCount(env);
     for (const { name, order, field } of MALFORMED_ORDERS) {
       const out: string[] = [];
       const err: string[] = [];
@@ -367,7 +393,7 @@ describe('end to end on the dev server', () => {
       expect(out, name).toEqual([]);
     }
     expect(Number((await db.query('SELECT count(*) FROM orders')).rows[0].count)).toBe(ordersBefore);
-    expect((await env.client.workflow.count()).count).toBe(workflowsBefore);
+    expect(await settledCount(env)).toBe(workflowsBefore);
   });
 
   it('the reconcile Schedule is created idempotently, runs the checks, records findings, and never compensates', async () => {

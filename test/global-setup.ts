@@ -1,5 +1,5 @@
 /**
- * Brings up what every test file shares: a real Postgres (embedded in a temporary folder, or
+ * Brings up what every test file shares (under `npm run test:server`, also the real Temporal server): a real Postgres (embedded in a temporary folder, or
  * DATABASE_URL), migrated and seeded as its owner with the three roles of db/roles.ts, and the real
  * payment provider as a separate process on loopback, with the provider's role.
  * Temporal servers are per file (time-skipping or dev server).
@@ -12,6 +12,7 @@ import type { TestProject } from 'vitest/node' with { 'resolution-mode': 'import
 import { ensurePostgres, type PostgresHandle } from '../db/postgres';
 import { prepareDatabase, type RoleUrls } from '../db/roles';
 import { startProviderProcess, stopProcess } from '../lib/processes';
+import { realServerPortBlock, startRealTemporal, type RealTemporal } from '../lib/temporal-server';
 
 export const TEST_PROVIDER_API_KEY = 'test-provider-key';
 export const TEST_PROVIDER_ADMIN_KEY = 'test-provider-admin-key';
@@ -33,6 +34,7 @@ declare module 'vitest' {
 
 let pg: PostgresHandle | undefined;
 let provider: ChildProcess | undefined;
+let real: RealTemporal | undefined;
 let tmp: string | undefined;
 
 export async function setup(project: TestProject): Promise<void> {
@@ -50,7 +52,12 @@ export async function setup(project: TestProject): Promise<void> {
   provider = started.child;
   project.provide('databaseUrl', pg.url);
   project.provide('roleUrls', urls);
-  project.provide('temporalServer', undefined);
+  if (process.env.ORDER_SAGA_TEMPORAL === 'server') {
+    // npm run test:server: one real Temporal server on this Postgres for every file, with its Web UI.
+    const port = realServerPortBlock(process.pid + 1);
+    real = await startRealTemporal({ ownerUrl: pg.url, port, uiPort: port + 21, metricsPort: port + 22 });
+    project.provide('temporalServer', { address: real.address, uiUrl: real.uiUrl });
+  } else project.provide('temporalServer', undefined);
   project.provide('providerUrl', started.url);
   project.provide('providerApiKey', TEST_PROVIDER_API_KEY);
   project.provide('providerAdminUrl', started.adminUrl);
@@ -58,6 +65,7 @@ export async function setup(project: TestProject): Promise<void> {
 }
 
 export async function teardown(): Promise<void> {
+  await real?.stop();
   await stopProcess(provider);
   await pg?.stop();
   if (tmp) rmSync(tmp, { recursive: true, force: true });

@@ -1,0 +1,15 @@
+// `npm run test:server`: the second tier. The end-to-end, crash-safety and multi-process lane tests
+// again, on the real Temporal server on Postgres (started once by test/global-setup.ts), with worker
+// processes instead of in-process workers where the tests start them.
+import { defineConfig } from 'vitest/config';
+import base from './vitest.config.mts';
+
+process.env.ORDER_SAGA_TEMPORAL = 'server';
+
+export default defineConfig({
+  ...base,
+  test: {
+    ...base.test,
+    include: ['test/e2e.devserver.test.ts', 'test/crash-safety.test.ts', 'test/lanes-processes.test.ts'],
+  },
+});
