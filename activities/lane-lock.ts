@@ -2,32 +2,45 @@
  * One task at a time per serial lane, across every worker process. Each process runs a lane's task
  * queue one task at a time; with N processes that alone would be N at once. So a lane task first takes
  * the lane's Postgres advisory lock, on a connection of its own, and holds it until it is done. If the
- * process holding it dies, Postgres ends its session and the lane is free at once; the task itself is
- * retried by Temporal (its heartbeat stops), and its commit is idempotent.
+ * process holding it dies, Postgres ends its session and the lane is free at once (a dead host: within
+ * about 25 s, by TCP keepalive); the task itself is retried by Temporal (its heartbeat stops), and its
+ * commit is idempotent.
  */
 import os from 'node:os';
 import type { Pool } from 'pg';
 
 /** The SDK's default worker identity, so a lane_tasks row names the worker the Web UI shows. */
 const WORKER = `${process.pid}@${os.hostname()}`;
-const LOCK_WAIT = '1s';
+/** Each wait for the lock, between heartbeats (the lane's heartbeat timeout is 10 s). */
+const LOCK_WAIT = '4s';
 
-export async function withLaneLock<T>(db: Pool, lane: string, orderId: string, heartbeat: () => void, fn: () => Promise<T>): Promise<T> {
+export interface LaneIo {
+  heartbeat(): void;
+  /** The activity's cancellation (a cancel, a timeout, the worker shutting down): stop waiting. */
+  signal?: AbortSignal;
+  log?: (message: string, fields: Record<string, unknown>) => void;
+}
+
+export async function withLaneLock<T>(db: Pool, lane: string, orderId: string, io: LaneIo, fn: () => Promise<T>): Promise<T> {
   const c = await db.connect();
   let broken = false;
   const lost = (): void => void (broken = true);
   c.on('error', lost);
   const key = `lane:${lane}`;
   try {
+    // If this worker's host dies, Postgres finds out within about 25 s (not the kernel's two hours)
+    // and ends the session, which frees the lane.
+    await c.query('SET tcp_keepalives_idle = 10; SET tcp_keepalives_interval = 5; SET tcp_keepalives_count = 3');
     // Wait in steps, heartbeating in between, so a long queue is not mistaken for a stuck task.
     await c.query(`SET lock_timeout = '${LOCK_WAIT}'`);
     for (;;) {
+      if (io.signal?.aborted) throw io.signal.reason ?? new Error('lane task cancelled while waiting for the lane');
       try {
         await c.query({ text: 'SELECT pg_advisory_lock(hashtext($1))', values: [key] });
         break;
       } catch (err) {
         if ((err as { code?: string }).code !== '55P03') throw err; // lock_not_available: still queued
-        heartbeat();
+        io.heartbeat();
       }
     }
     await c.query('RESET lock_timeout');
@@ -35,11 +48,14 @@ export async function withLaneLock<T>(db: Pool, lane: string, orderId: string, h
     try {
       return await fn();
     } finally {
-      await c.query({
-        text: 'INSERT INTO lane_tasks (lane, order_id, worker, started_at, ended_at) VALUES ($1, $2, $3, $4, clock_timestamp())',
-        values: [lane, orderId, WORKER, started],
-      });
-      await c.query({ text: 'SELECT pg_advisory_unlock(hashtext($1))', values: [key] });
+      // The record must not replace the task's own outcome: a failure to write it is only logged.
+      await c
+        .query({
+          text: 'INSERT INTO lane_tasks (lane, order_id, worker, started_at, ended_at) VALUES ($1, $2, $3, $4, clock_timestamp())',
+          values: [lane, orderId, WORKER, started],
+        })
+        .catch((err: Error) => io.log?.('lane task not recorded', { lane, orderId, error: err.message }));
+      await c.query({ text: 'SELECT pg_advisory_unlock(hashtext($1))', values: [key] }).catch(() => (broken = true));
     }
   } catch (err) {
     broken = true; // a lock may still be held on this session: never hand it back to the pool

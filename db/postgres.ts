@@ -16,6 +16,7 @@ import {
   readFileSync,
   readlinkSync,
   realpathSync,
+  rmdirSync,
   rmSync,
   statSync,
   writeSync,
@@ -47,8 +48,40 @@ export interface EmbeddedOptions {
 }
 
 const USER = 'postgres';
-// Local, loopback-only development credential for the embedded server; never used with DATABASE_URL.
-const PASSWORD = 'order-saga-dev';
+/**
+ * The superuser password of data directories initialised before each got its own; such a server is
+ * given a random one at its next start. Never used with DATABASE_URL.
+ */
+const LEGACY_PASSWORD = 'order-saga-dev';
+
+/** Where a data directory's superuser password is kept: beside it, readable by its owner only. */
+const secretFile = (dataDir: string): string => path.join(path.dirname(dataDir), `.${path.basename(dataDir)}.superuser`);
+
+/** Writes the password file anew (never through an existing file or a planted link). */
+function writeSecret(file: string, password: string): void {
+  rmSync(file, { force: true });
+  const fd = openSync(file, 'wx', 0o600);
+  try {
+    writeSync(fd, `${password}\n`);
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/** The password, when the file is ours alone: a regular file of this user's, mode 0600. */
+function readSecret(file: string): string | undefined {
+  let st;
+  try {
+    st = lstatSync(file);
+  } catch {
+    return undefined;
+  }
+  const fix = `remove it and start again (the server's password is then reset)`;
+  if (!st.isFile()) throw new UntrustedPathError(file, 'it is not a regular file', fix);
+  if (st.uid !== process.getuid?.()) throw new UntrustedPathError(file, `it is owned by uid ${st.uid}`, fix);
+  if ((st.mode & 0o077) !== 0) throw new UntrustedPathError(file, `others may read or write it (mode ${octal(st.mode)})`, fix);
+  return readFileSync(file, 'utf8').trim();
+}
 
 interface Binaries {
   initdb: string;
@@ -94,6 +127,9 @@ export function ownedDir(dir: string, mode: number, owner: { uid: number; gid?: 
   const parent = lstatSync(path.dirname(dir));
   if ((parent.mode & 0o022) !== 0 && (parent.mode & 0o1000) === 0) {
     throw new UntrustedPathError(dir, `its parent ${path.dirname(dir)} is writable by others and not sticky`, 'choose another place');
+  }
+  if (parent.uid !== 0 && parent.uid !== process.getuid?.()) {
+    throw new UntrustedPathError(dir, `its parent ${path.dirname(dir)} belongs to uid ${parent.uid}, who could move it`, 'choose another place');
   }
   const fix = `remove it if you did not create it (rm -rf ${dir}), then start again`;
   try {
@@ -141,9 +177,10 @@ function tree(root: string): Map<string, string> {
 
 /**
  * Checks that `copy` holds exactly the package's files (`source`): same entries, same contents, same
- * links, none writable by group or others. Throws naming the first difference.
+ * links, none writable by group or others (and, with `ownerUid`, all of that user's). Throws naming
+ * the first difference.
  */
-export function verifyCopy(source: string, copy: string): void {
+export function verifyCopy(source: string, copy: string, ownerUid?: number): void {
   const want = tree(source);
   const got = tree(copy);
   const fix = `remove ${copy} and start again (it is copied anew)`;
@@ -154,6 +191,7 @@ export function verifyCopy(source: string, copy: string): void {
     if (!want.has(rel)) throw new UntrustedPathError(`the Postgres copy in ${copy}`, `${rel} is not in the package`, fix);
     const st = lstatSync(path.join(copy, rel));
     if (!st.isSymbolicLink() && (st.mode & 0o022) !== 0) throw new UntrustedPathError(`the Postgres copy in ${copy}`, `${rel} is writable by others`, fix);
+    if (ownerUid !== undefined && st.uid !== ownerUid) throw new UntrustedPathError(`the Postgres copy in ${copy}`, `${rel} belongs to uid ${st.uid}`, fix);
   }
 }
 
@@ -175,10 +213,10 @@ async function binaries(sharedBase: string | undefined): Promise<Binaries> {
   ownedDir(copy, 0o755, ROOT);
   rmSync(path.join(copy, '.complete'), { force: true }); // an older version's marker, not part of the package
   if (fresh) {
-    execFileSync('cp', ['-a', '--no-dereference', `${native}/.`, copy]);
+    execFileSync('cp', ['-a', '--no-dereference', '--no-preserve=ownership', `${native}/.`, copy]);
     execFileSync('chmod', ['-R', 'u+rwX,go+rX,go-w', copy]);
   }
-  verifyCopy(native, copy);
+  verifyCopy(native, copy, 0);
   return { initdb: path.join(copy, 'bin', path.basename(bin.initdb)), postgres: path.join(copy, 'bin', path.basename(bin.postgres)) };
 }
 
@@ -319,11 +357,16 @@ export async function ensurePostgres(opts: EmbeddedOptions, env = process.env): 
   mkdirSync(path.dirname(opts.dataDir), { recursive: true });
   // The server's own directory: created here for the server's user, or already its, mode 0700.
   ownedDir(opts.dataDir, 0o700, user ?? { uid: process.getuid?.() ?? -1 });
+  // The superuser's password: random per data directory, kept beside it for this user alone.
+  const secret = secretFile(opts.dataDir);
+  let password = readSecret(secret);
   if (!existsSync(path.join(opts.dataDir, 'PG_VERSION'))) {
+    password = randomBytes(24).toString('base64url');
+    writeSecret(secret, password);
     const pwfile = path.join(shared ? sharedDir(shared) : os.tmpdir(), `order-saga-pw-${randomBytes(8).toString('hex')}`);
     const fd = openSync(pwfile, 'wx', 0o600); // never an existing file, nor a planted link
     try {
-      writeSync(fd, `${PASSWORD}\n`);
+      writeSync(fd, `${password}\n`);
       if (user) fchownSync(fd, user.uid, user.gid);
     } finally {
       closeSync(fd);
@@ -336,8 +379,20 @@ export async function ensurePostgres(opts: EmbeddedOptions, env = process.env): 
   }
   const server = await startServer(bin, opts, user);
   try {
-    const admin = new Client({ host: '127.0.0.1', port: opts.port, user: USER, password: PASSWORD, database: 'postgres' });
-    await admin.connect();
+    const connect = async (pw: string): Promise<Client> => {
+      const c = new Client({ host: '127.0.0.1', port: opts.port, user: USER, password: pw, database: 'postgres' });
+      await c.connect();
+      return c;
+    };
+    let admin: Client;
+    if (password) admin = await connect(password);
+    else {
+      // Initialised before each data directory had its own password: replace the old shared one.
+      admin = await connect(LEGACY_PASSWORD);
+      password = randomBytes(24).toString('base64url');
+      await admin.query(`ALTER ROLE ${USER} PASSWORD ${admin.escapeLiteral(password)}`);
+      writeSecret(secret, password);
+    }
     try {
       const found = await admin.query({ text: 'SELECT 1 FROM pg_database WHERE datname = $1', values: [opts.database] });
       if (!found.rowCount) await admin.query(`CREATE DATABASE "${opts.database.replace(/"/g, '')}"`);
@@ -349,12 +404,23 @@ export async function ensurePostgres(opts: EmbeddedOptions, env = process.env): 
     throw err;
   }
   return {
-    url: `postgres://${USER}:${PASSWORD}@127.0.0.1:${opts.port}/${opts.database}`,
+    url: `postgres://${USER}:${encodeURIComponent(password!)}@127.0.0.1:${opts.port}/${opts.database}`,
     embedded: true,
     dataDir: opts.dataDir,
     stop: async () => {
       await stopServer(server);
-      if (!opts.persistent) rmSync(opts.dataDir, { recursive: true, force: true });
+      if (opts.persistent) return;
+      // The tree is the server user's: delete it as that user, so no link planted in it leads root
+      // elsewhere; then the emptied directory and the password file.
+      if (user) {
+        spawnSync('rm', ['-rf', '--one-file-system', opts.dataDir], { ...user, stdio: 'ignore' });
+        try {
+          rmdirSync(opts.dataDir); // empty by now; not recursive, so root follows nothing in it
+        } catch {
+          // already gone, or something the server's user could not remove: left for a person
+        }
+      } else rmSync(opts.dataDir, { recursive: true, force: true });
+      rmSync(secret, { force: true });
     },
   };
 }

@@ -7,7 +7,7 @@
  * or drop a table, change the legal order transitions, or rewrite the migration records.
  */
 import { randomBytes } from 'node:crypto';
-import type { Pool } from 'pg';
+import type { Pool, PoolClient } from 'pg';
 import { migrateAll } from './migrate';
 import { createPool, withTransaction } from './pool';
 
@@ -58,52 +58,86 @@ export function roleUrl(ownerUrl: string, kind: RoleKind, password: string): str
   return u.toString();
 }
 
+/** What marks a role as ours: a role of that name that lacks it is someone else's, never taken over. */
+export const ROLE_MARK = 'order-saga: created by this project';
+
 /**
- * Creates the roles if missing, sets their passwords and grants exactly their privileges on the
- * tables that exist now. Idempotent; run as the owner after the migrations (so new tables are covered).
+ * Creates `role` (marked as ours) or accepts it when it carries our mark; refuses someone else's
+ * role of the same name. Then sets its password and strips any power it should not have.
+ */
+export async function ensureLoginRole(c: PoolClient, role: string, password: string): Promise<void> {
+  const found = await c.query<{ mark: string | null }>({
+    text: `SELECT shobj_description(oid, 'pg_authid') AS mark FROM pg_roles WHERE rolname = $1`,
+    values: [role],
+  });
+  if (!found.rowCount) {
+    await c.query(`CREATE ROLE ${role}`);
+    await c.query(`COMMENT ON ROLE ${role} IS ${c.escapeLiteral(ROLE_MARK)}`);
+  } else if (found.rows[0]!.mark !== ROLE_MARK) {
+    throw new Error(`role ${role} already exists on this server and was not created by order-saga; refusing to take it over (use another server, or drop that role)`);
+  }
+  await c.query(`ALTER ROLE ${role} WITH LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS PASSWORD ${c.escapeLiteral(password)}`);
+}
+
+/** True when all three roles exist (so their grants can be brought up to date without passwords). */
+export async function rolesExist(owner: Pool): Promise<boolean> {
+  const { rows } = await owner.query({ text: 'SELECT count(*)::int AS n FROM pg_roles WHERE rolname = ANY($1::text[])', values: [Object.values(ROLES)] });
+  return rows[0].n === Object.keys(ROLES).length;
+}
+
+/**
+ * Creates the roles if missing (refusing same-named roles that are not ours), sets their passwords,
+ * and grants exactly their privileges (grantRoles). Idempotent; run as the owner after the migrations.
  */
 export async function setUpRoles(owner: Pool, ownerUrl: string, passwords: RolePasswords): Promise<RoleUrls> {
   for (const [kind, value] of Object.entries(passwords)) {
     if (!PASSWORD_SHAPE.test(value)) throw new Error(`${ROLE_PASSWORD_VARS[kind as RoleKind]}: must be 16 to 200 printable characters, without spaces`);
   }
-  const { app, provider, reader } = ROLES;
   await withTransaction(owner, async (c) => {
     // Roles are per cluster: two setups at once (two test runs on one server) must not race.
     await c.query(`SELECT pg_advisory_xact_lock(hashtext('order-saga roles'))`);
-    for (const kind of Object.keys(ROLES) as RoleKind[]) {
-      const role = ROLES[kind];
-      const exists = await c.query({ text: 'SELECT 1 FROM pg_roles WHERE rolname = $1', values: [role] });
-      if (!exists.rowCount) await c.query(`CREATE ROLE ${role}`);
-      await c.query(
-        `ALTER ROLE ${role} WITH LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS PASSWORD ${c.escapeLiteral(passwords[kind])}`,
-      );
-    }
-    await c.query(`ALTER ROLE ${reader} SET default_transaction_read_only = on`);
-    const db = (await c.query<{ db: string }>('SELECT current_database() AS db')).rows[0]!.db;
-    await c.query(`REVOKE CREATE, TEMPORARY ON DATABASE ${c.escapeIdentifier(db)} FROM PUBLIC`);
-    await c.query(`GRANT CONNECT ON DATABASE ${c.escapeIdentifier(db)} TO ${app}, ${provider}, ${reader}`);
-    // Schemas: nobody but the owner creates objects; each role sees only the schemas it needs.
-    await c.query('REVOKE ALL ON SCHEMA public, provider FROM PUBLIC');
-    await c.query(`REVOKE ALL ON SCHEMA public, provider FROM ${app}, ${provider}, ${reader}`);
-    await c.query(`GRANT USAGE ON SCHEMA public TO ${app}, ${reader}`);
-    await c.query(`GRANT USAGE ON SCHEMA provider TO ${provider}, ${reader}`);
-    // Tables: start from nothing, then grant.
-    await c.query(`REVOKE ALL ON ALL TABLES IN SCHEMA public, provider FROM PUBLIC, ${app}, ${provider}, ${reader}`);
-    await c.query(`REVOKE ALL ON ALL SEQUENCES IN SCHEMA public, provider FROM PUBLIC, ${app}, ${provider}, ${reader}`);
-    await c.query(`GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO ${app}`);
-    await c.query(`GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO ${app}`);
-    await c.query(`GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA provider TO ${provider}`);
-    await c.query(`GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA provider TO ${provider}`);
-    // What only the owner changes: the legal order transitions and the migration records.
-    await c.query(`REVOKE INSERT, UPDATE, DELETE ON public.order_transitions, public.schema_migrations FROM ${app}`);
-    await c.query(`REVOKE INSERT, UPDATE, DELETE ON provider.schema_migrations FROM ${provider}`);
-    await c.query(`GRANT SELECT ON ALL TABLES IN SCHEMA public, provider TO ${reader}`);
+    for (const kind of Object.keys(ROLES) as RoleKind[]) await ensureLoginRole(c, ROLES[kind], passwords[kind]);
+    await c.query(`ALTER ROLE ${ROLES.reader} SET default_transaction_read_only = on`);
+    await grant(c);
   });
   return {
     app: roleUrl(ownerUrl, 'app', passwords.app),
     provider: roleUrl(ownerUrl, 'provider', passwords.provider),
     reader: roleUrl(ownerUrl, 'reader', passwords.reader),
   };
+}
+
+/** Brings the existing roles' grants up to date with the tables that exist now (after a migration). */
+export async function grantRoles(owner: Pool): Promise<void> {
+  await withTransaction(owner, async (c) => {
+    await c.query(`SELECT pg_advisory_xact_lock(hashtext('order-saga roles'))`);
+    await grant(c);
+  });
+}
+
+async function grant(c: PoolClient): Promise<void> {
+  const { app, provider, reader } = ROLES;
+  const db = (await c.query<{ db: string }>('SELECT current_database() AS db')).rows[0]!.db;
+  await c.query(`REVOKE CREATE, TEMPORARY ON DATABASE ${c.escapeIdentifier(db)} FROM PUBLIC`);
+  await c.query(`GRANT CONNECT ON DATABASE ${c.escapeIdentifier(db)} TO ${app}, ${provider}, ${reader}`);
+  // Schemas: nobody but the owner creates objects; each role sees only the schemas it needs.
+  await c.query('REVOKE ALL ON SCHEMA public, provider FROM PUBLIC');
+  await c.query(`REVOKE ALL ON SCHEMA public, provider FROM ${app}, ${provider}, ${reader}`);
+  await c.query(`GRANT USAGE ON SCHEMA public TO ${app}, ${reader}`);
+  await c.query(`GRANT USAGE ON SCHEMA provider TO ${provider}, ${reader}`);
+  // Tables: start from nothing, then grant.
+  await c.query(`REVOKE ALL ON ALL TABLES IN SCHEMA public, provider FROM PUBLIC, ${app}, ${provider}, ${reader}`);
+  await c.query(`REVOKE ALL ON ALL SEQUENCES IN SCHEMA public, provider FROM PUBLIC, ${app}, ${provider}, ${reader}`);
+  await c.query(`GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO ${app}`);
+  await c.query(`GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO ${app}`);
+  await c.query(`GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA provider TO ${provider}`);
+  await c.query(`GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA provider TO ${provider}`);
+  // What only the owner changes: the legal order transitions and the migration records.
+  await c.query(`REVOKE INSERT, UPDATE, DELETE ON public.order_transitions, public.schema_migrations FROM ${app}`);
+  await c.query(`REVOKE INSERT, UPDATE, DELETE ON provider.schema_migrations FROM ${provider}`);
+  await c.query(`GRANT SELECT ON ALL TABLES IN SCHEMA public, provider TO ${reader}`);
+  // The hashes of the provider's keys are for the provider alone (short keys could be guessed offline).
+  await c.query(`REVOKE SELECT ON provider.api_keys FROM ${reader}`);
 }
 
 /** Migrations then roles, as the owner: what npm start, the tests, the soak and the bench do first. */

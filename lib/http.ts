@@ -6,6 +6,12 @@ export function sendJson(res: ServerResponse, status: number, body: unknown, hea
   res.end(JSON.stringify(body));
 }
 
+/** A whole HTTP response, for a socket no ServerResponse is attached to. */
+function rawJson(status: number, body: unknown): string {
+  const text = JSON.stringify(body);
+  return `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(text)}\r\nconnection: close\r\n\r\n${text}`;
+}
+
 /**
  * An HTTP server whose answer to a request Node cannot even parse (a bad request line, a header
  * with forbidden bytes, headers too large, a broken chunked body) is a JSON 4xx too, instead of
@@ -19,10 +25,10 @@ export function jsonServer(handler: (req: IncomingMessage, res: ServerResponse) 
     const inFlight = (socket as unknown as { _httpMessage?: { headersSent: boolean } })._httpMessage;
     if (!socket.writable || err.code === 'ECONNRESET' || inFlight?.headersSent) return void socket.destroy();
     const status = err.code === 'HPE_HEADER_OVERFLOW' ? 431 : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 408 : 400;
-    const body = JSON.stringify({ error: 'bad_request', message: 'malformed HTTP request' });
-    socket.end(
-      `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
-    );
+    socket.end(rawJson(status, { error: 'bad_request', message: 'malformed HTTP request' }));
   });
+  // An Expect header other than 100-continue, and CONNECT, never reach the handler: answer them here.
+  server.on('checkExpectation', (_req, res: ServerResponse) => sendJson(res, 417, { error: 'expectation_failed', message: 'only Expect: 100-continue is supported' }));
+  server.on('connect', (_req, socket) => void socket.end(rawJson(405, { error: 'method_not_allowed', message: 'CONNECT is not allowed' })));
   return server;
 }

@@ -12,6 +12,10 @@ export interface StartOptions {
   showStderr?: boolean;
   readyTimeoutMs?: number;
   cwd?: string;
+  /** Called as soon as it is spawned (before it is ready), so a stop during the start reaches it. */
+  onSpawn?: (child: ChildProcess) => void;
+  /** Only PATH and HOME from our environment, then `env`: for servers that need none of our secrets. */
+  cleanEnv?: boolean;
 }
 
 /**
@@ -27,7 +31,9 @@ export function startProcess(
   ready: RegExp | (() => Promise<boolean>),
   opts: StartOptions = {},
 ): Promise<{ child: ChildProcess; match?: RegExpExecArray }> {
-  const child = spawn(command, args, { cwd: opts.cwd ?? ROOT, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const base = opts.cleanEnv ? { PATH: process.env.PATH, HOME: process.env.HOME } : process.env;
+  const child = spawn(command, args, { cwd: opts.cwd ?? ROOT, env: { ...base, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  opts.onSpawn?.(child);
   const entry = args.find((a) => /\.ts$/.test(a));
   const name = entry ? path.relative(ROOT, entry) : path.basename(command);
   let partial = '';
@@ -81,7 +87,8 @@ export function startProcess(
     } else {
       void (async () => {
         while (!settled) {
-          if (await ready().catch(() => false)) return finish();
+          // Ready only while it still runs: a probe may reach another process on a port it failed to take.
+          if ((await ready().catch(() => false)) && child.exitCode === null && child.signalCode === null) return finish();
           await new Promise((r) => setTimeout(r, 250));
         }
       })();
@@ -115,6 +122,20 @@ export async function startProviderProcess(env: NodeJS.ProcessEnv, onLine?: (lin
 /** Starts worker.ts as its own process; resolves once it polls its task queue. */
 export async function startWorkerProcess(env: NodeJS.ProcessEnv): Promise<ChildProcess> {
   return (await startTsProcess('worker.ts', env, /polling task queue/)).child;
+}
+
+/** The ports among these that something on this machine already listens on (loopback). */
+export async function busyPorts(ports: number[]): Promise<number[]> {
+  const busy: number[] = [];
+  for (const port of ports) {
+    const free = await new Promise<boolean>((resolve) => {
+      const srv = createServer();
+      srv.once('error', () => resolve(false));
+      srv.listen(port, '127.0.0.1', () => srv.close(() => resolve(true)));
+    });
+    if (!free) busy.push(port);
+  }
+  return busy;
 }
 
 /** A free loopback port, for a child that must listen on a known one (and keep it across a restart). */

@@ -13,9 +13,10 @@ import path from 'node:path';
 import { promisify } from 'node:util';
 import { Connection } from '@temporalio/client';
 import { msToTs } from '@temporalio/common/lib/time';
-import { Client as PgClient } from 'pg';
+import { createPool, withTransaction } from '../db/pool';
+import { ensureLoginRole } from '../db/roles';
 import { CACHE_DIR, registerSearchAttributes } from './temporal-servers';
-import { startProcess, stopProcess } from './processes';
+import { busyPorts, startProcess, stopProcess } from './processes';
 import { SEARCH_ATTRIBUTES } from '../workflows/search-attributes';
 
 const ROOT = path.resolve(__dirname, '..');
@@ -33,6 +34,10 @@ export interface RealTemporalOptions {
   metricsPort: number;
   namespace?: string;
   log?: (line: string) => void;
+  /** Called when the server or the UI server exits on its own (not by stop() or restart()). */
+  onExit?: (what: string, code: number | null, signal: string | null) => void;
+  /** Called with each process as soon as it is spawned, so a caller stopping early reaches it. */
+  onSpawn?: (child: ChildProcess) => void;
 }
 
 export interface RealTemporal {
@@ -50,17 +55,21 @@ function binary(name: string): string {
   return p;
 }
 
-/** The Temporal role and its two databases on the owner's server; a new password at every start. */
+/**
+ * The Temporal role and its two databases on the owner's server; a new password at every start.
+ * A role or database of the same name that is not ours (another Temporal on that server) is refused.
+ */
 async function prepareDatabases(ownerUrl: string, password: string): Promise<void> {
-  const owner = new PgClient({ connectionString: ownerUrl });
-  await owner.connect();
+  const owner = createPool(ownerUrl, { max: 1 });
   try {
-    const exists = await owner.query({ text: 'SELECT 1 FROM pg_roles WHERE rolname = $1', values: [ROLE] });
-    if (!exists.rowCount) await owner.query(`CREATE ROLE ${ROLE}`);
-    await owner.query(`ALTER ROLE ${ROLE} WITH LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE PASSWORD ${owner.escapeLiteral(password)}`);
+    await withTransaction(owner, (c) => ensureLoginRole(c, ROLE, password));
     for (const db of Object.values(DATABASES)) {
-      const found = await owner.query({ text: 'SELECT 1 FROM pg_database WHERE datname = $1', values: [db] });
+      const found = await owner.query<{ owner: string }>({
+        text: 'SELECT pg_get_userbyid(datdba) AS owner FROM pg_database WHERE datname = $1',
+        values: [db],
+      });
       if (!found.rowCount) await owner.query(`CREATE DATABASE ${db} OWNER ${ROLE}`);
+      else if (found.rows[0]!.owner !== ROLE) throw new Error(`database ${db} already exists and belongs to ${found.rows[0]!.owner}, not ${ROLE}; refusing to use it`);
     }
   } finally {
     await owner.end();
@@ -77,8 +86,9 @@ async function applySchemas(ownerUrl: string, password: string): Promise<void> {
     // The password goes by environment, not argv (which other users may read).
     const env = { ...process.env, SQL_PLUGIN: 'postgres12', SQL_HOST: u.hostname, SQL_PORT: u.port || '5432', SQL_USER: ROLE, SQL_PASSWORD: password, SQL_DATABASE: db };
     try {
-      await run(tool, ['--quiet', 'setup-schema', '-v', '0.0'], { env });
-      await run(tool, ['--quiet', 'update-schema', '-d', path.join(schema, dir, 'versioned')], { env });
+      // Not --quiet: with it the tool exits 0 even when it failed.
+      await run(tool, ['setup-schema', '-v', '0.0'], { env });
+      await run(tool, ['update-schema', '-d', path.join(schema, dir, 'versioned')], { env });
     } catch (err) {
       const e = err as { stderr?: string; message: string };
       throw new Error(`temporal-sql-tool on ${db}: ${(e.stderr ?? e.message).trim().slice(-800)}`);
@@ -161,6 +171,9 @@ export async function startRealTemporal(opts: RealTemporalOptions): Promise<Real
   say('Temporal server: schemas of temporal and temporal_visibility up to date');
 
   const address = `127.0.0.1:${opts.port}`;
+  const ports = [0, 1, 2, 3, 10, 11, 12, 13, 20].map((d) => opts.port + d).concat(opts.uiPort, opts.metricsPort);
+  const busy = await busyPorts(ports);
+  if (busy.length) throw new Error(`ports ${busy.join(', ')} are in use: the Temporal server needs ${opts.port}–${opts.port + 3}, ${opts.port + 10}–${opts.port + 13}, ${opts.port + 20}, ${opts.uiPort} and ${opts.metricsPort} (TEMPORAL_PORT, TEMPORAL_UI_PORT, TEMPORAL_SERVER_METRICS_PORT)`);
   const serverEnv: NodeJS.ProcessEnv = {
     TEMPORAL_DB_HOST: u.hostname,
     TEMPORAL_DB_PORT: u.port || '5432',
@@ -170,25 +183,41 @@ export async function startRealTemporal(opts: RealTemporalOptions): Promise<Real
     TEMPORAL_METRICS_PORT: String(opts.metricsPort),
     TEMPORAL_DYNAMIC_CONFIG: path.join(ROOT, 'temporal', 'dynamicconfig', 'order-saga.yaml'),
   };
+  let stopping = false;
+  /** Reports an exit nobody asked for. */
+  const watch = (what: string, child: ChildProcess): ChildProcess => {
+    child.once('exit', (code, signal) => !stopping && opts.onExit?.(what, code, signal));
+    return child;
+  };
+  // The servers get only the variables they need: none of our database URLs or keys.
   const startServer = async (): Promise<ChildProcess> =>
-    (
-      await startProcess(server, ['--root', ROOT, '--config', 'temporal/config', '--env', 'order-saga', '--allow-no-auth', 'start'], serverEnv, () => frontendServing(address), {
-        readyTimeoutMs: 90_000,
-      })
-    ).child;
+    watch(
+      'the Temporal server',
+      (
+        await startProcess(server, ['--root', ROOT, '--config', 'temporal/config', '--env', 'order-saga', '--allow-no-auth', 'start'], serverEnv, () => frontendServing(address), {
+          readyTimeoutMs: 90_000,
+          cleanEnv: true,
+          onSpawn: opts.onSpawn,
+        })
+      ).child,
+    );
   let serverChild = await startServer();
   let uiChild: ChildProcess | undefined;
   try {
     await prepareNamespace(address, namespace);
     const uiUrl = `http://127.0.0.1:${opts.uiPort}`;
-    uiChild = (
-      await startProcess(
-        ui,
-        ['--root', ROOT, '--config', 'temporal/ui', '--env', 'order-saga', 'start'],
-        { TEMPORAL_ADDRESS: address, TEMPORAL_UI_PORT: String(opts.uiPort), TEMPORAL_UI_ORIGIN: uiUrl, TEMPORAL_NAMESPACE: namespace },
-        async () => (await fetch(uiUrl, { signal: AbortSignal.timeout(1_000) })).ok,
-      )
-    ).child;
+    uiChild = watch(
+      'the Temporal Web UI server',
+      (
+        await startProcess(
+          ui,
+          ['--root', ROOT, '--config', 'temporal/ui', '--env', 'order-saga', 'start'],
+          { TEMPORAL_ADDRESS: address, TEMPORAL_UI_PORT: String(opts.uiPort), TEMPORAL_UI_ORIGIN: uiUrl, TEMPORAL_NAMESPACE: namespace },
+          async () => (await fetch(uiUrl, { signal: AbortSignal.timeout(1_000) })).ok,
+          { cleanEnv: true, onSpawn: opts.onSpawn },
+        )
+      ).child,
+    );
     say(`Temporal server ${SERVER_VERSION} on Postgres: ${address} (namespace ${namespace}), Web UI ${uiUrl}`);
     return {
       address,
@@ -196,16 +225,20 @@ export async function startRealTemporal(opts: RealTemporalOptions): Promise<Real
       namespace,
       async restart() {
         const t = Date.now();
+        stopping = true;
         await stopProcess(serverChild, 'SIGTERM', 20_000);
+        stopping = false;
         serverChild = await startServer();
         return { downMs: Date.now() - t };
       },
       async stop() {
+        stopping = true;
         await stopProcess(uiChild);
         await stopProcess(serverChild, 'SIGTERM', 20_000);
       },
     };
   } catch (err) {
+    stopping = true;
     await stopProcess(uiChild);
     await stopProcess(serverChild, 'SIGTERM', 20_000);
     throw err;

@@ -32,6 +32,8 @@ if out=$(env "${unset_all[@]}" "${compose[@]}" --env-file /dev/null -f docker-co
 fi
 grep -q "in .env (see .env.example)" <<<"$out" || { echo "check-compose: unexpected refusal: $out" >&2; exit 1; }
 if grep -n "dev-only" docker-compose.yml; then echo "check-compose: a development default is in docker-compose.yml" >&2; exit 1; fi
+# The image is built from the checkout (COPY . .): the secrets in .env must never go into it.
+grep -qx '.env' .dockerignore || { echo "check-compose: .dockerignore does not exclude .env (the build would copy the secrets into the image)" >&2; exit 1; }
 
 # 2. With them (throwaway values, never written to the repository): valid, and what it publishes is
 #    loopback only, without the provider's admin API, which listens on the provider's own loopback.

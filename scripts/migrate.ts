@@ -7,7 +7,7 @@
  */
 import { migrateAll } from '../db/migrate';
 import { createPool } from '../db/pool';
-import { passwordsFromEnv, ROLE_PASSWORD_VARS, ROLES, setUpRoles } from '../db/roles';
+import { grantRoles, passwordsFromEnv, ROLE_PASSWORD_VARS, ROLES, rolesExist, setUpRoles } from '../db/roles';
 import { prepareNamespace } from '../lib/temporal-server';
 
 async function main(): Promise<void> {
@@ -21,6 +21,9 @@ async function main(): Promise<void> {
     if (passwords) {
       await setUpRoles(pool, url, passwords);
       process.stdout.write(`migrate: roles ${Object.values(ROLES).join(', ')} set up\n`);
+    } else if (await rolesExist(pool)) {
+      await grantRoles(pool); // new tables of this migration get their grants too
+      process.stdout.write(`migrate: grants of roles ${Object.values(ROLES).join(', ')} brought up to date\n`);
     } else {
       process.stdout.write(`migrate: roles not set up (set ${Object.values(ROLE_PASSWORD_VARS).join(', ')} to create them)\n`);
     }

@@ -127,6 +127,10 @@ async function main(): Promise<void> {
         metricsPort: Number(env.TEMPORAL_SERVER_METRICS_PORT ?? 8000),
         namespace,
         log: say,
+        onSpawn: (child) => children.push(child),
+        onExit: (what, code, signal) => {
+          if (!stopping) { say(`${what} exited (code ${code}, signal ${signal}); stopping everything`); void shutdown(1); }
+        },
       });
       cleanups.push(() => real.stop());
       temporalAddress = real.address;
@@ -170,8 +174,12 @@ async function main(): Promise<void> {
     /** Starts a child with its output prefixed by its name; its exit after it was ready stops everything. */
     const launch = async (name: string, script: string, ready: RegExp, roleEnv: NodeJS.ProcessEnv): Promise<void> => {
       const prefix = (stream: NodeJS.WriteStream) => (line: string) => void (line.trim() && stream.write(`[${name}] ${line}\n`));
-      const { child } = await startTsProcess(script, { ...childEnv, ...roleEnv }, ready, { onLine: prefix(process.stdout), onErrLine: prefix(process.stderr), readyTimeoutMs: 120_000 });
-      children.push(child);
+      const { child } = await startTsProcess(script, { ...childEnv, ...roleEnv }, ready, {
+        onLine: prefix(process.stdout),
+        onErrLine: prefix(process.stderr),
+        readyTimeoutMs: 120_000,
+        onSpawn: (c) => children.push(c), // a stop during the start reaches it too
+      });
       child.once('exit', (code, signal) => {
         if (!stopping) { say(`${name} exited (code ${code}, signal ${signal}); stopping everything`); void shutdown(1); }
       });

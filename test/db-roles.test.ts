@@ -6,7 +6,7 @@
 import { Client } from 'pg';
 import type { Pool } from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import type { RoleKind } from '../db/roles';
+import { ensureLoginRole, type RoleKind } from '../db/roles';
 import { createProduct, makeOrder, testPool, testProvider, uid } from './helpers';
 
 let db: Pool;
@@ -103,10 +103,28 @@ describe('database roles', () => {
       'rewrite stock': await attempt(reader, `UPDATE products SET stock = 0 WHERE sku = $1`, [sku]),
       'rewrite a charge': await attempt(reader, `UPDATE provider.charges SET status = 'failed' WHERE idempotency_key = $1`, [chargeKey]),
       'record a finding': await attempt(reader, `INSERT INTO reconciliation_runs (run_id, orders, violations) VALUES ($1, 0, 0)`, [uid()]),
+      'read the hashes of the API keys': await attempt(reader, `SELECT key_hash FROM provider.api_keys`),
       'create a table': await attempt(reader, `CREATE TABLE planted (x int)`),
     };
     expect(refused).toEqual(Object.fromEntries(Object.keys(refused).map((k) => [k, REFUSED])));
     await unchanged();
+  });
+
+  it("a role of one of these names that is not ours is refused, not taken over", async () => {
+    const name = `someone_${uid()}`;
+    await db.query(`CREATE ROLE ${name} NOLOGIN`);
+    try {
+      const c = await db.connect();
+      try {
+        await expect(ensureLoginRole(c, name, 'a-password-of-16-chars')).rejects.toThrow(`role ${name} already exists on this server and was not created by order-saga`);
+      } finally {
+        c.release();
+      }
+      const { rows } = await db.query({ text: 'SELECT rolcanlogin FROM pg_roles WHERE rolname = $1', values: [name] });
+      expect(rows).toEqual([{ rolcanlogin: false }]);
+    } finally {
+      await db.query(`DROP ROLE ${name}`);
+    }
   });
 
   it('no role can log in as anything more: none is superuser, creates roles or databases, or bypasses row security', async () => {

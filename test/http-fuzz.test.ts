@@ -177,6 +177,9 @@ const UNPARSABLE = [
   'POST /v1/charges HTTP/1.1\r\ncontent-length: 5\r\ncontent-length: 6\r\n\r\nhello',
   'POST /v1/charges HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n',
   'GET /\u0000 HTTP/1.1\r\n\r\n',
+  'GET /metrics HTTP/1.1\r\nhost: x\r\nconnection: close\r\nexpect: 200-ok\r\n\r\n',
+  'POST /v1/charges HTTP/1.1\r\nhost: x\r\nconnection: close\r\nexpect: something\r\ncontent-length: 2\r\n\r\n{}',
+  'CONNECT 127.0.0.1:22 HTTP/1.1\r\nhost: 127.0.0.1:22\r\n\r\n',
 ];
 
 let db: Pool;

@@ -9,8 +9,9 @@ import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { chmodSync, chownSync, cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { afterAll, describe, expect, it } from 'vitest';
-import { verifyCopy } from '../db/postgres';
+import { afterAll, describe, expect, inject, it } from 'vitest';
+import { Client } from 'pg';
+import { ensurePostgres, verifyCopy } from '../db/postgres';
 import { freePort, startTsProcess, stopProcess } from '../lib/processes';
 
 const isRoot = process.getuid?.() === 0;
@@ -139,5 +140,48 @@ describe('the copy of the Postgres binaries', () => {
 
     chmodSync(path.join(copy, 'bin', 'postgres'), 0o777);
     expect(() => verifyCopy(source, copy)).toThrow('bin/postgres is writable by others');
+  });
+});
+
+describe("the embedded server's superuser", () => {
+  const refused = async (url: string, password: string): Promise<string> => {
+    const u = new URL(url);
+    const c = new Client({ host: u.hostname, port: Number(u.port), user: 'postgres', password, database: 'postgres' });
+    try {
+      await c.connect();
+      await c.end();
+      return 'accepted';
+    } catch (err) {
+      return (err as { code?: string }).code ?? String(err);
+    }
+  };
+
+  // With DATABASE_URL the tests run on the user's own server, whose superuser is not ours to check.
+  it.skipIf(!!process.env.DATABASE_URL)('has a password of its own, not a constant from the source', async () => {
+    expect(await refused(inject('databaseUrl'), 'order-saga-dev')).toBe('28P01'); // invalid_password
+  });
+
+  it('a data directory from before (the old shared password) gets its own at its next start', async () => {
+    const parent = path.join(tmp, 'legacy');
+    mkdirSync(parent, { mode: 0o755 });
+    const opts = { dataDir: path.join(parent, 'pg'), port: await freePort(), database: 'legacy', persistent: true };
+    let pg = await ensurePostgres(opts, {});
+    const secret = path.join(parent, '.pg.superuser');
+    expect((statSync(secret).mode & 0o777).toString(8)).toBe('600');
+    // Make it look like a directory initialised before: the old password, and no password file.
+    const c = new Client({ connectionString: pg.url });
+    await c.connect();
+    await c.query(`ALTER ROLE postgres PASSWORD 'order-saga-dev'`);
+    await c.end();
+    await pg.stop();
+    rmSync(secret);
+    pg = await ensurePostgres(opts, {});
+    try {
+      expect(await refused(pg.url, 'order-saga-dev')).toBe('28P01');
+      expect(readFileSync(secret, 'utf8').trim()).toBe(decodeURIComponent(new URL(pg.url).password));
+      expect(await refused(pg.url, decodeURIComponent(new URL(pg.url).password))).toBe('accepted');
+    } finally {
+      await pg.stop();
+    }
   });
 });
