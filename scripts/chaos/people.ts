@@ -78,6 +78,14 @@ export class People {
     into.set(action, t);
   }
 
+  /**
+   * Whether to take a rarer action here: by the order's hash with probability `p`, and always while
+   * the action has not been sent yet, so the soak's coverage check cannot miss it by chance.
+   */
+  private choose(action: string, n: number, salt: number, p: number): boolean {
+    return !this.actions.get(action)?.sent || unit(n, salt) < p;
+  }
+
   private violation(rule: string, orderId: string, detail: string): void {
     this.violations.push({ rule, orderIds: [orderId], detail });
   }
@@ -330,7 +338,7 @@ export class People {
     if (s.awaiting === 'charge-outcome') {
       if (ledger.status === 'processing') return; // not decided yet: look again later
       const supported = paid ? 'charge-succeeded' : 'charge-failed';
-      if (!this.wrongTried.has(orderId) && unit(n, 21) < 0.3) {
+      if (!this.wrongTried.has(orderId) && this.choose(`resolve ${paid ? 'charge-failed' : 'charge-succeeded'}, unchecked (must be refused)`, n, 21, 0.3)) {
         // A second operator who did not look at the ledger: the saga must refuse the wrong answer.
         this.wrongTried.add(orderId);
         const wrong = paid ? 'charge-failed' : 'charge-succeeded';
@@ -345,12 +353,12 @@ export class People {
     if (s.awaiting === 'compensation') {
       if (s.step === 'compensate:refundPayment') {
         if (ledger.status === 'processing') return;
-        if (paid && unit(n, 22) < 0.5) {
+        if (paid && this.choose('resolve mark-resolved', n, 22, 0.5)) {
           // Refund by hand, with the saga's own key (so it can never be a second refund), then mark it resolved.
           if (await this.refundByHand(orderId, ledger.amountCents)) await this.resolve(orderId, 'mark-resolved', `chaos: refunded by hand (${says})`);
           return;
         }
-        if (!paid && unit(n, 23) < 0.7) {
+        if (!paid && this.choose('resolve mark-resolved', n, 23, 0.7)) {
           await this.resolve(orderId, 'mark-resolved', `chaos: nothing to refund (${says})`);
           return;
         }
@@ -359,7 +367,7 @@ export class People {
       return;
     }
     // forward-step: after the pivot; retry, or record that it was done by hand.
-    await this.resolve(orderId, unit(n, 24) < 0.5 ? 'mark-resolved' : 'retry', `chaos: ${s.step} (${says})`);
+    await this.resolve(orderId, this.choose('resolve mark-resolved', n, 24, 0.5) ? 'mark-resolved' : 'retry', `chaos: ${s.step} (${says})`);
   }
 
   private async refundByHand(orderId: string, amountCents: number): Promise<boolean> {
