@@ -309,13 +309,10 @@ describe('the HTTP edge under fuzzing', () => {
     const races = 10;
     const width = 8;
     let lost = 0;
-    for (let i = 0; i < races; i++) {
-      // Charges: the same key, eight amounts at once.
-      const key = `${prefix}-race-${i}`;
+    /** Sends the requests at once: exactly one wins, the others are JSON 409/422, and one row holds the winner's amount. */
+    const race = async (path: string, key: string, body: (n: number) => unknown, table: string): Promise<void> => {
       const replies = await Promise.all(
-        Array.from({ length: width }, (_, n) =>
-          request(ports.api, { method: 'POST', path: '/v1/charges', headers: { ...json, 'idempotency-key': key }, body: JSON.stringify(validCharge(key, 100 + n)) }),
-        ),
+        Array.from({ length: width }, (_, n) => request(ports.api, { method: 'POST', path, headers: { ...json, 'idempotency-key': key }, body: JSON.stringify(body(n)) })),
       );
       const won = replies.filter((x) => x.status === 201);
       expect(won).toHaveLength(1);
@@ -324,30 +321,16 @@ describe('the HTTP edge under fuzzing', () => {
         expect(JSON.parse(x.body)).toMatchObject({ error: expect.any(String), message: expect.any(String) });
         lost++;
       }
-      const rows = await db.query({ text: 'SELECT amount_cents FROM provider.charges WHERE idempotency_key = $1', values: [key] });
+      const rows = await db.query({ text: `SELECT amount_cents FROM ${table} WHERE idempotency_key = $1`, values: [key] });
       expect(rows.rows).toEqual([{ amount_cents: String((JSON.parse(won[0]!.body) as { amountCents: number }).amountCents) }]);
-
-      // Refunds of that charge: one refund key, eight amounts (and two charges) at once.
-      const refundKey = `${prefix}-race-${i}:refund`;
-      const refunds = await Promise.all(
-        Array.from({ length: width }, (_, n) =>
-          request(ports.api, {
-            method: 'POST',
-            path: '/v1/refunds',
-            headers: { ...json, 'idempotency-key': refundKey },
-            body: JSON.stringify({ chargeKey: n % 2 ? key : `${prefix}-race-${i - 1 < 0 ? 0 : i - 1}`, amountCents: 1 + n }),
-          }),
-        ),
-      );
-      const refundWon = refunds.filter((x) => x.status === 201);
-      expect(refundWon).toHaveLength(1);
-      for (const x of refunds.filter((y) => y.status !== 201)) {
-        expect([409, 422]).toContain(x.status);
-        expect(JSON.parse(x.body)).toMatchObject({ error: expect.any(String), message: expect.any(String) });
-        lost++;
-      }
-      const refundRows = await db.query({ text: 'SELECT amount_cents FROM provider.refunds WHERE idempotency_key = $1', values: [refundKey] });
-      expect(refundRows.rows).toEqual([{ amount_cents: String((JSON.parse(refundWon[0]!.body) as { amountCents: number }).amountCents) }]);
+    };
+    for (let i = 0; i < races; i++) {
+      // Charges: the same key, eight amounts at once.
+      const key = `${prefix}-race-${i}`;
+      await race('/v1/charges', key, (n) => validCharge(key, 100 + n), 'provider.charges');
+      // Refunds: one refund key, eight amounts (against two charges) at once.
+      const other = `${prefix}-race-${Math.max(0, i - 1)}`;
+      await race('/v1/refunds', `${key}:refund`, (n) => ({ chargeKey: n % 2 ? key : other, amountCents: 1 + n }), 'provider.refunds');
     }
     console.log(`http fuzz: ${races * width * 2} concurrent requests in ${races * 2} races with one key each; ${lost} refused with 409/422, one row per key`);
   });
