@@ -13,7 +13,7 @@ import { InventoryMetrics } from './activities/inventory-metrics';
 import { createPool } from './db/pool';
 import { laneTaskQueue } from './domain/lanes';
 import { readConfig, type AppConfig } from './lib/config';
-import { jsonServer, sendJson } from './lib/http';
+import { jsonServer, sendJson } from './provider/http';
 import { createProviderClient } from './provider/client';
 import { DEFAULT_SAGA_CONFIG } from './workflows/order-saga';
 

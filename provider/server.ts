@@ -8,7 +8,7 @@ import type { AddressInfo } from 'node:net';
 import type { Pool } from 'pg';
 import { assertMigrated, PROVIDER_MIGRATIONS } from '../db/migrate';
 import { createPool, withTransaction } from '../db/pool';
-import { jsonServer, sendJson } from '../lib/http';
+import { jsonServer, sendJson } from './http';
 import {
   DECLINED_PAYMENT_METHODS,
   IDEMPOTENCY_HEADER,

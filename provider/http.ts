@@ -1,4 +1,4 @@
-/** The HTTP edge shared by the provider and the worker's metrics endpoint: every answer is JSON. */
+/** The HTTP edge of the provider, shared with the worker's metrics endpoint: every answer is JSON. */
 import http, { STATUS_CODES, type IncomingMessage, type ServerResponse } from 'node:http';
 
 export function sendJson(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
