@@ -16,6 +16,7 @@ import {
   readFileSync,
   readlinkSync,
   realpathSync,
+  renameSync,
   rmdirSync,
   rmSync,
   statSync,
@@ -57,15 +58,20 @@ const LEGACY_PASSWORD = 'order-saga-dev';
 /** Where a data directory's superuser password is kept: beside it, readable by its owner only. */
 const secretFile = (dataDir: string): string => path.join(path.dirname(dataDir), `.${path.basename(dataDir)}.superuser`);
 
-/** Writes the password file anew (never through an existing file or a planted link). */
-function writeSecret(file: string, password: string): void {
-  rmSync(file, { force: true });
-  const fd = openSync(file, 'wx', 0o600);
+/**
+ * Writes the password beside `file`, in a new file of its own (never through an existing file or a
+ * planted link); `commit()` then puts it in place in one rename. Between the two, the server's
+ * password can be changed: a failure before leaves the old file, a failure after the new one.
+ */
+function stageSecret(file: string, password: string): { commit(): void; abandon(): void } {
+  const staged = `${file}.${randomBytes(6).toString('hex')}.new`;
+  const fd = openSync(staged, 'wx', 0o600);
   try {
     writeSync(fd, `${password}\n`);
   } finally {
     closeSync(fd);
   }
+  return { commit: () => renameSync(staged, file), abandon: () => rmSync(staged, { force: true }) };
 }
 
 /** The password, when the file is ours alone: a regular file of this user's, mode 0600. */
@@ -76,7 +82,7 @@ function readSecret(file: string): string | undefined {
   } catch {
     return undefined;
   }
-  const fix = `remove it and start again (the server's password is then reset)`;
+  const fix = 'make it a regular file of yours, mode 0600 (chown, chmod 600)';
   if (!st.isFile()) throw new UntrustedPathError(file, 'it is not a regular file', fix);
   if (st.uid !== process.getuid?.()) throw new UntrustedPathError(file, `it is owned by uid ${st.uid}`, fix);
   if ((st.mode & 0o077) !== 0) throw new UntrustedPathError(file, `others may read or write it (mode ${octal(st.mode)})`, fix);
@@ -129,7 +135,11 @@ export function ownedDir(dir: string, mode: number, owner: { uid: number; gid?: 
     throw new UntrustedPathError(dir, `its parent ${path.dirname(dir)} is writable by others and not sticky`, 'choose another place');
   }
   if (parent.uid !== 0 && parent.uid !== process.getuid?.()) {
-    throw new UntrustedPathError(dir, `its parent ${path.dirname(dir)} belongs to uid ${parent.uid}, who could move it`, 'choose another place');
+    throw new UntrustedPathError(
+      dir,
+      `its parent ${path.dirname(dir)} belongs to uid ${parent.uid}, who could move it (this runs as uid ${process.getuid?.()})`,
+      'choose a place whose parent is yours or root\'s (PG_DATA_DIR, PG_SHARED_DIR)',
+    );
   }
   const fix = `remove it if you did not create it (rm -rf ${dir}), then start again`;
   try {
@@ -362,7 +372,7 @@ export async function ensurePostgres(opts: EmbeddedOptions, env = process.env): 
   let password = readSecret(secret);
   if (!existsSync(path.join(opts.dataDir, 'PG_VERSION'))) {
     password = randomBytes(24).toString('base64url');
-    writeSecret(secret, password);
+    stageSecret(secret, password).commit();
     const pwfile = path.join(shared ? sharedDir(shared) : os.tmpdir(), `order-saga-pw-${randomBytes(8).toString('hex')}`);
     const fd = openSync(pwfile, 'wx', 0o600); // never an existing file, nor a planted link
     try {
@@ -388,10 +398,21 @@ export async function ensurePostgres(opts: EmbeddedOptions, env = process.env): 
     if (password) admin = await connect(password);
     else {
       // Initialised before each data directory had its own password: replace the old shared one.
-      admin = await connect(LEGACY_PASSWORD);
+      admin = await connect(LEGACY_PASSWORD).catch((err: Error & { code?: string }) => {
+        if (err.code !== '28P01') throw err;
+        throw new Error(
+          `the superuser password of ${opts.dataDir} is unknown: its file ${secret} is missing; put it back, or remove the data directory (its data is lost) and start again`,
+        );
+      });
       password = randomBytes(24).toString('base64url');
-      await admin.query(`ALTER ROLE ${USER} PASSWORD ${admin.escapeLiteral(password)}`);
-      writeSecret(secret, password);
+      const staged = stageSecret(secret, password); // written first: the new password is never only in the server
+      try {
+        await admin.query(`ALTER ROLE ${USER} PASSWORD ${admin.escapeLiteral(password)}`);
+      } catch (err) {
+        staged.abandon();
+        throw err;
+      }
+      staged.commit();
     }
     try {
       const found = await admin.query({ text: 'SELECT 1 FROM pg_database WHERE datname = $1', values: [opts.database] });

@@ -79,10 +79,18 @@ export async function ensureLoginRole(c: PoolClient, role: string, password: str
   await c.query(`ALTER ROLE ${role} WITH LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS PASSWORD ${c.escapeLiteral(password)}`);
 }
 
-/** True when all three roles exist (so their grants can be brought up to date without passwords). */
+/**
+ * True when all three roles exist and are ours (so their grants can be brought up to date without
+ * passwords); throws when one of these names belongs to a role this project did not create.
+ */
 export async function rolesExist(owner: Pool): Promise<boolean> {
-  const { rows } = await owner.query({ text: 'SELECT count(*)::int AS n FROM pg_roles WHERE rolname = ANY($1::text[])', values: [Object.values(ROLES)] });
-  return rows[0].n === Object.keys(ROLES).length;
+  const { rows } = await owner.query<{ rolname: string; mark: string | null }>({
+    text: `SELECT rolname, shobj_description(oid, 'pg_authid') AS mark FROM pg_roles WHERE rolname = ANY($1::text[])`,
+    values: [Object.values(ROLES)],
+  });
+  const foreign = rows.filter((r) => r.mark !== ROLE_MARK).map((r) => r.rolname);
+  if (foreign.length) throw new Error(`role(s) ${foreign.join(', ')} exist on this server and were not created by order-saga; refusing to grant them anything`);
+  return rows.length === Object.keys(ROLES).length;
 }
 
 /**

@@ -83,8 +83,8 @@ async function applySchemas(ownerUrl: string, password: string): Promise<void> {
   const tool = binary(`temporal-sql-tool-${SERVER_VERSION}`);
   const run = promisify(execFile);
   for (const [dir, db] of [['temporal', DATABASES.temporal], ['visibility', DATABASES.visibility]] as const) {
-    // The password goes by environment, not argv (which other users may read).
-    const env = { ...process.env, SQL_PLUGIN: 'postgres12', SQL_HOST: u.hostname, SQL_PORT: u.port || '5432', SQL_USER: ROLE, SQL_PASSWORD: password, SQL_DATABASE: db };
+    // The password goes by environment, not argv (which other users may read); nothing else of ours.
+    const env = { PATH: process.env.PATH, HOME: process.env.HOME, SQL_PLUGIN: 'postgres12', SQL_HOST: u.hostname, SQL_PORT: u.port || '5432', SQL_USER: ROLE, SQL_PASSWORD: password, SQL_DATABASE: db };
     try {
       // Not --quiet: with it the tool exits 0 even when it failed.
       await run(tool, ['setup-schema', '-v', '0.0'], { env });
@@ -164,16 +164,21 @@ export async function startRealTemporal(opts: RealTemporalOptions): Promise<Real
   const say = opts.log ?? (() => undefined);
   const server = binary(`temporal-server-${SERVER_VERSION}`);
   const ui = binary(`temporal-ui-server-${UI_VERSION}`);
+  const address = `127.0.0.1:${opts.port}`;
+  // First, before anything changes: a server already on these ports (another run) is left alone.
+  const ports = [0, 1, 2, 3, 10, 11, 12, 13, 20].map((d) => opts.port + d).concat(opts.uiPort, opts.metricsPort);
+  const busy = await busyPorts(ports);
+  if (busy.length) throw new Error(`ports ${busy.join(', ')} are in use: the Temporal server needs ${opts.port}–${opts.port + 3}, ${opts.port + 10}–${opts.port + 13}, ${opts.port + 20}, ${opts.uiPort} and ${opts.metricsPort} (TEMPORAL_PORT, TEMPORAL_UI_PORT, TEMPORAL_SERVER_METRICS_PORT)`);
   const password = randomBytes(18).toString('base64url');
   const u = new URL(opts.ownerUrl);
   await prepareDatabases(opts.ownerUrl, password);
   await applySchemas(opts.ownerUrl, password);
   say('Temporal server: schemas of temporal and temporal_visibility up to date');
 
-  const address = `127.0.0.1:${opts.port}`;
-  const ports = [0, 1, 2, 3, 10, 11, 12, 13, 20].map((d) => opts.port + d).concat(opts.uiPort, opts.metricsPort);
-  const busy = await busyPorts(ports);
-  if (busy.length) throw new Error(`ports ${busy.join(', ')} are in use: the Temporal server needs ${opts.port}–${opts.port + 3}, ${opts.port + 10}–${opts.port + 13}, ${opts.port + 20}, ${opts.uiPort} and ${opts.metricsPort} (TEMPORAL_PORT, TEMPORAL_UI_PORT, TEMPORAL_SERVER_METRICS_PORT)`);
+  // The settings temporal/config and temporal/ui read that a user may set; none of our secrets.
+  const passThrough = Object.fromEntries(
+    ['TEMPORAL_LOG_LEVEL', 'TEMPORAL_BIND_IP', 'TEMPORAL_BROADCAST_ADDRESS', 'TEMPORAL_UI_HOST'].filter((k) => process.env[k]).map((k) => [k, process.env[k]]),
+  );
   const serverEnv: NodeJS.ProcessEnv = {
     TEMPORAL_DB_HOST: u.hostname,
     TEMPORAL_DB_PORT: u.port || '5432',
@@ -182,8 +187,12 @@ export async function startRealTemporal(opts: RealTemporalOptions): Promise<Real
     TEMPORAL_PORT_BASE: String(opts.port),
     TEMPORAL_METRICS_PORT: String(opts.metricsPort),
     TEMPORAL_DYNAMIC_CONFIG: path.join(ROOT, 'temporal', 'dynamicconfig', 'order-saga.yaml'),
+    ...passThrough,
   };
   let stopping = false;
+  /** Set by stop(): a restart under way must not leave a new server behind. */
+  let closed = false;
+  let restarting: Promise<unknown> | undefined;
   /** Reports an exit nobody asked for. */
   const watch = (what: string, child: ChildProcess): ChildProcess => {
     child.once('exit', (code, signal) => !stopping && opts.onExit?.(what, code, signal));
@@ -212,7 +221,7 @@ export async function startRealTemporal(opts: RealTemporalOptions): Promise<Real
         await startProcess(
           ui,
           ['--root', ROOT, '--config', 'temporal/ui', '--env', 'order-saga', 'start'],
-          { TEMPORAL_ADDRESS: address, TEMPORAL_UI_PORT: String(opts.uiPort), TEMPORAL_UI_ORIGIN: uiUrl, TEMPORAL_NAMESPACE: namespace },
+          { TEMPORAL_ADDRESS: address, TEMPORAL_UI_PORT: String(opts.uiPort), TEMPORAL_UI_ORIGIN: uiUrl, TEMPORAL_NAMESPACE: namespace, ...passThrough },
           async () => (await fetch(uiUrl, { signal: AbortSignal.timeout(1_000) })).ok,
           { cleanEnv: true, onSpawn: opts.onSpawn },
         )
@@ -225,14 +234,26 @@ export async function startRealTemporal(opts: RealTemporalOptions): Promise<Real
       namespace,
       async restart() {
         const t = Date.now();
-        stopping = true;
-        await stopProcess(serverChild, 'SIGTERM', 20_000);
-        stopping = false;
-        serverChild = await startServer();
+        const run = (async () => {
+          stopping = true;
+          await stopProcess(serverChild, 'SIGTERM', 20_000);
+          if (closed) throw new Error('the Temporal server was stopped during its restart');
+          stopping = false;
+          serverChild = await startServer();
+          if (closed) {
+            stopping = true;
+            await stopProcess(serverChild, 'SIGTERM', 20_000);
+            throw new Error('the Temporal server was stopped during its restart');
+          }
+        })();
+        restarting = run.catch(() => undefined);
+        await run;
         return { downMs: Date.now() - t };
       },
       async stop() {
+        closed = true;
         stopping = true;
+        await restarting;
         await stopProcess(uiChild);
         await stopProcess(serverChild, 'SIGTERM', 20_000);
       },

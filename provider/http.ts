@@ -29,6 +29,10 @@ export function jsonServer(handler: (req: IncomingMessage, res: ServerResponse) 
   });
   // An Expect header other than 100-continue, and CONNECT, never reach the handler: answer them here.
   server.on('checkExpectation', (_req, res: ServerResponse) => sendJson(res, 417, { error: 'expectation_failed', message: 'only Expect: 100-continue is supported' }));
-  server.on('connect', (_req, socket) => void socket.end(rawJson(405, { error: 'method_not_allowed', message: 'CONNECT is not allowed' })));
+  server.on('connect', (_req, socket) => {
+    // Node has taken its own handlers off this socket: a reset must not become an uncaught error.
+    socket.on('error', () => socket.destroy());
+    socket.end(rawJson(405, { error: 'method_not_allowed', message: 'CONNECT is not allowed' }), () => socket.destroy());
+  });
   return server;
 }

@@ -77,7 +77,8 @@ async function main(): Promise<void> {
         if (child.exitCode === null && child.signalCode === null) {
           child.kill('SIGTERM');
           await new Promise<void>((resolve) => {
-            const t = setTimeout(() => { child.kill('SIGKILL'); resolve(); }, 10_000);
+            // 20 s: the Temporal server's graceful stop takes about 10.
+            const t = setTimeout(() => { child.kill('SIGKILL'); resolve(); }, 20_000);
             child.once('exit', () => { clearTimeout(t); resolve(); });
           });
         }

@@ -79,12 +79,18 @@ export class People {
   }
 
   /**
-   * Whether to take a rarer action here: by the order's hash with probability `p`, and always while
-   * the action has not been sent yet, so the soak's coverage check cannot miss it by chance.
+   * Whether to take a rarer action here: the first time it is eligible, always (so the soak's coverage
+   * check cannot miss it by chance), then by the order's hash with probability `p`.
    */
   private choose(action: string, n: number, salt: number, p: number): boolean {
-    return !this.actions.get(action)?.sent || unit(n, salt) < p;
+    // Recorded at once: operators handle several orders at a time, and only the first is forced.
+    if (!this.forced.has(action)) {
+      this.forced.add(action);
+      return true;
+    }
+    return unit(n, salt) < p;
   }
+  private readonly forced = new Set<string>();
 
   private violation(rule: string, orderId: string, detail: string): void {
     this.violations.push({ rule, orderIds: [orderId], detail });
