@@ -1,7 +1,8 @@
 /**
  * Run-time fault injection for the payment provider, set over its admin API. A rule applies to the
  * next `count` matching calls, or at a `rate`, or for `forMs` milliseconds; `keyPrefix` limits it to
- * idempotency keys that start with the prefix. A rule that matches a call is used up by it; the call
+ * idempotency keys that start with the prefix, `exceptClient` leaves alone the calls of one caller (by
+ * its X-Client-Name). A rule that matches a call is used up by it; the call
  * counts as a fault only where the fault was applied (a call refused before, or replayed, is not).
  */
 
@@ -19,6 +20,8 @@ export interface FaultRule {
   rate: number;
   until?: number;
   keyPrefix?: string;
+  /** Calls whose X-Client-Name is this are left alone (a test's own operators, say). */
+  exceptClient?: string;
   delayMs?: number;
   /** lose-response-after-commit: `drop` closes the connection, `hang` answers nothing until the caller gives up. */
   mode?: 'drop' | 'hang';
@@ -45,7 +48,7 @@ export function parseFaultRequest(body: Record<string, unknown>): FaultRequest {
     throw Object.assign(new Error(`${field}: ${msg}`), { field });
   };
   for (const k of Object.keys(body)) {
-    if (!['kind', 'target', 'count', 'rate', 'forMs', 'keyPrefix', 'delayMs', 'mode'].includes(k)) bad(k, 'unknown field');
+    if (!['kind', 'target', 'count', 'rate', 'forMs', 'keyPrefix', 'exceptClient', 'delayMs', 'mode'].includes(k)) bad(k, 'unknown field');
   }
   if (!FAULT_KINDS.includes(body.kind as FaultKind)) bad('kind', `must be one of ${FAULT_KINDS.join(', ')}`);
   const kind = body.kind as FaultKind;
@@ -67,6 +70,10 @@ export function parseFaultRequest(body: Record<string, unknown>): FaultRequest {
   if (body.keyPrefix !== undefined) {
     if (typeof body.keyPrefix !== 'string' || body.keyPrefix.length === 0 || body.keyPrefix.length > 200) bad('keyPrefix', 'must be a non-empty string');
     req.keyPrefix = body.keyPrefix as string;
+  }
+  if (body.exceptClient !== undefined) {
+    if (typeof body.exceptClient !== 'string' || !/^[\w.-]{1,64}$/.test(body.exceptClient)) bad('exceptClient', 'must be a client name (letters, digits, "_", ".", "-"; at most 64)');
+    req.exceptClient = body.exceptClient as string;
   }
   if (kind === 'delay') req.delayMs = int(body.delayMs, 'delayMs', 1, 600_000);
   else if (body.delayMs !== undefined) bad('delayMs', 'only for kind delay');
@@ -104,6 +111,7 @@ export class FaultBook {
       ...(req.count !== undefined ? { remaining: req.count } : {}),
       ...(req.forMs !== undefined ? { until: now + req.forMs } : {}),
       ...(req.keyPrefix ? { keyPrefix: req.keyPrefix } : {}),
+      ...(req.exceptClient ? { exceptClient: req.exceptClient } : {}),
       ...(req.delayMs ? { delayMs: req.delayMs } : {}),
       ...(req.mode ? { mode: req.mode } : {}),
     };
@@ -125,7 +133,7 @@ export class FaultBook {
    * not counted as applied here: the caller calls `apply` for each one it applies, and `release` for
    * each one it did not (a call refused before it, or a replay), which gives the call back to the rule.
    */
-  take(target: FaultTarget, key: string, random: () => number = Math.random): Map<FaultKind, FaultRule> {
+  take(target: FaultTarget, key: string, client?: string, random: () => number = Math.random): Map<FaultKind, FaultRule> {
     const fired = new Map<FaultKind, FaultRule>();
     const now = Date.now();
     this.rules = this.rules.filter((r) => r.until === undefined || r.until > now);
@@ -133,6 +141,7 @@ export class FaultBook {
       if (!inForce(rule, now)) continue;
       if (rule.target !== target || fired.has(rule.kind)) continue;
       if (rule.keyPrefix && !key.startsWith(rule.keyPrefix)) continue;
+      if (rule.exceptClient !== undefined && rule.exceptClient === client) continue;
       if (rule.rate < 1 && random() >= rule.rate) continue;
       if (rule.remaining !== undefined) rule.remaining--;
       fired.set(rule.kind, rule);

@@ -203,10 +203,10 @@ const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms
  * takes effect: a call refused before it, or a replay that never waits, does not count.
  */
 function callFaults(book: FaultBook, target: FaultTarget, key: string, req: IncomingMessage) {
-  const fired = book.take(target, key);
-  const done = new Set<FaultKind>();
   const name = req.headers['x-client-name'];
   const client = typeof name === 'string' && /^[\w.-]{1,64}$/.test(name) ? { client: name } : {};
+  const fired = book.take(target, key, client.client);
+  const done = new Set<FaultKind>();
   const applied = (kind: FaultKind, fields: Record<string, unknown> = {}): void => {
     done.add(kind);
     book.apply(target, kind);

@@ -32,7 +32,7 @@ import type { SagaConfig } from '../workflows/order-saga';
 import { auditOrders, readHistories } from './chaos/audit';
 import { LIMITED_SKU, makeOrders, MEDDLES, stockCatalogue, type ChaosOrder } from './chaos/orders';
 import { People } from './chaos/people';
-import { ChaosStack, sleep, type Restart } from './chaos/stack';
+import { ChaosStack, OPERATOR_CLIENT, sleep, type Restart } from './chaos/stack';
 
 const say = (s: string): void => void process.stdout.write(`[chaos] ${s}\n`);
 
@@ -65,7 +65,9 @@ function faultRules(orders: ChaosOrder[], slowMs: number): FaultRequest[] {
   for (const [target, kinds] of Object.entries(rate)) {
     for (const [kind, r] of Object.entries(kinds)) {
       const base = { kind, target, ...(kind === 'delay' ? { delayMs: slowMs } : {}) } as FaultRequest;
-      rules.push({ ...base, count: 2 }); // the first calls meet each fault for sure, then the rate
+      // The first calls of the saga meet each fault for sure (the operators' own calls, with the saga's
+      // keys, must not use these up), then the rate, for everyone.
+      rules.push({ ...base, count: 2, exceptClient: OPERATOR_CLIENT });
       rules.push({ ...base, rate: r, forMs: always });
     }
   }

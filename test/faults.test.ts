@@ -36,9 +36,19 @@ describe('fault book', () => {
     book.add({ kind: 'outage', target: 'charges', forMs: 1_000 }, Date.now() - 2_000); // already over
     expect(book.take('inquiries', 'order-2:charge').size).toBe(0);
     expect(book.take('inquiries', 'order-1:charge').has('processing')).toBe(true);
-    expect(book.take('refunds', 'x', () => 0.7).size).toBe(0);
-    expect(book.take('refunds', 'x', () => 0.2).has('delay')).toBe(true);
+    expect(book.take('refunds', 'x', undefined, () => 0.7).size).toBe(0);
+    expect(book.take('refunds', 'x', undefined, () => 0.2).has('delay')).toBe(true);
     expect(book.take('charges', 'x').size).toBe(0);
+  });
+
+  it('exceptClient leaves one caller alone: its calls do not use the rule up', () => {
+    const book = new FaultBook();
+    const rule = book.add(parseFaultRequest({ kind: 'lose-response-after-commit', target: 'refunds', count: 1, exceptClient: 'chaos-operator' }));
+    expect(book.take('refunds', 'k1', 'chaos-operator').size).toBe(0);
+    expect(book.take('refunds', 'k1', 'chaos-operator').size).toBe(0);
+    expect(book.take('refunds', 'k1').get('lose-response-after-commit')).toBe(rule); // still there for the saga
+    expect(book.take('refunds', 'k2').size).toBe(0);
+    expect(() => parseFaultRequest({ kind: 'outage', count: 1, exceptClient: 'bad name' })).toThrow(/^exceptClient: /);
   });
 
   it('parses every kind for the targets it applies to, naming a bad field', () => {
