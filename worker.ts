@@ -6,7 +6,7 @@
  */
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { NativeConnection, Runtime, Worker } from '@temporalio/worker';
+import { NativeConnection, Runtime, Worker, type WorkerOptions } from '@temporalio/worker';
 import type { Pool } from 'pg';
 import { createActivities } from './activities';
 import { InventoryMetrics } from './activities/inventory-metrics';
@@ -16,6 +16,12 @@ import { readConfig, type AppConfig } from './lib/config';
 import { jsonServer, sendJson } from './provider/http';
 import { createProviderClient } from './provider/client';
 import { DEFAULT_SAGA_CONFIG } from './workflows/order-saga';
+
+/**
+ * The main worker's settings, shared with the benchmark (so its floor and saga run on the same ones).
+ * Measured with `npm run bench` (P2); see the README's benchmark section for the figures.
+ */
+export const WORKER_TUNING = {} satisfies Partial<WorkerOptions>;
 
 export interface OrderWorkers {
   workers: Worker[];
@@ -40,6 +46,7 @@ export async function createOrderWorkers(
   const provider = createProviderClient({ baseUrl: cfg.providerUrl, apiKey: cfg.providerApiKey, timeoutMs: cfg.providerTimeoutMs });
   const activities = createActivities({ db, reader, provider, metrics, cas: { laneSkus: cfg.laneSkus } });
   const main = await Worker.create({
+    ...WORKER_TUNING,
     connection,
     namespace: cfg.namespace,
     taskQueue: cfg.taskQueue,

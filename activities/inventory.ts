@@ -19,8 +19,14 @@ export interface CasOptions {
   abortRateThreshold: number;
   /** SKUs an operator pinned to the serial lane (INVENTORY_LANE_SKUS): known-hot, never tried by CAS. */
   laneSkus?: string[];
+  /**
+   * With the adaptive router (metrics present): after this many conflicts in one reservation it goes to
+   * the serial lane instead of backing off again. Bounds the tail while the router's window still
+   * says the SKU is cool (a probe after a cooldown, or a burst on a SKU not yet measured).
+   */
+  laneAfterConflicts?: number;
 }
-export const DEFAULT_CAS: CasOptions = { maxAttempts: 8, baseMs: 5, maxMs: 250, jitterMs: 25, abortRateThreshold: ABORT_RATE_CRITICAL };
+export const DEFAULT_CAS: CasOptions = { maxAttempts: 8, baseMs: 5, maxMs: 250, jitterMs: 25, abortRateThreshold: ABORT_RATE_CRITICAL, laneAfterConflicts: 2 };
 
 export function backoffMs(attempt: number, o: Pick<CasOptions, 'baseMs' | 'maxMs' | 'jitterMs'>, random: () => number = Math.random): number {
   return Math.min(o.maxMs, o.baseMs * 2 ** attempt) + random() * o.jitterMs;
@@ -185,6 +191,10 @@ export async function reserveOptimistic(db: Pool, req: ReserveRequest, opts: Cas
       if (!(err instanceof CasConflict)) throw err;
       conflicts++;
       io.metrics?.recordAttempt(skus, true);
+      if (io.metrics && opts.laneAfterConflicts !== undefined && conflicts >= opts.laneAfterConflicts) {
+        io.metrics.recordFallback(skus);
+        return { outcome: 'route-to-lane', path: 'cas', attempts: attempt + 1, conflicts, reason: `${conflicts} conflicts on ${err.message}` };
+      }
       const wait = backoffMs(attempt, opts);
       log.debug('CAS conflict, retrying', { orderId: req.orderId, sku: err.message, attempt, waitMs: Math.round(wait) });
       await io.sleep(wait);

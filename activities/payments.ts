@@ -5,13 +5,15 @@ import type { ChargeStatus } from '../provider/api';
 import type { Pool } from 'pg';
 import { ProviderHttpError, type ProviderClient } from '../provider/client';
 import { businessFailure, ErrorTypes } from './errors';
-import { readOrder, stateConflict } from './order-lock';
+import { readOrder, stateConflict, transition } from './order-lock';
 
 export interface ChargeRequest {
   orderId: string;
   amountCents: number;
   currency: string;
   paymentMethod: string;
+  /** Move the order row to CHARGED once the provider has taken the charge (same activity, no extra step). */
+  markCharged?: boolean;
 }
 
 /** What the provider knows of a charge; `refundedCents` > 0 means it does not count as paid. */
@@ -44,9 +46,11 @@ export function paymentActivities({ db, provider }: { db: Pool; provider: Provid
     /**
      * Charges with key `<orderId>:charge`, only while the order row allows it (RESERVED, or a charge
      * already under way) and only for the row's own total and currency. A replay returns the first
-     * result; a decline is final; a replay of a charge that was refunded is not paid.
+     * result; a decline is final; a replay of a charge that was refunded is not paid. With `markCharged`
+     * the row then moves to CHARGED (a guarded transition); if that write fails the charge stands and
+     * the saga learns it by inquiry, as after a timeout.
      */
-    async chargePayment(req: ChargeRequest): Promise<{ chargeKey: string; amountCents: number }> {
+    async chargePayment(req: ChargeRequest): Promise<{ chargeKey: string; amountCents: number; status?: 'CHARGED' }> {
       const started = Date.now();
       const key = chargeKeyFor(req.orderId);
       const order = await readOrder(db, req.orderId);
@@ -59,6 +63,7 @@ export function paymentActivities({ db, provider }: { db: Pool; provider: Provid
       if (Date.now() - started > SEND_BUDGET_MS) {
         throw ApplicationFailure.retryable(`charge ${key} not sent: the attempt stalled ${Date.now() - started} ms before sending`, 'ChargeNotSent');
       }
+      let amountCents: number;
       try {
         const r = await provider.charge(key, {
           amountCents: req.amountCents,
@@ -77,11 +82,14 @@ export function paymentActivities({ db, provider }: { db: Pool; provider: Provid
           });
         }
         log.info('charge succeeded', { key, amountCents: r.charge.amountCents, replayed: r.replayed });
-        return { chargeKey: key, amountCents: r.charge.amountCents };
+        amountCents = r.charge.amountCents;
       } catch (err) {
         if (err instanceof ApplicationFailure) throw err;
         rethrowProviderError(err, ErrorTypes.PaymentRejected);
       }
+      if (!req.markCharged) return { chargeKey: key, amountCents };
+      await transition(db, req.orderId, 'CHARGED');
+      return { chargeKey: key, amountCents, status: 'CHARGED' };
     },
 
     /** The inquiry: what the provider knows of `<orderId>:charge`. Unreachable → throws (retryable). */

@@ -140,6 +140,7 @@ function operation(strategy: Strategy, db: Pool, logicMs: number, counters: Coun
           const committed = await casAttempt(id);
           metrics.recordAttempt(key, !committed);
           if (committed) return true;
+          if (cas.laneAfterConflicts !== undefined && attempt + 1 >= cas.laneAfterConflicts) break; // the tail goes to the lane
           await sleep(backoffMs(attempt, cas));
         }
         metrics.recordFallback(key);
@@ -196,6 +197,41 @@ export async function runCell(
     // Units the tasks believe they took, minus the units the table lost.
     lostUpdates: done - Number(rows[0]!.taken),
   };
+}
+
+export interface BurstResult {
+  strategy: Strategy;
+  requests: number;
+  logicMs: number;
+  /** From the first request's start until the last one ends. */
+  makespanMs: number;
+  p50: number;
+  p99: number;
+  taken: number;
+  laneCommits: number;
+}
+
+/**
+ * Seed 003's arithmetic: `requests` arrive at once for one row, each with `logicMs` of logic. Every
+ * request gets its own connection, so the only queue is the row lock (or the lane).
+ */
+export async function runBurst(db: Pool, strategy: Strategy, requests: number, logicMs: number, lanes: number): Promise<BurstResult> {
+  await resetStock(db, 1);
+  const counters: Counters = { attempts: 0, aborts: 0, laneCommits: 0 };
+  const op = operation(strategy, db, logicMs, counters, lanes);
+  const latencies: number[] = [];
+  let taken = 0;
+  const started = Date.now();
+  await Promise.all(
+    Array.from({ length: requests }, async () => {
+      const t = Date.now();
+      if (await op(1)) taken++;
+      latencies.push(Date.now() - t);
+    }),
+  );
+  const makespanMs = Date.now() - started;
+  latencies.sort((a, b) => a - b);
+  return { strategy, requests, logicMs, makespanMs, p50: percentile(latencies, 50), p99: percentile(latencies, 99), taken, laneCommits: counters.laneCommits };
 }
 
 /** P3's CAS commit path with no logic: read the version, then the conditional single-row UPDATE. */

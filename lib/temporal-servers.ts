@@ -26,6 +26,20 @@ function executable(envVar: string, cached: string): EphemeralServerExecutable |
 export const devServerExecutable = (): EphemeralServerExecutable | undefined =>
   executable('TEMPORAL_CLI_PATH', path.join(CACHE_DIR, 'bin', 'temporal'));
 
+/**
+ * SQLite settings of the file-backed dev server (`npm start`). WAL lets readers and the writer work at
+ * once and commits with one fsync of the log instead of two of the database and its journal;
+ * `synchronous=normal` in WAL mode keeps every commit across a stop, a crash or a kill of the server
+ * process (only a power cut or an OS crash can lose the last commits). Measured in the README.
+ */
+export const DEV_SERVER_SQLITE_PRAGMAS = ['journal_mode=wal', 'synchronous=normal'];
+
+/** The dev server's options for history kept in `dbFilename` (npm start, and its durability test). */
+export const fileBackedDevServer = (dbFilename: string): { dbFilename: string; extraArgs: string[] } => ({
+  dbFilename,
+  extraArgs: DEV_SERVER_SQLITE_PRAGMAS.flatMap((p) => ['--sqlite-pragma', p]),
+});
+
 /** The Java time-skipping test server's wrapper. undefined → let the SDK download it. */
 export const testServerExecutable = (): EphemeralServerExecutable | undefined =>
   executable('TEMPORAL_TEST_SERVER_PATH', path.join(CACHE_DIR, 'bin', 'temporal-test-server'));

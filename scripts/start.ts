@@ -19,7 +19,7 @@ import { passwordsFromEnv, prepareDatabase, ROLES } from '../db/roles';
 import { listUrl, operatorViews, readConfig, RUNTIME_FILE } from '../lib/config';
 import { startTsProcess } from '../lib/processes';
 import { startRealTemporal } from '../lib/temporal-server';
-import { devServerExecutable, registerSearchAttributes } from '../lib/temporal-servers';
+import { devServerExecutable, fileBackedDevServer, registerSearchAttributes } from '../lib/temporal-servers';
 import { CustomerIdKey, NeedsAttentionKey, OrderStatusKey, TotalCentsKey } from '../workflows/search-attributes';
 
 const ROOT = path.resolve(__dirname, '..');
@@ -148,7 +148,7 @@ async function main(): Promise<void> {
           port: Number(env.TEMPORAL_PORT ?? 7233),
           ui: true,
           uiPort: Number(env.TEMPORAL_UI_PORT ?? 8233),
-          dbFilename: path.join(DATA, 'temporal.db'),
+          ...fileBackedDevServer(path.join(DATA, 'temporal.db')),
           namespace,
           searchAttributes: [OrderStatusKey, CustomerIdKey, NeedsAttentionKey, TotalCentsKey],
           log: { format: 'pretty', level: 'warn' },

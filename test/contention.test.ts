@@ -55,7 +55,8 @@ describe('conflict backoff', () => {
       await db.query({ text: 'UPDATE products SET version = version + 1 WHERE sku = $1', values: [p.sku] });
     };
     const metrics = new InventoryMetrics();
-    const acts = createActivities({ db, provider: testProvider(), reserveLogic: interfere, metrics, cas: { maxAttempts: 3, baseMs: 1, maxMs: 2, jitterMs: 1, abortRateThreshold: 1 } });
+    // No laneAfterConflicts: only the attempt bound decides.
+    const acts = createActivities({ db, provider: testProvider(), reserveLogic: interfere, metrics, cas: { maxAttempts: 3, baseMs: 1, maxMs: 2, jitterMs: 1, abortRateThreshold: 1, laneAfterConflicts: undefined } });
     await expect(runActivity(acts.reserveInventory, { orderId: id, customerId: 'c', items: [{ sku: p.sku, qty: 1 }] })).rejects.toMatchObject({
       type: 'ContentionExhausted',
       nonRetryable: true,
@@ -63,6 +64,23 @@ describe('conflict backoff', () => {
     expect((await productRow(db, p.sku)).stock).toBe(50);
     expect(await reservations(db, id)).toEqual([]);
     expect(metrics.snapshot()[0]).toMatchObject({ sku: p.sku, attempts: 3, aborts: 3, commits: 0, fallbacks: 1 });
+  });
+
+  it('with the adaptive router, laneAfterConflicts conflicts send the reservation to the lane before the attempts run out', async () => {
+    const p = await createProduct(db, { stock: 50 });
+    const id = `lane-after-${uid()}`;
+    await orderRows([id]);
+    const interfere: ReserveLogic = async () => {
+      await db.query({ text: 'UPDATE products SET version = version + 1 WHERE sku = $1', values: [p.sku] });
+    };
+    const metrics = new InventoryMetrics();
+    const acts = createActivities({ db, provider: testProvider(), reserveLogic: interfere, metrics, cas: { ...DEFAULT_CAS, baseMs: 1, maxMs: 2, jitterMs: 1, abortRateThreshold: 1 } });
+    const r = await runActivity(acts.reserveInventory, { orderId: id, customerId: 'c', items: [{ sku: p.sku, qty: 1 }] });
+    expect(DEFAULT_CAS.laneAfterConflicts).toBe(2);
+    expect(r).toMatchObject({ outcome: 'route-to-lane', attempts: 2, conflicts: 2 });
+    expect((await productRow(db, p.sku)).stock).toBe(50); // nothing taken: the lane takes it
+    expect(await reservations(db, id)).toEqual([]);
+    expect(metrics.snapshot()[0]).toMatchObject({ sku: p.sku, attempts: 2, aborts: 2, commits: 0, fallbacks: 1 });
   });
 });
 
@@ -203,7 +221,7 @@ describe('metrics under a concurrent race', () => {
     const metrics = new InventoryMetrics();
     // 5 ms of business logic between read and write, as real logic would take.
     const logic: ReserveLogic = () => new Promise((r) => setTimeout(r, 5));
-    const acts = createActivities({ db, provider: testProvider(), metrics, reserveLogic: logic, cas: { ...DEFAULT_CAS, maxAttempts: 50, abortRateThreshold: 1 } });
+    const acts = createActivities({ db, provider: testProvider(), metrics, reserveLogic: logic, cas: { ...DEFAULT_CAS, maxAttempts: 50, abortRateThreshold: 1, laneAfterConflicts: undefined } }); // pure CAS: never the lane
     const results: ReserveResult[] = await Promise.all(ids.map((id) => runActivity(acts.reserveInventory, { orderId: id, customerId: 'c', items: [{ sku: p.sku, qty: 1 }] })));
     const s = metrics.snapshot()[0]!;
     const totalAttempts = results.reduce((a, r) => a + r.attempts, 0);

@@ -41,6 +41,17 @@ const chargeReq = (order: ReturnType<typeof makeOrder>) => ({
 });
 
 describe('the order state machine', () => {
+  it('with markCharged the charge moves the row to CHARGED itself; without, the row stays RESERVED; a replay is a no-op', async () => {
+    const { order } = await placed();
+    await runActivity(acts.reserveInventory, reserveReq(order));
+    expect(await runActivity(acts.chargePayment, chargeReq(order))).not.toHaveProperty('status');
+    expect((await orderRow(db, order.orderId))?.status).toBe('RESERVED');
+    expect(await runActivity(acts.chargePayment, { ...chargeReq(order), markCharged: true })).toMatchObject({ status: 'CHARGED' });
+    expect((await orderRow(db, order.orderId))?.status).toBe('CHARGED');
+    expect(await runActivity(acts.chargePayment, { ...chargeReq(order), markCharged: true })).toMatchObject({ status: 'CHARGED' });
+    expect((await ledger(db, order.orderId)).charges).toHaveLength(1);
+  });
+
   it('walks the forward path; an illegal transition is refused naming the current status, even as raw SQL', async () => {
     const { order } = await placed();
     await runActivity(acts.reserveInventory, reserveReq(order));

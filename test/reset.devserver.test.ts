@@ -147,7 +147,9 @@ describe('Reset (as the Web UI does it) of finished orders to every workflow tas
       const workflowId = workflowIdFor(run.order.orderId);
       const history = await env.client.workflow.getHandle(workflowId, run.runId).fetchHistory();
       const points = (history.events ?? []).filter((e) => e.eventType === WFT_COMPLETED).map((e) => Number(e.eventId));
-      expect(points.length).toBeGreaterThanOrEqual(4);
+      // At least the three workflow tasks of a completed saga: the start (with createOrder, local), after
+      // the reservation, after the charge (with the shipment and the confirmation, local).
+      expect(points.length).toBeGreaterThanOrEqual(3);
       for (const eventId of points) {
         const handle = await resetTo(workflowId, run.runId, eventId);
         resets++;

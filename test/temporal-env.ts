@@ -3,7 +3,7 @@ import path from 'node:path';
 import { inject } from 'vitest';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { bundleWorkflowCode, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
-import { devServerExecutable, registerSearchAttributes, testServerExecutable } from '../lib/temporal-servers';
+import { devServerExecutable, fileBackedDevServer, registerSearchAttributes, testServerExecutable } from '../lib/temporal-servers';
 import { CustomerIdKey, NeedsAttentionKey, OrderStatusKey, TotalCentsKey } from '../workflows/search-attributes';
 
 export const quietLogger = { log() {}, trace() {}, debug() {}, info() {}, warn() {}, error() {} };
@@ -20,12 +20,13 @@ export async function startTimeSkipping(): Promise<TestWorkflowEnvironment> {
   return env;
 }
 
-/** The Temporal CLI's dev server on loopback (in memory), with the search attributes and optionally the Web UI. */
-export async function startDevServer(opts: { uiPort?: number } = {}): Promise<TestWorkflowEnvironment> {
+/** The Temporal CLI's dev server on loopback (in memory, or as npm start keeps it in a file), with the search attributes and optionally the Web UI. */
+export async function startDevServer(opts: { uiPort?: number; dbFilename?: string } = {}): Promise<TestWorkflowEnvironment> {
   const executable = devServerExecutable();
   return TestWorkflowEnvironment.createLocal({
     server: {
       ...(executable ? { executable } : {}),
+      ...(opts.dbFilename ? fileBackedDevServer(opts.dbFilename) : {}),
       ip: '127.0.0.1',
       ...(opts.uiPort ? { ui: true, uiPort: opts.uiPort } : {}),
       searchAttributes: [OrderStatusKey, CustomerIdKey, NeedsAttentionKey, TotalCentsKey],
