@@ -195,10 +195,10 @@ async function place(opts: { file: string; json?: boolean; noWait: boolean; wait
   if (acceptance === LATE) {
     throw new CliError(`order ${order.orderId}: started, but no answer within ${opts.waitSeconds} s (is a worker running?); see ${base.uiUrl}`, EXIT.notCompleted);
   }
-  // A saga that ended before it answered: wait for the end, which says why (an invalid order is exit 2, as if the client had caught it).
-  const returnEarly = opts.noWait && !(acceptance instanceof Error);
-  if (returnEarly && !(acceptance instanceof Error)) {
-    // The early answer: accepted (RESERVED) and running on, or refused with the reason.
+  // With --no-wait, the early answer: accepted (RESERVED) and running on, or refused with the reason.
+  // A saga that ended before it could answer: wait for the end, which says why (an invalid order is
+  // exit 2, as if the client had caught it).
+  if (opts.noWait && !(acceptance instanceof Error)) {
     printResult(io, !!opts.json, { ...base, status: acceptance.status, ...(acceptance.reason ? { reason: acceptance.reason } : {}), accepted: acceptance.accepted, answerMs });
     if (acceptance.status === 'ALREADY_SETTLED') return EXIT.duplicate;
     return acceptance.accepted ? EXIT.ok : EXIT.notCompleted;
@@ -460,6 +460,7 @@ function views(opts: { customer?: string; json?: boolean }, cfg: AppConfig, io: 
 
 const jsonOption = (what = 'print JSON instead of text') => new Option('--json', what);
 const waitOption = (what: string) => new Option('--wait <seconds>', what).argParser(whole(1, 3600)).default(60);
+const orderIdArgument = ['<orderId>', 'the order', orderIdArg] as const;
 
 /** The command line, with each command's options, checks and help; `done` receives the exit code. */
 function program(cfg: CliConfig, io: Out, done: (code: number) => void): Command {
@@ -490,23 +491,13 @@ failed or was refused; 2 invalid input (named on stderr; nothing started, nothin
     .command('place')
     .summary('start an order saga: its early answer, then its end')
     .description(
-      `Validates the order (the rules the workflow checks; with DATABASE_URL also the catalogue's SKUs,
-prices and currency, and that the order ID is new), then starts workflow order:<orderId> with an
-Update-with-Start: one call starts the saga and gets its early answer, accepted (validated, stock
-reserved) or refused with the reason. Unless --no-wait, it then waits for the end. Prints the order
-ID, the status and the run's Web UI URL.`,
+      `Validates the order (with DATABASE_URL also against the catalogue, and that its ID is new), then starts workflow order:<orderId> with an Update-with-Start: one call starts the saga and gets its early answer, accepted (stock reserved) or refused with the reason. Unless --no-wait, it then waits for the end. Prints the order ID, the status and the run's Web UI URL.
+Exit codes: 0 COMPLETED (with --no-wait: accepted); 1 ended otherwise, or refused; 2 invalid input; 3 duplicate order ID, or ALREADY_SETTLED (an earlier run settled the order; this one changed nothing).`,
     )
     .requiredOption('--file <order.json>', 'the order, as JSON (see examples/order.json)')
-    .addOption(jsonOption('print one JSON object: orderId, workflowId, runId, status, reason, uiUrl (with --no-wait also accepted and answerMs, the time to the early answer)'))
+    .addOption(jsonOption('one JSON object: orderId, workflowId, runId, status, reason, uiUrl (with --no-wait also accepted and answerMs)'))
     .addOption(waitOption('seconds to wait for the early answer; with none by then (no worker?), exit 1'))
-    .option('--no-wait', 'return with the early answer (status RESERVED when accepted)')
-    .addHelpText(
-      'after',
-      `
-Exit codes: 0 COMPLETED (with --no-wait: accepted); 1 ended otherwise (or refused); 2 invalid input,
-including a currency the catalogue does not price the items in; 3 duplicate order ID, or
-ALREADY_SETTLED (an earlier run had settled the order, and this one changed nothing).`,
-    );
+    .option('--no-wait', 'return with the early answer (status RESERVED when accepted)');
   // --wait <seconds> and --no-wait share commander's value "wait": note each as it comes.
   let noWait = false;
   let waitSeconds = 60;
@@ -517,50 +508,42 @@ ALREADY_SETTLED (an earlier run had settled the order, and this one changed noth
   cli
     .command('status')
     .summary("the saga's state and its Web UI link")
-    .description(
-      `Prints the saga's status, current step, steps done, compensation stack, unknowns and attempts
-(its "state" query), and its Web UI URL. Exit code 1 when there is no such order.`,
-    )
-    .argument('<orderId>', 'the order', orderIdArg)
+    .description(`The saga's status, current step, steps done, compensation stack, unknowns and attempts (its "state" query), and its Web UI URL. Exit code 1 when there is no such order.`)
+    .argument(...orderIdArgument)
     .addOption(jsonOption())
     .action(async (orderId, opts) => done(await status(orderId, opts, cfg, io)));
 
   cli
     .command('cancel')
     .summary('cancel an order before its shipment (runs the compensations)')
-    .description(
-      `Sends the "cancel" Update. Accepted before the pivot (the shipment): the compensations run and the
-order ends CANCELLED. After the pivot it is refused with the reason (exit 1).`,
-    )
-    .argument('<orderId>', 'the order', orderIdArg)
+    .description(`Sends the "cancel" Update. Accepted before the pivot (the shipment): the compensations run and the order ends CANCELLED. After the pivot it is refused with the reason (exit 1).`)
+    .argument(...orderIdArgument)
     .option('--reason <text>', 'why, recorded with the order', 'cancelled by operator')
-    .addOption(waitOption('seconds to wait for the saga: no answer by then exits 1 and says the request may still apply; accepted but still compensating exits 0 and says so'))
-    .addOption(jsonOption('print the saga\'s state as JSON'))
+    .addOption(waitOption('seconds to wait for the saga: no answer by then exits 1 (the request may still apply); accepted but still compensating exits 0'))
+    .addOption(jsonOption("print the saga's state as JSON"))
     .action(async (orderId, opts) => done(await update(orderId, { command: 'cancel', reason: opts.reason }, { json: !!opts.json, waitSeconds: opts.wait }, cfg, io)));
 
   cli
     .command('resolve')
     .summary('operator action on an UNKNOWN charge or a saga that needs attention')
-    .description(
-      `Sends the "resolve" Update to a saga that waits for an operator:
+    .description(`Sends the "resolve" Update to a saga that waits for an operator:
   charge-succeeded / charge-failed   settle an UNKNOWN charge after checking with the provider
   retry                              retry the failed compensation or forward step
   mark-resolved                      the failed step was done by hand; carry on
-Exit code 1 when refused (the saga is not waiting for that action).`,
-    )
-    .argument('<orderId>', 'the order', orderIdArg)
+Exit code 1 when refused (the saga is not waiting for that action).`)
+    .argument(...orderIdArgument)
     .addOption(new Option('--action <action>', 'what to do').choices(RESOLVE_ACTIONS).makeOptionMandatory())
     .option('--note <text>', "the operator's note, recorded with the action")
     .addOption(waitOption('seconds to wait for the saga, as for cancel'))
     .addOption(jsonOption("print the saga's state as JSON"))
-    .action(async (orderId, opts) =>
-      done(await update(orderId, { command: 'resolve', action: opts.action, ...(opts.note ? { note: opts.note } : {}) }, { json: !!opts.json, waitSeconds: opts.wait }, cfg, io)),
+    .action(async (orderId, { action, note, wait, json }) =>
+      done(await update(orderId, { command: 'resolve', action, ...(note ? { note } : {}) }, { json: !!json, waitSeconds: wait }, cfg, io)),
     );
 
   cli
     .command('list')
     .summary("orders by status, from Temporal's visibility store")
-    .description("Lists order sagas (up to 1000) from Temporal's visibility store, by the OrderStatus search attribute.")
+    .description("Lists orders (up to 1000) from Temporal's visibility store, by the OrderStatus search attribute.")
     .addOption(new Option('--status <STATUS>', 'only orders with this status').choices(ORDER_STATUSES))
     .addOption(jsonOption())
     .action(async (opts) => done(await list(opts, cfg, io)));
@@ -568,12 +551,7 @@ Exit code 1 when refused (the saga is not waiting for that action).`,
   cli
     .command('stats')
     .summary('per-SKU CAS attempts, aborts, abort rate, fallbacks')
-    .description(
-      `Per-SKU inventory metrics from the worker (WORKER_METRICS_URL): CAS attempts, aborts, abort rate
-(aborted attempts over task executions), recent abort rate, fallbacks to the serial lane and lane
-commits, with a health band: healthy below ${pct(ABORT_RATE_HEALTHY)}, critical above ${pct(ABORT_RATE_CRITICAL)}. Counted in the
-worker's memory since it started.`,
-    )
+    .description(`Per-SKU inventory metrics from the worker (WORKER_METRICS_URL), counted since it started: CAS attempts, aborts, abort rate (aborted attempts over task executions), recent abort rate, fallbacks to the serial lane and lane commits, with a health band (healthy below ${ABORT_RATE_HEALTHY * 100}%, critical above ${ABORT_RATE_CRITICAL * 100}%).`)
     .addOption(jsonOption())
     .action(async (opts) => done(await stats(opts, cfg, io)));
 
@@ -581,29 +559,19 @@ worker's memory since it started.`,
     .command('check')
     .summary("invariant check of the database and the provider's ledger")
     .description(
-      `Reads the application database and the provider's ledger in one snapshot, through the read-only
-role (READER_DATABASE_URL; else DATABASE_URL), and reports every violation with its order IDs:
-double charges, refunds without or above a charge, charged FAILED/CANCELLED orders without exactly
-one refund, stock + held + sold ≠ initial, orders neither decided nor within their deadline, HELD
-reservations on failed orders, charges with no order, shipped orders without exactly one succeeded
-unrefunded charge of their total, refunds on shipped orders, shipments that do not match SOLD
-reservations, purchase quota ≠ what reservations hold, and (asking Temporal) open orders whose
-workflow has closed. Exit code 0 when clean, 1 when there are violations.`,
+      `Reads the application database and the provider's ledger in one snapshot, through the read-only role (READER_DATABASE_URL; else DATABASE_URL), and reports every violation with its order IDs. Exit code 0 when clean, 1 when there are violations. The rules (the last one asks Temporal):
+${Object.values(RULES).map((r) => `  - ${r}`).join('\n')}`,
     )
     .addOption(jsonOption())
     .action(async (opts) => done(await check(opts, cfg, io)));
 
   cli
     .command('schedule')
-    .summary('reconcile [--every 1h]: create (or update) the reconciliation Schedule')
+    .summary('reconcile: create (or update) the reconciliation Schedule')
     .description('Temporal Schedules of this application; the one there is: reconcile.')
     .command('reconcile')
     .summary('create (or update) the Schedule that runs the reconciliation')
-    .description(
-      `Creates the Temporal Schedule "reconcile" (or updates its interval if it exists) that runs the
-reconciliation workflow every <duration>. Each run checks every invariant, sweeps for orphan
-charges and overdue sagas, and records findings (client.ts findings); it never compensates.`,
-    )
+    .description(`Creates the Temporal Schedule "reconcile" (or updates its interval) that runs the reconciliation workflow every <duration>. Each run checks every invariant, sweeps for orphan charges and overdue sagas, and records findings (client.ts findings); it never compensates.`)
     .option('--every <duration>', 'how often, for example 15m, 6h, 1d (at least 60s)', interval, '1h')
     .addOption(jsonOption())
     .action(async (opts) => done(await scheduleReconcile(opts, cfg, io)));
@@ -611,37 +579,28 @@ charges and overdue sagas, and records findings (client.ts findings); it never c
   cli
     .command('findings')
     .summary("the last reconciliation run's findings")
-    .description("Prints the last reconciliation run's findings (from the database, read-only role). Exit code 1 when it found any.")
+    .description("Prints the last reconciliation run's findings (read through the read-only role). Exit code 1 when it found any.")
     .addOption(jsonOption())
     .action(async (opts) => done(await findings(opts, cfg, io)));
 
   cli
     .command('load')
     .summary('a load: N orders, C in flight, K hot SKUs')
-    .description(
-      `Places N orders (1 line, 1 unit each) with C in flight; a share of them goes to K hot SKUs, the
-rest spread over 50 cold SKUs. The run creates its own products (LOAD-<run>-…), so it needs
-DATABASE_URL. Shows a progress bar on a terminal, then orders/s, p50/p99 saga latency, statuses, the
-abort rate and how many worker processes poll the task queue.`,
-    )
+    .description(`Places N orders (1 line, 1 unit each) with C in flight, a share of them on K hot SKUs and the rest on 50 cold ones, on products the run creates (LOAD-<run>-…, so it needs DATABASE_URL). Shows a progress bar on a terminal, then orders/s, p50/p99 saga latency, statuses, the abort rate and the worker processes polling the task queue.`)
     .requiredOption('--orders <N>', 'how many orders', whole(1, 100_000))
     .option('--concurrency <C>', 'orders in flight', whole(1, 500), 10)
     .option('--hot-skus <K>', 'how many hot SKUs', whole(1, 1000), 1)
     .option('--hot-share <F>', 'the share of orders on the hot SKUs, 0 to 1', share, 0.3)
     .option('--decline-share <F>', 'the share of orders paid with a declined card, 0 to 1', share, 0)
-    .option('--workers <W>', 'refuse to start (exit 1, nothing written) unless at least W worker processes poll the task queue (npm start -- --workers W)', whole(1, 64))
+    .option('--workers <W>', 'refuse to start (exit 1, nothing written) unless W worker processes poll the task queue', whole(1, 64))
     .addOption(jsonOption())
     .action(async (opts) => done(await load(opts, cfg, io)));
 
   cli
     .command('views')
     .summary('the Web UI list URLs an operator uses')
-    .description(
-      `Prints the Web UI list views an operator uses, each as its visibility query and its URL: sagas
-that need attention, failed in the last hour (times computed now), cancelled in the last hour,
-waiting on an unknown charge, and one customer's orders.`,
-    )
-    .option('--customer <customerId>', "the customer for the last view", customerIdArg)
+    .description(`The Web UI list views an operator uses, each as its visibility query and its URL: sagas that need attention, failed or cancelled in the last hour (times computed now), waiting on an unknown charge, and one customer's orders.`)
+    .option('--customer <customerId>', 'the customer for the last view', customerIdArg)
     .addOption(jsonOption())
     .action((opts) => done(views(opts, cfg, io)));
 
