@@ -15,6 +15,10 @@ export const DEFAULT_PORTS = {
   providerAdmin: PROVIDER_ADMIN_PORT,
   /** WORKER_METRICS_PORT: the worker's inventory metrics (/metrics, /stats); worker i of N uses this + i. */
   workerMetrics: 9465,
+  /** TEMPORAL_SERVER_METRICS_PORT: the real Temporal server's own metrics (npm start -- --temporal server). */
+  temporalServerMetrics: 8000,
+  /** PG_PORT: the embedded Postgres of npm start. */
+  postgres: 54329,
   /** TEMPORAL_METRICS_ADDRESS's port: the Temporal runtime's Prometheus endpoint in the (first) worker. */
   temporalMetrics: 9464,
 } as const;

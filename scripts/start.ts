@@ -103,7 +103,7 @@ async function main(): Promise<void> {
     // First, so that a refusal (say, of a planted /var/tmp directory) comes before anything else starts.
     const pg = await ensurePostgres({
       dataDir: path.resolve(env.PG_DATA_DIR ?? path.join(DATA, 'pg')),
-      port: Number(env.PG_PORT ?? 54329),
+      port: Number(env.PG_PORT ?? DEFAULT_PORTS.postgres),
       database: 'orders',
       persistent: true,
       ...(env.PG_SHARED_DIR ? { sharedBase: path.resolve(env.PG_SHARED_DIR) } : {}),
@@ -125,7 +125,7 @@ async function main(): Promise<void> {
         ownerUrl: pg.url,
         port: Number(env.TEMPORAL_PORT ?? DEFAULT_PORTS.temporal),
         uiPort: Number(env.TEMPORAL_UI_PORT ?? DEFAULT_PORTS.temporalUi),
-        metricsPort: Number(env.TEMPORAL_SERVER_METRICS_PORT ?? 8000),
+        metricsPort: Number(env.TEMPORAL_SERVER_METRICS_PORT ?? DEFAULT_PORTS.temporalServerMetrics),
         namespace,
         log: say,
         onSpawn: (child) => children.push(child),
