@@ -1,10 +1,12 @@
 /**
- * The order saga's command line. `npx tsx client.ts --help` lists the commands.
+ * The order saga's command line: its commands, options and help are declared with commander below;
+ * the database is reached only through lib/order-store.ts. `npx tsx client.ts --help` lists them.
  * Exit codes: 0 success (place: the order COMPLETED), 1 the order ended otherwise or the command
  * failed, 2 invalid input (nothing started, nothing written), 3 duplicate order ID.
  */
 import { readFile } from 'node:fs/promises';
-import { parseArgs } from 'node:util';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { Command, CommanderError, InvalidArgumentError, Option } from '@commander-js/extra-typings';
 import {
   Client,
   Connection,
@@ -19,15 +21,13 @@ import {
   type WorkflowHandleWithFirstExecutionRunId,
 } from '@temporalio/client';
 import { WorkflowIdConflictPolicy, WorkflowIdReusePolicy, type Duration } from '@temporalio/common';
-import { Pool } from 'pg';
 import { ABORT_RATE_CRITICAL, ABORT_RATE_HEALTHY, type SkuStats } from './activities/inventory-metrics';
-import { checkAgainstCatalogue } from './activities/orders';
-import { createPool } from './db/pool';
 import { ORDER_STATUSES, OrderValidationError, orderSummary, orderTotalCents, parseOrder, workflowIdFor, type OrderInput, type OrderResult } from './domain/order';
 import { listUrl, operatorViews, readConfig, runUrl, type AppConfig } from './lib/config';
-import { checkInvariants, formatReport, RULES, temporalLookup } from './lib/invariants';
+import { formatReport, RULES, temporalLookup } from './lib/invariants';
 import { progressBar, runLoad, workerProcesses } from './lib/load';
 import { orderOutcome } from './lib/order-outcome';
+import { openOrderStore, type OrderStore, type StoreRole } from './lib/order-store';
 import { DEFAULT_SAGA_CONFIG } from './workflows/order-saga';
 import { acceptedUpdate, cancelUpdate, RESOLVE_ACTIONS, resolveUpdate, stateQuery, type Acceptance, type ResolveAction, type SagaState } from './workflows/messages';
 import { CustomerIdKey, NeedsAttentionKey, OrderStatusKey, TotalCentsKey } from './workflows/search-attributes';
@@ -45,99 +45,6 @@ export class CliError extends Error {
   }
 }
 
-const HELP: Record<string, string> = {
-  main: `Usage: npx tsx client.ts <command> [options]
-
-Commands:
-  place --file <order.json> [--json] [--no-wait]   start an order saga; its early answer, then its end
-  status <orderId> [--json]                        the saga's state (its state query) and Web UI link
-  cancel <orderId> [--reason <text>] [--wait <s>]  cancel before the pivot (runs the compensations)
-  resolve <orderId> --action <action> [--note <t>] operator action on an UNKNOWN charge or NEEDS_ATTENTION
-  list [--status <STATUS>] [--json]                orders by status, from Temporal's visibility store
-  stats [--json]                                   per-SKU CAS attempts, aborts, abort rate, fallbacks
-  check [--json]                                   invariant check of the database and the provider's ledger
-  schedule reconcile [--every 1h]                  create (or update) the reconciliation Schedule
-  findings [--json]                                the last reconciliation run's findings
-  load --orders N --concurrency C --hot-skus K     a load: N orders, C in flight, K hot SKUs
-  views [--customer <id>] [--json]                 the Web UI list URLs an operator uses
-
-Run "npx tsx client.ts <command> --help" for a command's details.
-Environment: TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TASK_QUEUE, TEMPORAL_UI_URL, DATABASE_URL (the app role), READER_DATABASE_URL (the read-only role: check, findings)
-(defaults: what a running "npm start" recorded in .data/runtime.json, else 127.0.0.1 loopback).`,
-  place: `Usage: npx tsx client.ts place --file <order.json> [--json] [--no-wait]
-
-Validates the order (the same schema the workflow checks), then starts workflow order:<orderId> with
-an Update-with-Start: one call starts the saga and gets its early answer, accepted (validated, stock
-reserved) or refused with the reason. Without --no-wait it then waits for the end. Prints the order
-ID, the status and the run's Web UI URL.
-  --file     the order, as JSON (see examples/order.json)
-  --json     print one JSON object: orderId, workflowId, runId, status, reason, uiUrl (with
-             --no-wait also accepted and answerMs, the time to the early answer)
-  --no-wait  return with the early answer (status RESERVED when accepted)
-  --wait     seconds to wait for the early answer (60): with none by then (no worker?), exit 1
-Exit codes: 0 COMPLETED (with --no-wait: accepted), 1 ended otherwise (refused), 2 invalid input
-(including a currency the catalogue does not price the items in), 3 duplicate order ID (or
-ALREADY_SETTLED: the order was settled by an earlier run, and this one changed nothing).`,
-  status: `Usage: npx tsx client.ts status <orderId> [--json]
-
-Prints the saga's status, current step, steps done, compensation stack, unknowns and attempts
-(from its "state" query), and its Web UI URL. Exit code 1 when there is no such order.`,
-  cancel: `Usage: npx tsx client.ts cancel <orderId> [--reason <text>]
-
-Sends the "cancel" Update. Accepted before the pivot (the shipment): the compensations run and the
-order ends CANCELLED. After the pivot it is refused with the reason. Exit code 1 when refused.
-  --wait  seconds to wait for the saga (60): with no answer by then, exit 1 and say so; accepted but
-          still compensating by then, exit 0 and say so.`,
-  resolve: `Usage: npx tsx client.ts resolve <orderId> --action <action> [--note <text>]
-
-Sends the "resolve" Update. Actions: ${RESOLVE_ACTIONS.join(', ')}.
-  charge-succeeded / charge-failed   settle an UNKNOWN charge after checking with the provider
-  retry                              retry the failed compensation or forward step
-  mark-resolved                      the failed step was done by hand; carry on
-Exit code 1 when refused (the saga is not waiting for that action). --wait <seconds> as for cancel (60).`,
-  stats: `Usage: npx tsx client.ts stats [--json]
-
-Per-SKU inventory metrics from the worker (WORKER_METRICS_URL, default http://127.0.0.1:9465):
-CAS attempts, aborts, abort rate (aborted attempts over task executions), recent abort rate,
-fallbacks to the serial lane and lane commits, with seed 000's health band
-(healthy < 10 %, critical > 30 %). Counted in the worker's memory since it started.`,
-  load: `Usage: npx tsx client.ts load --orders N --concurrency C --hot-skus K [--hot-share F] [--decline-share F] [--workers W] [--json]
-
-Places N orders (1 line, 1 unit each) with C in flight. A share F of them (default 0.3) goes to
-K hot SKUs; the rest spread over 50 cold SKUs. The run creates its own products (LOAD-<run>-…).
-Shows a progress bar on a terminal, then orders/s, p50/p99 saga latency, statuses, the abort
-rate and how many worker processes poll the task queue. With --workers W it refuses to start unless
-at least W worker processes poll it (npm start -- --workers W), so a figure is measured with the
-workers it claims. Needs DATABASE_URL (or a running "npm start").`,
-  check: `Usage: npx tsx client.ts check [--json]
-
-Reads the application database and the provider's ledger in one snapshot, through the read-only
-role (READER_DATABASE_URL; else DATABASE_URL), and reports every violation with its order IDs: double charges, refunds without or above a charge, charged
-FAILED/CANCELLED orders without exactly one refund, stock + held + sold ≠ initial, orders neither
-decided nor within their deadline, HELD reservations on failed orders, charges with no order,
-shipped orders without exactly one succeeded unrefunded charge of their total, refunds on shipped
-orders, shipments that do not match SOLD reservations, purchase quota ≠ what reservations hold, and
-(asking Temporal) open orders whose workflow has closed. Needs a database URL and Temporal.
-Exit code 0 when clean, 1 when there are violations.`,
-  schedule: `Usage: npx tsx client.ts schedule reconcile [--every <duration>]
-
-Creates the Temporal Schedule "reconcile" (or updates its interval if it exists) that runs the
-reconcileWorkflow every <duration> (default 1h; for example 15m, 6h). Each run checks every
-invariant, sweeps for orphan charges and overdue sagas, and records findings; it never compensates.`,
-  findings: `Usage: npx tsx client.ts findings [--json]
-
-Prints the last reconciliation run's findings (from the database). Exit code 1 when it found any.`,
-  views: `Usage: npx tsx client.ts views [--customer <customerId>] [--json]
-
-Prints the Web UI list views an operator uses, each as its visibility query and its URL: sagas that
-need attention, failed in the last hour (times computed now), cancelled in the last hour, waiting on
-an unknown charge, and one customer's orders.`,
-  list: `Usage: npx tsx client.ts list [--status <STATUS>] [--json]
-
-Lists order sagas from Temporal's visibility store (search attribute OrderStatus).
-STATUS is one of ${ORDER_STATUSES.join(', ')}.`,
-};
-
 interface Out {
   out(line: string): void;
   err(line: string): void;
@@ -152,12 +59,57 @@ async function connect(cfg: CliConfig): Promise<Client> {
     const connection = await Connection.connect({ address: cfg.temporalAddress, connectTimeout: '5s' });
     return new Client({ connection, namespace: cfg.namespace });
   } catch (err) {
-    throw new CliError(`cannot reach Temporal at ${cfg.temporalAddress}: ${(err as Error).message} (is "npm start" running?)`, 1);
+    throw new CliError(`cannot reach Temporal at ${cfg.temporalAddress}: ${(err as Error).message} (is "npm start" running?)`, EXIT.notCompleted);
   }
 }
 
-/** Reads and validates an order file. Throws CliError(2) naming the field. */
-export async function loadOrder(file: string, db?: Pool): Promise<OrderInput> {
+/** The store of `role` for `command`; without a URL for it the command cannot run (exit 1). */
+function needStore(cfg: AppConfig, role: StoreRole, command: string, max = 1): OrderStore {
+  const store = openOrderStore(cfg, role, { max });
+  if (store) return store;
+  const variable = role === 'reader' ? 'READER_DATABASE_URL or DATABASE_URL' : 'DATABASE_URL';
+  throw new CliError(`${command} needs ${variable} (or a running "npm start")`, EXIT.notCompleted);
+}
+
+// ---- Option values: each parser names what it wants; commander names the option ----------------
+
+const whole =
+  (min: number, max: number) =>
+  (v: string): number => {
+    const n = Number(v);
+    if (v.trim() === '' || !Number.isInteger(n) || n < min || n > max) throw new InvalidArgumentError(`Expected a whole number from ${min} to ${max}.`);
+    return n;
+  };
+
+function share(v: string): number {
+  const n = Number(v);
+  if (v.trim() === '' || !Number.isFinite(n) || n < 0 || n > 1) throw new InvalidArgumentError('Expected a number from 0 to 1.');
+  return n;
+}
+
+function orderIdArg(v: string): string {
+  if (v.length === 0 || v.length > 64 || /[\u0000-\u001f]/.test(v)) throw new InvalidArgumentError('Expected an order ID: 1 to 64 printable characters.');
+  return v;
+}
+
+function customerIdArg(v: string): string {
+  if (!/^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/.test(v)) throw new InvalidArgumentError('Expected a customer ID: letters, digits, "_", "-", ".".');
+  return v;
+}
+
+/** A Schedule interval: a whole number of s, m, h or d, at least a minute. */
+function interval(v: string): string {
+  if (!/^\d+(s|m|h|d)$/.test(v) || Number.parseInt(v, 10) === 0 || (v.endsWith('s') && Number.parseInt(v, 10) < 60)) {
+    throw new InvalidArgumentError('Expected a duration such as 15m, 1h or 1d (at least 60s).');
+  }
+  return v;
+}
+
+/** Resolves to LATE after ms, without holding the process open. */
+const lateAfter = (ms: number): Promise<typeof LATE> => sleep(Math.max(0, ms), LATE, { ref: false });
+
+/** Reads and validates an order file. Throws CliError(2) naming the field; with a store, also checks the catalogue and duplicates (3). */
+export async function loadOrder(file: string, store?: Pick<OrderStore, 'catalogueProblem' | 'orderExists'>): Promise<OrderInput> {
   let text: string;
   try {
     text = await readFile(file, 'utf8');
@@ -177,11 +129,10 @@ export async function loadOrder(file: string, db?: Pool): Promise<OrderInput> {
     if (err instanceof OrderValidationError) throw new CliError(err.message, EXIT.invalid);
     throw err;
   }
-  if (db) {
-    const problem = await checkAgainstCatalogue(db, order);
+  if (store) {
+    const problem = await store.catalogueProblem(order);
     if (problem) throw new CliError(`invalid order: ${problem.field}: ${problem.problem}`, EXIT.invalid);
-    const existing = await db.query({ text: 'SELECT status FROM orders WHERE order_id = $1', values: [order.orderId] });
-    if (existing.rowCount) throw new CliError(`duplicate order: orderId: ${order.orderId} already exists`, EXIT.duplicate);
+    if (await store.orderExists(order.orderId)) throw new CliError(`duplicate order: orderId: ${order.orderId} already exists`, EXIT.duplicate);
   }
   return order;
 }
@@ -198,19 +149,13 @@ function printResult(
   io.out(`  web ui:   ${r.uiUrl}`);
 }
 
-async function place(args: string[], cfg: AppConfig, io: Out): Promise<number> {
-  const { values } = parseArgs({
-    args,
-    options: { file: { type: 'string' }, json: { type: 'boolean' }, 'no-wait': { type: 'boolean' }, wait: { type: 'string' }, help: { type: 'boolean' } },
-  });
-  if (values.help) return io.out(HELP.place!), EXIT.ok;
-  if (!values.file) throw new CliError('invalid input: --file: an order file is required', EXIT.invalid);
-  const db = cfg.databaseUrl ? createPool(cfg.databaseUrl, { max: 1 }) : undefined;
+async function place(opts: { file: string; json?: boolean; noWait: boolean; waitSeconds: number }, cfg: CliConfig, io: Out): Promise<number> {
+  const store = openOrderStore(cfg, 'app'); // without DATABASE_URL the workflow's boundary checks the catalogue
   let order: OrderInput;
   try {
-    order = await loadOrder(values.file, db);
+    order = await loadOrder(opts.file, store);
   } finally {
-    await db?.end();
+    await store?.close();
   }
   const client = await connect(cfg);
   const workflowId = workflowIdFor(order.orderId);
@@ -230,13 +175,10 @@ async function place(args: string[], cfg: AppConfig, io: Out): Promise<number> {
     staticSummary: orderSummary(order),
   });
   const sent = Date.now();
-  const waitMs = whole(values.wait ?? '60', '--wait', 1, 3600) * 1000;
+  const waitMs = opts.waitSeconds * 1000;
   let acceptance: Acceptance | typeof LATE | Error;
   try {
-    acceptance = await Promise.race([
-      client.workflow.executeUpdateWithStart(acceptedUpdate, { startWorkflowOperation: start }),
-      new Promise<typeof LATE>((r) => setTimeout(() => r(LATE), waitMs).unref()),
-    ]);
+    acceptance = await Promise.race([client.workflow.executeUpdateWithStart(acceptedUpdate, { startWorkflowOperation: start }), lateAfter(waitMs)]);
   } catch (err) {
     if (err instanceof WorkflowExecutionAlreadyStartedError) {
       throw new CliError(`duplicate order: orderId: ${order.orderId} already has workflow ${workflowId}`, EXIT.duplicate);
@@ -251,18 +193,13 @@ async function place(args: string[], cfg: AppConfig, io: Out): Promise<number> {
   const runId = (handle as Partial<WorkflowHandleWithFirstExecutionRunId>).firstExecutionRunId || (await handle.describe()).runId;
   const base = { orderId: order.orderId, workflowId, runId, uiUrl: runUrl(cfg, workflowId, runId) };
   if (acceptance === LATE) {
-    throw new CliError(`order ${order.orderId}: started, but no answer within ${waitMs / 1000} s (is a worker running?); see ${base.uiUrl}`, EXIT.notCompleted);
+    throw new CliError(`order ${order.orderId}: started, but no answer within ${opts.waitSeconds} s (is a worker running?); see ${base.uiUrl}`, EXIT.notCompleted);
   }
-  if (acceptance instanceof Error) {
-    acceptance = { orderId: order.orderId, accepted: false, status: 'FAILED', reason: (acceptance.cause as Error | undefined)?.message ?? acceptance.message };
-    if (values['no-wait']) {
-      // Wait for the end: it says why (an invalid order is exit 2, as if the client had caught it).
-      values['no-wait'] = false;
-    }
-  }
-  if (values['no-wait']) {
-    // The early answer: accepted (RESERVED) and running on, or refused with the reason.
-    printResult(io, !!values.json, { ...base, status: acceptance.status, ...(acceptance.reason ? { reason: acceptance.reason } : {}), accepted: acceptance.accepted, answerMs });
+  // With --no-wait, the early answer: accepted (RESERVED) and running on, or refused with the reason.
+  // A saga that ended before it could answer: wait for the end, which says why (an invalid order is
+  // exit 2, as if the client had caught it).
+  if (opts.noWait && !(acceptance instanceof Error)) {
+    printResult(io, !!opts.json, { ...base, status: acceptance.status, ...(acceptance.reason ? { reason: acceptance.reason } : {}), accepted: acceptance.accepted, answerMs });
     if (acceptance.status === 'ALREADY_SETTLED') return EXIT.duplicate;
     return acceptance.accepted ? EXIT.ok : EXIT.notCompleted;
   }
@@ -275,19 +212,12 @@ async function place(args: string[], cfg: AppConfig, io: Out): Promise<number> {
     const reason = cause?.message ?? err.message;
     // Without DATABASE_URL the client cannot check the catalogue; the workflow's boundary did.
     if (cause?.type === 'InvalidOrder') throw new CliError(`invalid order: ${reason}`, EXIT.invalid);
-    printResult(io, !!values.json, { ...base, status: 'FAILED', reason });
+    printResult(io, !!opts.json, { ...base, status: 'FAILED', reason });
     return EXIT.notCompleted;
   }
-  printResult(io, !!values.json, { ...base, status: result.status, ...(result.reason ? { reason: result.reason } : {}) });
+  printResult(io, !!opts.json, { ...base, status: result.status, ...(result.reason ? { reason: result.reason } : {}) });
   if (result.status === 'ALREADY_SETTLED') return EXIT.duplicate; // another run had settled this order
   return result.status === 'COMPLETED' ? EXIT.ok : EXIT.notCompleted;
-}
-
-function orderIdArg(positionals: string[], command: string): string {
-  const id = positionals[0];
-  if (!id) throw new CliError(`invalid input: orderId: required (usage: client.ts ${command} <orderId>)`, EXIT.invalid);
-  if (id.length > 64 || /[\u0000-\u001f]/.test(id)) throw new CliError('invalid input: orderId: at most 64 printable characters', EXIT.invalid);
-  return id;
 }
 
 function printState(io: Out, json: boolean, cfg: AppConfig, s: SagaState): void {
@@ -302,33 +232,25 @@ function printState(io: Out, json: boolean, cfg: AppConfig, s: SagaState): void 
   io.out(`  web ui:        ${runUrl(cfg, workflowId)}`);
 }
 
-async function status(args: string[], cfg: AppConfig, io: Out): Promise<number> {
-  const { values, positionals } = parseArgs({ args, allowPositionals: true, options: { json: { type: 'boolean' }, help: { type: 'boolean' } } });
-  if (values.help) return io.out(HELP.status!), EXIT.ok;
-  const orderId = orderIdArg(positionals, 'status');
+const noOrder = (orderId: string): CliError => new CliError(`no order ${orderId} (no workflow ${workflowIdFor(orderId)})`, EXIT.notCompleted);
+
+async function status(orderId: string, opts: { json?: boolean }, cfg: CliConfig, io: Out): Promise<number> {
   const client = await connect(cfg);
   try {
     const state = await client.workflow.getHandle(workflowIdFor(orderId)).query(stateQuery);
-    printState(io, !!values.json, cfg, state);
+    printState(io, !!opts.json, cfg, state);
     return EXIT.ok;
   } catch (err) {
-    if (err instanceof WorkflowNotFoundError) throw new CliError(`no order ${orderId} (no workflow ${workflowIdFor(orderId)})`, EXIT.notCompleted);
+    if (err instanceof WorkflowNotFoundError) throw noOrder(orderId);
     throw err;
   }
 }
 
-async function update(command: 'cancel' | 'resolve', args: string[], cfg: AppConfig, io: Out): Promise<number> {
-  const { values, positionals } = parseArgs({
-    args,
-    allowPositionals: true,
-    options: { reason: { type: 'string' }, action: { type: 'string' }, note: { type: 'string' }, wait: { type: 'string' }, json: { type: 'boolean' }, help: { type: 'boolean' } },
-  });
-  const waitMs = whole(values.wait ?? '60', '--wait', 1, 3600) * 1000;
-  if (values.help) return io.out(HELP[command]!), EXIT.ok;
-  const orderId = orderIdArg(positionals, command);
-  if (command === 'resolve' && !RESOLVE_ACTIONS.includes(values.action as ResolveAction)) {
-    throw new CliError(`invalid input: --action: must be one of ${RESOLVE_ACTIONS.join(', ')}`, EXIT.invalid);
-  }
+type UpdateRequest = { command: 'cancel'; reason: string } | { command: 'resolve'; action: ResolveAction; note?: string };
+
+/** The cancel and resolve Updates, bounded by waitSeconds. */
+async function update(orderId: string, req: UpdateRequest, opts: { json?: boolean; waitSeconds: number }, cfg: CliConfig, io: Out): Promise<number> {
+  const { command } = req;
   const client = await connect(cfg);
   const handle = client.workflow.getHandle(workflowIdFor(orderId));
   const ended = async (): Promise<CliError> => {
@@ -343,44 +265,38 @@ async function update(command: 'cancel' | 'resolve', args: string[], cfg: AppCon
     if (described.status.name !== 'RUNNING') throw await ended();
     // Bounded: a saga that cannot answer (no worker, or its workflow task failing) gets a clear
     // message instead of a command that never returns.
-    const until = Date.now() + waitMs;
-    const late = <T>(p: Promise<T>): Promise<T | typeof LATE> =>
-      Promise.race([p, new Promise<typeof LATE>((r) => setTimeout(() => r(LATE), Math.max(0, until - Date.now())).unref())]);
+    const until = Date.now() + opts.waitSeconds * 1000;
+    const late = <T>(p: Promise<T>): Promise<T | typeof LATE> => Promise.race([p, lateAfter(until - Date.now())]);
     const started =
-      command === 'cancel'
-        ? await late(handle.startUpdate(cancelUpdate, { args: [values.reason ?? 'cancelled by operator'], waitForStage: WorkflowUpdateStage.ACCEPTED }))
-        : await late(handle.startUpdate(resolveUpdate, { args: [{ action: values.action as ResolveAction, ...(values.note ? { note: values.note } : {}) }], waitForStage: WorkflowUpdateStage.ACCEPTED }));
+      req.command === 'cancel'
+        ? await late(handle.startUpdate(cancelUpdate, { args: [req.reason], waitForStage: WorkflowUpdateStage.ACCEPTED }))
+        : await late(handle.startUpdate(resolveUpdate, { args: [{ action: req.action, ...(req.note ? { note: req.note } : {}) }], waitForStage: WorkflowUpdateStage.ACCEPTED }));
     if (started === LATE) {
       throw new CliError(
-        `${command}: no answer from order ${orderId} within ${waitMs / 1000} s (is a worker running?); the request may still apply when it is: ` +
+        `${command}: no answer from order ${orderId} within ${opts.waitSeconds} s (is a worker running?); the request may still apply when it is: ` +
           `check client.ts status ${orderId}, or the run in the Web UI: ${runUrl(cfg, workflowIdFor(orderId))}`,
         EXIT.notCompleted,
       );
     }
     const state = await late(started.result());
     if (state === LATE) {
-      io.out(`order ${orderId}: ${command} accepted; the saga is still working on it after ${waitMs / 1000} s (client.ts status ${orderId})`);
+      io.out(`order ${orderId}: ${command} accepted; the saga is still working on it after ${opts.waitSeconds} s (client.ts status ${orderId})`);
       return EXIT.ok;
     }
-    printState(io, !!values.json, cfg, state);
+    printState(io, !!opts.json, cfg, state);
     return EXIT.ok;
   } catch (err) {
     // The run ended between the describe and the Update: the server answers "not found" for it.
     if (err instanceof WorkflowNotFoundError && found) throw await ended();
-    if (err instanceof WorkflowNotFoundError) throw new CliError(`no order ${orderId} (no workflow ${workflowIdFor(orderId)})`, EXIT.notCompleted);
+    if (err instanceof WorkflowNotFoundError) throw noOrder(orderId);
     if (err instanceof WorkflowUpdateFailedError) throw new CliError(`${command} refused: ${(err.cause as Error | undefined)?.message ?? err.message}`, EXIT.notCompleted);
     throw err;
   }
 }
 
-async function list(args: string[], cfg: AppConfig, io: Out): Promise<number> {
-  const { values } = parseArgs({ args, options: { status: { type: 'string' }, json: { type: 'boolean' }, help: { type: 'boolean' } } });
-  if (values.help) return io.out(HELP.list!), EXIT.ok;
-  if (values.status && !(ORDER_STATUSES as readonly string[]).includes(values.status)) {
-    throw new CliError(`invalid input: --status: must be one of ${ORDER_STATUSES.join(', ')}`, EXIT.invalid);
-  }
+async function list(opts: { status?: string; json?: boolean }, cfg: CliConfig, io: Out): Promise<number> {
   const client = await connect(cfg);
-  const query = `WorkflowType = 'orderSaga'${values.status ? ` AND OrderStatus = '${values.status}'` : ''}`;
+  const query = `WorkflowType = 'orderSaga'${opts.status ? ` AND OrderStatus = '${opts.status}'` : ''}`;
   const rows = [];
   for await (const wf of client.workflow.list({ query, pageSize: 100 })) {
     rows.push({
@@ -396,44 +312,34 @@ async function list(args: string[], cfg: AppConfig, io: Out): Promise<number> {
     });
     if (rows.length >= 1000) break;
   }
-  if (values.json) io.out(JSON.stringify(rows));
+  if (opts.json) io.out(JSON.stringify(rows));
   else if (rows.length === 0) io.out('no orders');
   else for (const r of rows) io.out(`${r.orderId.padEnd(28)} ${String(r.status).padEnd(16)} ${String(r.customerId ?? '').padEnd(16)} ${String(r.totalCents ?? '').padStart(10)}  ${r.uiUrl}`);
   return EXIT.ok;
 }
 
-async function check(args: string[], cfg: AppConfig, io: Out): Promise<number> {
-  const { values } = parseArgs({ args, options: { json: { type: 'boolean' }, help: { type: 'boolean' } } });
-  if (values.help) return io.out(HELP.check!), EXIT.ok;
-  if (!cfg.readerDatabaseUrl) throw new CliError('check needs READER_DATABASE_URL or DATABASE_URL (or a running "npm start")', 1);
-  const db = createPool(cfg.readerDatabaseUrl, { max: 1 }); // read-only: it reads the provider's ledger too
+async function check(opts: { json?: boolean }, cfg: CliConfig, io: Out): Promise<number> {
+  const store = needStore(cfg, 'reader', 'check'); // read-only: it reads the provider's ledger too
   try {
     // Temporal's visibility tells an open order whose workflow has closed (that rule needs the server).
     const client = await connect(cfg).catch((err: Error) => {
       io.err(`note: ${err.message}; the rule "${RULES.closedRunTerminal}" is not checked`);
       return undefined;
     });
-    const report = await checkInvariants(db, { deadlineMs: DEFAULT_SAGA_CONFIG.deadlineMs, ...(client ? { workflows: temporalLookup(client) } : {}) });
-    if (values.json) io.out(JSON.stringify(report));
+    const report = await store.checkInvariants({ deadlineMs: DEFAULT_SAGA_CONFIG.deadlineMs, ...(client ? { workflows: temporalLookup(client) } : {}) });
+    if (opts.json) io.out(JSON.stringify(report));
     else for (const line of formatReport(report)) io.out(line);
     return report.violations.length === 0 ? EXIT.ok : EXIT.notCompleted;
   } finally {
-    await db.end();
+    await store.close();
   }
 }
 
 export const RECONCILE_SCHEDULE_ID = 'reconcile';
 
-async function schedule(args: string[], cfg: AppConfig, io: Out): Promise<number> {
-  const { values, positionals } = parseArgs({ args, allowPositionals: true, options: { every: { type: 'string' }, json: { type: 'boolean' }, help: { type: 'boolean' } } });
-  if (values.help) return io.out(HELP.schedule!), EXIT.ok;
-  if (positionals[0] !== 'reconcile') throw new CliError('invalid input: schedule: the only schedule is "reconcile"', EXIT.invalid);
-  const every = values.every ?? '1h';
-  if (!/^\d+(s|m|h|d)$/.test(every) || Number.parseInt(every, 10) === 0 || (every.endsWith('s') && Number.parseInt(every, 10) < 60)) {
-    throw new CliError('invalid input: --every: a duration such as 15m, 1h or 1d (at least 60s)', EXIT.invalid);
-  }
+async function scheduleReconcile(opts: { every: string; json?: boolean }, cfg: CliConfig, io: Out): Promise<number> {
   const client = await connect(cfg);
-  const spec = { intervals: [{ every: every as Duration }] };
+  const spec = { intervals: [{ every: opts.every as Duration }] };
   let created = true;
   try {
     await client.schedule.create({
@@ -448,40 +354,30 @@ async function schedule(args: string[], cfg: AppConfig, io: Out): Promise<number
     await client.schedule.getHandle(RECONCILE_SCHEDULE_ID).update((prev) => ({ ...prev, spec }));
   }
   const url = `${cfg.uiUrl}/namespaces/${encodeURIComponent(cfg.namespace)}/schedules/${RECONCILE_SCHEDULE_ID}`;
-  if (values.json) io.out(JSON.stringify({ scheduleId: RECONCILE_SCHEDULE_ID, every, created, uiUrl: url }));
-  else io.out(`schedule ${RECONCILE_SCHEDULE_ID}: ${created ? 'created' : 'updated'}, every ${every}\n  web ui: ${url}`);
+  if (opts.json) io.out(JSON.stringify({ scheduleId: RECONCILE_SCHEDULE_ID, every: opts.every, created, uiUrl: url }));
+  else io.out(`schedule ${RECONCILE_SCHEDULE_ID}: ${created ? 'created' : 'updated'}, every ${opts.every}\n  web ui: ${url}`);
   return EXIT.ok;
 }
 
-async function findings(args: string[], cfg: AppConfig, io: Out): Promise<number> {
-  const { values } = parseArgs({ args, options: { json: { type: 'boolean' }, help: { type: 'boolean' } } });
-  if (values.help) return io.out(HELP.findings!), EXIT.ok;
-  if (!cfg.readerDatabaseUrl) throw new CliError('findings needs READER_DATABASE_URL or DATABASE_URL (or a running "npm start")', 1);
-  const db = createPool(cfg.readerDatabaseUrl, { max: 1 });
+async function findings(opts: { json?: boolean }, cfg: CliConfig, io: Out): Promise<number> {
+  const store = needStore(cfg, 'reader', 'findings');
+  let last;
   try {
-    const run = await db.query<{ run_id: string; started_at: Date; orders: number; violations: number }>(
-      'SELECT run_id, started_at, orders, violations FROM reconciliation_runs ORDER BY started_at DESC LIMIT 1',
-    );
-    const last = run.rows[0];
-    if (!last) {
-      if (values.json) io.out(JSON.stringify({ run: null, findings: [] }));
-      else io.out('no reconciliation has run yet (client.ts schedule reconcile)');
-      return EXIT.ok;
-    }
-    const rows = await db.query<{ rule: string; order_ids: string[]; detail: string }>({
-      text: 'SELECT rule, order_ids, detail FROM reconciliation_findings WHERE run_id = $1 ORDER BY id',
-      values: [last.run_id],
-    });
-    const out = { run: { runId: last.run_id, at: last.started_at.toISOString(), orders: last.orders, violations: last.violations }, findings: rows.rows.map((r) => ({ rule: r.rule, orderIds: r.order_ids, detail: r.detail })) };
-    if (values.json) io.out(JSON.stringify(out));
-    else {
-      io.out(`reconciliation ${out.run.runId} at ${out.run.at}: ${out.run.orders} orders, ${out.findings.length} finding(s)`);
-      for (const f of out.findings) io.out(`  ${f.rule}: ${f.detail}${f.orderIds.length ? ` [orders: ${f.orderIds.join(', ')}]` : ''}`);
-    }
-    return out.findings.length === 0 ? EXIT.ok : EXIT.notCompleted;
+    last = await store.lastReconciliation();
   } finally {
-    await db.end();
+    await store.close();
   }
+  if (!last) {
+    if (opts.json) io.out(JSON.stringify({ run: null, findings: [] }));
+    else io.out('no reconciliation has run yet (client.ts schedule reconcile)');
+    return EXIT.ok;
+  }
+  if (opts.json) io.out(JSON.stringify(last));
+  else {
+    io.out(`reconciliation ${last.run.runId} at ${last.run.at}: ${last.run.orders} orders, ${last.findings.length} finding(s)`);
+    for (const f of last.findings) io.out(`  ${f.rule}: ${f.detail}${f.orderIds.length ? ` [orders: ${f.orderIds.join(', ')}]` : ''}`);
+  }
+  return last.findings.length === 0 ? EXIT.ok : EXIT.notCompleted;
 }
 
 async function fetchStats(cfg: AppConfig): Promise<SkuStats[]> {
@@ -489,7 +385,7 @@ async function fetchStats(cfg: AppConfig): Promise<SkuStats[]> {
   try {
     res = await fetch(`${cfg.workerMetricsUrl}/stats`, { signal: AbortSignal.timeout(5_000) });
   } catch (err) {
-    throw new CliError(`cannot reach the worker's metrics at ${cfg.workerMetricsUrl}: ${(err as Error).message} (is the worker running?)`, 1);
+    throw new CliError(`cannot reach the worker's metrics at ${cfg.workerMetricsUrl}: ${(err as Error).message} (is the worker running?)`, EXIT.notCompleted);
   }
   return ((await res.json()) as { skus: SkuStats[] }).skus;
 }
@@ -497,11 +393,9 @@ async function fetchStats(cfg: AppConfig): Promise<SkuStats[]> {
 const band = (rate: number): string => (rate < ABORT_RATE_HEALTHY ? 'healthy' : rate > ABORT_RATE_CRITICAL ? 'CRITICAL' : 'warning');
 const pct = (x: number): string => `${(x * 100).toFixed(1)} %`;
 
-async function stats(args: string[], cfg: AppConfig, io: Out): Promise<number> {
-  const { values } = parseArgs({ args, options: { json: { type: 'boolean' }, help: { type: 'boolean' } } });
-  if (values.help) return io.out(HELP.stats!), EXIT.ok;
+async function stats(opts: { json?: boolean }, cfg: CliConfig, io: Out): Promise<number> {
   const skus = await fetchStats(cfg);
-  if (values.json) return io.out(JSON.stringify({ skus: skus.map((s) => ({ ...s, health: band(s.abortRate) })) })), EXIT.ok;
+  if (opts.json) return io.out(JSON.stringify({ skus: skus.map((s) => ({ ...s, health: band(s.abortRate) })) })), EXIT.ok;
   if (skus.length === 0) return io.out('no reservations yet'), EXIT.ok;
   io.out(`${'sku'.padEnd(28)} ${'attempts'.padStart(9)} ${'aborts'.padStart(8)} ${'abort rate'.padStart(11)} ${'recent'.padStart(8)} ${'fallbacks'.padStart(10)} ${'lane'.padStart(6)}  health`);
   for (const s of skus) {
@@ -510,65 +404,35 @@ async function stats(args: string[], cfg: AppConfig, io: Out): Promise<number> {
   return EXIT.ok;
 }
 
-function share(v: string | undefined, field: string, fallback: number): number {
-  if (v === undefined) return fallback;
-  const n = Number(v);
-  if (!Number.isFinite(n) || n < 0 || n > 1) throw new CliError(`invalid input: ${field}: a number from 0 to 1`, EXIT.invalid);
-  return n;
+interface LoadCliOptions {
+  orders: number;
+  concurrency: number;
+  hotSkus: number;
+  hotShare: number;
+  declineShare: number;
+  workers?: number;
+  json?: boolean;
 }
 
-function whole(v: string | undefined, field: string, min: number, max: number): number {
-  const n = Number(v);
-  if (v === undefined || !Number.isInteger(n) || n < min || n > max) throw new CliError(`invalid input: ${field}: a whole number from ${min} to ${max}`, EXIT.invalid);
-  return n;
-}
-
-async function load(args: string[], cfg: AppConfig, io: Out): Promise<number> {
-  const { values } = parseArgs({
-    args,
-    options: {
-      orders: { type: 'string' },
-      concurrency: { type: 'string' },
-      'hot-skus': { type: 'string' },
-      'hot-share': { type: 'string' },
-      'decline-share': { type: 'string' },
-      workers: { type: 'string' },
-      json: { type: 'boolean' },
-      help: { type: 'boolean' },
-    },
-  });
-  if (values.help) return io.out(HELP.load!), EXIT.ok;
-  const wantWorkers = values.workers === undefined ? undefined : whole(values.workers, '--workers', 1, 64);
-  const opts = {
-    orders: whole(values.orders, '--orders', 1, 100_000),
-    concurrency: whole(values.concurrency ?? '10', '--concurrency', 1, 500),
-    hotSkus: whole(values['hot-skus'] ?? '1', '--hot-skus', 1, 1000),
-    hotShare: share(values['hot-share'], '--hot-share', 0.3),
-    declineShare: share(values['decline-share'], '--decline-share', 0),
-  };
-  if (!cfg.databaseUrl) throw new CliError('load needs DATABASE_URL (or a running "npm start") to create its products', 1);
-  const client = await connect(cfg);
-  const workers = await workerProcesses(client, cfg.taskQueue);
-  if (wantWorkers !== undefined && workers.length < wantWorkers) {
-    throw new CliError(
-      `load --workers ${wantWorkers}: ${workers.length} worker process(es) poll task queue ${cfg.taskQueue}${workers.length ? ` (${workers.join(', ')})` : ''}; start them with npm start -- --workers ${wantWorkers}`,
-      EXIT.notCompleted,
-    );
-  }
-  const db = createPool(cfg.databaseUrl, { max: 2 });
-  const bar = progressBar();
+async function load(opts: LoadCliOptions, cfg: CliConfig, io: Out): Promise<number> {
+  const store = needStore(cfg, 'app', 'load', 2); // it creates its products
   try {
-    const summary = await runLoad(client, db, {
-      ...opts,
-      taskQueue: cfg.taskQueue,
-      onProgress: bar,
-      stats: () => fetchStats(cfg),
-    });
+    const client = await connect(cfg);
+    const workers = await workerProcesses(client, cfg.taskQueue);
+    if (opts.workers !== undefined && workers.length < opts.workers) {
+      throw new CliError(
+        `load --workers ${opts.workers}: ${workers.length} worker process(es) poll task queue ${cfg.taskQueue}${workers.length ? ` (${workers.join(', ')})` : ''}; start them with npm start -- --workers ${opts.workers}`,
+        EXIT.notCompleted,
+      );
+    }
+    const bar = progressBar();
+    const { orders, concurrency, hotSkus, hotShare, declineShare } = opts;
+    const summary = await runLoad(client, store, { orders, concurrency, hotSkus, hotShare, declineShare, taskQueue: cfg.taskQueue, onProgress: bar, stats: () => fetchStats(cfg) });
     bar.end();
     const { orderIds: _ids, ...printable } = summary;
-    if (values.json) io.out(JSON.stringify({ ...printable, workers: workers.length }));
+    if (opts.json) io.out(JSON.stringify({ ...printable, workers: workers.length }));
     else {
-      io.out(`load ${summary.runId}: ${summary.orders} orders, concurrency ${opts.concurrency}, ${opts.hotSkus} hot SKU(s) taking ${pct(opts.hotShare)}, ${workers.length} worker process(es) polling`);
+      io.out(`load ${summary.runId}: ${summary.orders} orders, concurrency ${concurrency}, ${hotSkus} hot SKU(s) taking ${pct(hotShare)}, ${workers.length} worker process(es) polling`);
       io.out(`  throughput:   ${summary.ordersPerSecond} orders/s over ${summary.seconds} s`);
       io.out(`  saga latency: p50 ${summary.latencyMs.p50} ms, p99 ${summary.latencyMs.p99} ms, max ${summary.latencyMs.max} ms`);
       io.out(`  statuses:     ${Object.entries(summary.statuses).map(([k, v]) => `${k} ${v}`).join(', ') || '-'}${summary.errors ? `; errors ${summary.errors}` : ''}`);
@@ -579,30 +443,174 @@ async function load(args: string[], cfg: AppConfig, io: Out): Promise<number> {
     }
     return summary.errors === 0 ? EXIT.ok : EXIT.notCompleted;
   } catch (err) {
-    if (err instanceof CliError) throw err;
-    if (/^--/.test((err as Error).message)) throw new CliError(`invalid input: ${(err as Error).message}`, EXIT.invalid);
+    // runLoad's own checks of its options (lib/load.ts) name the option: invalid input.
+    if (!(err instanceof CliError) && /^--/.test((err as Error).message)) throw new CliError(`invalid input: ${(err as Error).message}`, EXIT.invalid);
     throw err;
   } finally {
-    await db.end();
+    await store.close();
   }
+}
+
+function views(opts: { customer?: string; json?: boolean }, cfg: AppConfig, io: Out): number {
+  const rows = operatorViews(new Date(), opts.customer).map((v) => ({ ...v, url: listUrl(cfg, v.query) }));
+  if (opts.json) io.out(JSON.stringify(rows));
+  else for (const r of rows) io.out(`${r.name}:\n  ${r.query}\n  ${r.url}`);
+  return EXIT.ok;
+}
+
+const jsonOption = (what = 'print JSON instead of text') => new Option('--json', what);
+const waitOption = (what: string) => new Option('--wait <seconds>', what).argParser(whole(1, 3600)).default(60);
+const orderIdArgument = ['<orderId>', 'the order', orderIdArg] as const;
+
+/** The command line, with each command's options, checks and help; `done` receives the exit code. */
+function program(cfg: CliConfig, io: Out, done: (code: number) => void): Command {
+  const cli = new Command('npx tsx client.ts')
+    .description("The order saga's command line: place orders, follow and steer their sagas, check the data.")
+    .exitOverride()
+    .configureHelp({ helpWidth: 100 })
+    .configureOutput({
+      writeOut: (s) => io.out(s.replace(/\n$/, '')),
+      writeErr: (s) => io.err(s.replace(/\n$/, '')),
+      // Commander's own errors are invalid input (exit 2); each names the option or argument.
+      outputError: (s, write) => write(`invalid input: ${s.replace(/^error: /, '')}`),
+    })
+    .showHelpAfterError('(add --help for usage)')
+    .addHelpText(
+      'after',
+      `
+Environment: TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TASK_QUEUE, TEMPORAL_UI_URL, DATABASE_URL (the
+application's role), READER_DATABASE_URL (the read-only role: check, findings), WORKER_METRICS_URL
+(stats). Unset: what a running "npm start" recorded in .data/runtime.json, else loopback defaults.
+
+Exit codes: 0 success (place: the order COMPLETED); 1 the order ended otherwise, or the command
+failed or was refused; 2 invalid input (named on stderr; nothing started, nothing written);
+3 duplicate order ID.`,
+    );
+
+  const placeCmd = cli
+    .command('place')
+    .summary('start an order saga: its early answer, then its end')
+    .description(
+      `Validates the order (with DATABASE_URL also against the catalogue, and that its ID is new), then starts workflow order:<orderId> with an Update-with-Start: one call starts the saga and gets its early answer, accepted (stock reserved) or refused with the reason. Unless --no-wait, it then waits for the end. Prints the order ID, the status and the run's Web UI URL.
+Exit codes: 0 COMPLETED (with --no-wait: accepted); 1 ended otherwise, or refused; 2 invalid input; 3 duplicate order ID, or ALREADY_SETTLED (an earlier run settled the order; this one changed nothing).`,
+    )
+    .requiredOption('--file <order.json>', 'the order, as JSON (see examples/order.json)')
+    .addOption(jsonOption('one JSON object: orderId, workflowId, runId, status, reason, uiUrl (with --no-wait also accepted and answerMs)'))
+    .addOption(waitOption('seconds to wait for the early answer; with none by then (no worker?), exit 1'))
+    .option('--no-wait', 'return with the early answer (status RESERVED when accepted)');
+  // --wait <seconds> and --no-wait share commander's value "wait": note each as it comes.
+  let noWait = false;
+  let waitSeconds = 60;
+  placeCmd.on('option:no-wait', () => void (noWait = true));
+  placeCmd.on('option:wait', () => void (waitSeconds = Number(placeCmd.getOptionValue('wait'))));
+  placeCmd.action(async (opts) => done(await place({ file: opts.file, json: !!opts.json, noWait, waitSeconds }, cfg, io)));
+
+  cli
+    .command('status')
+    .summary("the saga's state and its Web UI link")
+    .description(`The saga's status, current step, steps done, compensation stack, unknowns and attempts (its "state" query), and its Web UI URL. Exit code 1 when there is no such order.`)
+    .argument(...orderIdArgument)
+    .addOption(jsonOption())
+    .action(async (orderId, opts) => done(await status(orderId, opts, cfg, io)));
+
+  cli
+    .command('cancel')
+    .summary('cancel an order before its shipment (runs the compensations)')
+    .description(`Sends the "cancel" Update. Accepted before the pivot (the shipment): the compensations run and the order ends CANCELLED. After the pivot it is refused with the reason (exit 1).`)
+    .argument(...orderIdArgument)
+    .option('--reason <text>', 'why, recorded with the order', 'cancelled by operator')
+    .addOption(waitOption('seconds to wait for the saga: no answer by then exits 1 (the request may still apply); accepted but still compensating exits 0'))
+    .addOption(jsonOption("print the saga's state as JSON"))
+    .action(async (orderId, opts) => done(await update(orderId, { command: 'cancel', reason: opts.reason }, { json: !!opts.json, waitSeconds: opts.wait }, cfg, io)));
+
+  cli
+    .command('resolve')
+    .summary('operator action on an UNKNOWN charge or a saga that needs attention')
+    .description(`Sends the "resolve" Update to a saga that waits for an operator:
+  charge-succeeded / charge-failed   settle an UNKNOWN charge after checking with the provider
+  retry                              retry the failed compensation or forward step
+  mark-resolved                      the failed step was done by hand; carry on
+Exit code 1 when refused (the saga is not waiting for that action).`)
+    .argument(...orderIdArgument)
+    .addOption(new Option('--action <action>', 'what to do').choices(RESOLVE_ACTIONS).makeOptionMandatory())
+    .option('--note <text>', "the operator's note, recorded with the action")
+    .addOption(waitOption('seconds to wait for the saga, as for cancel'))
+    .addOption(jsonOption("print the saga's state as JSON"))
+    .action(async (orderId, { action, note, wait, json }) =>
+      done(await update(orderId, { command: 'resolve', action, ...(note ? { note } : {}) }, { json: !!json, waitSeconds: wait }, cfg, io)),
+    );
+
+  cli
+    .command('list')
+    .summary("orders by status, from Temporal's visibility store")
+    .description("Lists orders (up to 1000) from Temporal's visibility store, by the OrderStatus search attribute.")
+    .addOption(new Option('--status <STATUS>', 'only orders with this status').choices(ORDER_STATUSES))
+    .addOption(jsonOption())
+    .action(async (opts) => done(await list(opts, cfg, io)));
+
+  cli
+    .command('stats')
+    .summary('per-SKU CAS attempts, aborts, abort rate, fallbacks')
+    .description(`Per-SKU inventory metrics from the worker (WORKER_METRICS_URL), counted since it started: CAS attempts, aborts, abort rate (aborted attempts over task executions), recent abort rate, fallbacks to the serial lane and lane commits, with a health band (healthy below ${ABORT_RATE_HEALTHY * 100}%, critical above ${ABORT_RATE_CRITICAL * 100}%).`)
+    .addOption(jsonOption())
+    .action(async (opts) => done(await stats(opts, cfg, io)));
+
+  cli
+    .command('check')
+    .summary("invariant check of the database and the provider's ledger")
+    .description(
+      `Reads the application database and the provider's ledger in one snapshot, through the read-only role (READER_DATABASE_URL; else DATABASE_URL), and reports every violation with its order IDs. Exit code 0 when clean, 1 when there are violations. The rules (the last one asks Temporal):
+${Object.values(RULES).map((r) => `  - ${r}`).join('\n')}`,
+    )
+    .addOption(jsonOption())
+    .action(async (opts) => done(await check(opts, cfg, io)));
+
+  cli
+    .command('schedule')
+    .summary('reconcile: create (or update) the reconciliation Schedule')
+    .description('Temporal Schedules of this application; the one there is: reconcile.')
+    .command('reconcile')
+    .summary('create (or update) the Schedule that runs the reconciliation')
+    .description(`Creates the Temporal Schedule "reconcile" (or updates its interval) that runs the reconciliation workflow every <duration>. Each run checks every invariant, sweeps for orphan charges and overdue sagas, and records findings (client.ts findings); it never compensates.`)
+    .option('--every <duration>', 'how often, for example 15m, 6h, 1d (at least 60s)', interval, '1h')
+    .addOption(jsonOption())
+    .action(async (opts) => done(await scheduleReconcile(opts, cfg, io)));
+
+  cli
+    .command('findings')
+    .summary("the last reconciliation run's findings")
+    .description("Prints the last reconciliation run's findings (read through the read-only role). Exit code 1 when it found any.")
+    .addOption(jsonOption())
+    .action(async (opts) => done(await findings(opts, cfg, io)));
+
+  cli
+    .command('load')
+    .summary('a load: N orders, C in flight, K hot SKUs')
+    .description(`Places N orders (1 line, 1 unit each) with C in flight, a share of them on K hot SKUs and the rest on 50 cold ones, on products the run creates (LOAD-<run>-…, so it needs DATABASE_URL). Shows a progress bar on a terminal, then orders/s, p50/p99 saga latency, statuses, the abort rate and the worker processes polling the task queue.`)
+    .requiredOption('--orders <N>', 'how many orders', whole(1, 100_000))
+    .option('--concurrency <C>', 'orders in flight', whole(1, 500), 10)
+    .option('--hot-skus <K>', 'how many hot SKUs', whole(1, 1000), 1)
+    .option('--hot-share <F>', 'the share of orders on the hot SKUs, 0 to 1', share, 0.3)
+    .option('--decline-share <F>', 'the share of orders paid with a declined card, 0 to 1', share, 0)
+    .option('--workers <W>', 'refuse to start (exit 1, nothing written) unless W worker processes poll the task queue', whole(1, 64))
+    .addOption(jsonOption())
+    .action(async (opts) => done(await load(opts, cfg, io)));
+
+  cli
+    .command('views')
+    .summary('the Web UI list URLs an operator uses')
+    .description(`The Web UI list views an operator uses, each as its visibility query and its URL: sagas that need attention, failed or cancelled in the last hour (times computed now), waiting on an unknown charge, and one customer's orders.`)
+    .option('--customer <customerId>', 'the customer for the last view', customerIdArg)
+    .addOption(jsonOption())
+    .action((opts) => done(views(opts, cfg, io)));
+
+  return cli;
 }
 
 /**
  * Runs one command; returns its exit code. `shared.client`: a Temporal client to use instead of
  * connecting (callers that run many commands in one process).
  */
-function views(args: string[], cfg: AppConfig, io: Out): number {
-  const { values } = parseArgs({ args, options: { customer: { type: 'string' }, json: { type: 'boolean' }, help: { type: 'boolean' } } });
-  if (values.help) return io.out(HELP.views!), EXIT.ok;
-  if (values.customer !== undefined && !/^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/.test(values.customer)) {
-    throw new CliError('invalid input: --customer: a customer ID (letters, digits, "_", "-", ".")', EXIT.invalid);
-  }
-  const rows = operatorViews(new Date(), values.customer).map((v) => ({ ...v, url: listUrl(cfg, v.query) }));
-  if (values.json) io.out(JSON.stringify(rows));
-  else for (const r of rows) io.out(`${r.name}:\n  ${r.query}\n  ${r.url}`);
-  return EXIT.ok;
-}
-
 export async function runCli(
   argv: string[],
   config: AppConfig = readConfig(),
@@ -610,47 +618,16 @@ export async function runCli(
   shared: { client?: Client } = {},
 ): Promise<number> {
   const cfg: CliConfig = { ...config, ...(shared.client ? { client: shared.client } : {}) };
-  const [command, ...rest] = argv;
+  let code: number = EXIT.ok;
   try {
-    switch (command) {
-      case 'place':
-        return await place(rest, cfg, io);
-      case 'status':
-        return await status(rest, cfg, io);
-      case 'cancel':
-      case 'resolve':
-        return await update(command, rest, cfg, io);
-      case 'list':
-        return await list(rest, cfg, io);
-      case 'stats':
-        return await stats(rest, cfg, io);
-      case 'check':
-        return await check(rest, cfg, io);
-      case 'schedule':
-        return await schedule(rest, cfg, io);
-      case 'findings':
-        return await findings(rest, cfg, io);
-      case 'load':
-        return await load(rest, cfg, io);
-      case 'views':
-        return views(rest, cfg, io);
-      case undefined:
-      case '--help':
-      case '-h':
-      case 'help':
-        io.out(HELP.main!);
-        return command === undefined ? EXIT.invalid : EXIT.ok;
-      default:
-        throw new CliError(`invalid input: command: unknown command "${command}" (try --help)`, EXIT.invalid);
-    }
+    await program(cfg, io, (c) => void (code = c)).parseAsync(argv, { from: 'user' });
+    return code;
   } catch (err) {
+    // Help asked for: 0. Any other parse error (already printed, naming the option), or no command: 2.
+    if (err instanceof CommanderError) return err.exitCode === 0 ? EXIT.ok : EXIT.invalid;
     if (err instanceof CliError) {
       io.err(err.message);
       return err.code;
-    }
-    if (err instanceof TypeError && (err as NodeJS.ErrnoException).code?.startsWith('ERR_PARSE_ARGS')) {
-      io.err(`invalid input: ${err.message}`);
-      return EXIT.invalid;
     }
     io.err(`error: ${(err as Error).message}`);
     return EXIT.notCompleted;

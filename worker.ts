@@ -12,7 +12,7 @@ import { createActivities } from './activities';
 import { InventoryMetrics } from './activities/inventory-metrics';
 import { createPool } from './db/pool';
 import { laneTaskQueue } from './domain/lanes';
-import { readConfig, type AppConfig } from './lib/config';
+import { DEFAULT_PORTS, readConfig, type AppConfig } from './lib/config';
 import { jsonServer, sendJson } from './provider/http';
 import { createProviderClient } from './provider/client';
 import { DEFAULT_SAGA_CONFIG } from './workflows/order-saga';
@@ -109,7 +109,7 @@ export function startMetricsServer(metrics: InventoryMetrics, port: number, host
 
 async function main(): Promise<void> {
   const cfg = readConfig();
-  const runtimeMetrics = process.env.TEMPORAL_METRICS_ADDRESS ?? '127.0.0.1:9464';
+  const runtimeMetrics = process.env.TEMPORAL_METRICS_ADDRESS ?? `127.0.0.1:${DEFAULT_PORTS.temporalMetrics}`;
   if (runtimeMetrics !== 'off') Runtime.install({ telemetryOptions: { metrics: { prometheus: { bindAddress: runtimeMetrics } } } });
   const connection = await NativeConnection.connect({ address: cfg.temporalAddress });
   // As many lanes as the workflows hash SKUs over (DEFAULT_SAGA_CONFIG.inventoryLanes).
@@ -117,7 +117,7 @@ async function main(): Promise<void> {
   // WORKFLOW_BUNDLE: a prebuilt workflow bundle (bundleWorkflowCode), so a restart does not bundle again.
   const bundlePath = process.env.WORKFLOW_BUNDLE;
   const w = await createOrderWorkers(cfg, connection, { lanes, ...(bundlePath ? { workflowBundle: { codePath: bundlePath } } : {}) });
-  const server = await startMetricsServer(w.metrics, Number(process.env.WORKER_METRICS_PORT ?? 9465));
+  const server = await startMetricsServer(w.metrics, Number(process.env.WORKER_METRICS_PORT ?? DEFAULT_PORTS.workerMetrics));
   const port = (server.address() as AddressInfo).port;
   process.stdout.write(
     `worker: polling task queue "${cfg.taskQueue}" and ${lanes} serial lane(s) on ${cfg.temporalAddress} (namespace ${cfg.namespace}); ` +

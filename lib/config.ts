@@ -1,7 +1,30 @@
 /** The environment variables the processes read, in one place, with their loopback defaults. */
 import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
-import { DEV_PROVIDER_API_KEY } from '../provider/server';
+import { DEV_PROVIDER_API_KEY, PROVIDER_ADMIN_PORT, PROVIDER_PORT } from '../provider/defaults';
+
+/** The loopback ports each process listens on, or finds the others on, when the environment names none. */
+export const DEFAULT_PORTS = {
+  /** TEMPORAL_PORT: the Temporal frontend (gRPC). */
+  temporal: 7233,
+  /** TEMPORAL_UI_PORT: the Temporal Web UI. */
+  temporalUi: 8233,
+  /** PROVIDER_PORT: the payment provider's API. */
+  provider: PROVIDER_PORT,
+  /** PROVIDER_ADMIN_PORT: the provider's fault switches. */
+  providerAdmin: PROVIDER_ADMIN_PORT,
+  /** WORKER_METRICS_PORT: the worker's inventory metrics (/metrics, /stats); worker i of N uses this + i. */
+  workerMetrics: 9465,
+  /** TEMPORAL_SERVER_METRICS_PORT: the real Temporal server's own metrics (npm start -- --temporal server). */
+  temporalServerMetrics: 8000,
+  /** PG_PORT: the embedded Postgres of npm start. */
+  postgres: 54329,
+  /** TEMPORAL_METRICS_ADDRESS's port: the Temporal runtime's Prometheus endpoint in the (first) worker. */
+  temporalMetrics: 9464,
+} as const;
+
+/** http://127.0.0.1:<port> */
+export const loopbackUrl = (port: number | string): string => `http://127.0.0.1:${port}`;
 
 /** Where `npm start` records the addresses of what it started, so client.ts finds them. */
 export const RUNTIME_FILE = path.resolve(__dirname, '..', '.data', 'runtime.json');
@@ -38,17 +61,17 @@ export interface AppConfig {
 export function readConfig(processEnv: NodeJS.ProcessEnv = process.env): AppConfig {
   const env = processEnv === process.env ? { ...runtimeDefaults(), ...processEnv } : processEnv;
   return {
-    temporalAddress: env.TEMPORAL_ADDRESS ?? '127.0.0.1:7233',
+    temporalAddress: env.TEMPORAL_ADDRESS ?? `127.0.0.1:${DEFAULT_PORTS.temporal}`,
     namespace: env.TEMPORAL_NAMESPACE ?? 'default',
     taskQueue: env.TASK_QUEUE ?? 'orders',
-    uiUrl: (env.TEMPORAL_UI_URL ?? 'http://127.0.0.1:8233').replace(/\/$/, ''),
+    uiUrl: (env.TEMPORAL_UI_URL ?? loopbackUrl(DEFAULT_PORTS.temporalUi)).replace(/\/$/, ''),
     databaseUrl: env.DATABASE_URL,
     readerDatabaseUrl: env.READER_DATABASE_URL ?? env.DATABASE_URL,
-    providerUrl: env.PROVIDER_URL ?? 'http://127.0.0.1:4010',
+    providerUrl: env.PROVIDER_URL ?? loopbackUrl(DEFAULT_PORTS.provider),
     providerApiKey: env.PROVIDER_API_KEY ?? DEV_PROVIDER_API_KEY,
     providerTimeoutMs: Number(env.PROVIDER_TIMEOUT_MS ?? 10_000),
     laneSkus: (env.INVENTORY_LANE_SKUS ?? '').split(',').map((s) => s.trim()).filter(Boolean),
-    workerMetricsUrl: (env.WORKER_METRICS_URL ?? `http://127.0.0.1:${env.WORKER_METRICS_PORT ?? 9465}`).replace(/\/$/, ''),
+    workerMetricsUrl: (env.WORKER_METRICS_URL ?? loopbackUrl(env.WORKER_METRICS_PORT ?? DEFAULT_PORTS.workerMetrics)).replace(/\/$/, ''),
   };
 }
 

@@ -7,11 +7,11 @@ import { randomUUID } from 'node:crypto';
 import type { Client } from '@temporalio/client';
 import { tsToMs } from '@temporalio/common/lib/time';
 import { temporal } from '@temporalio/proto';
-import type { Pool } from 'pg';
 import type { SkuStats } from '../activities/inventory-metrics';
 import { orderSummary, workflowIdFor, type OrderInput, type OrderResult } from '../domain/order';
 import { orderSaga } from '../workflows';
 import { orderOutcome } from './order-outcome';
+import type { OrderStore } from './order-store';
 
 export interface LoadOptions {
   orders: number;
@@ -65,26 +65,21 @@ export function percentile(sorted: number[], p: number): number {
 }
 
 /** Creates the run's own products (plenty of stock), so a load never starves the demo catalogue. */
-async function loadProducts(db: Pool, runId: string, opts: LoadOptions): Promise<{ hot: string[]; cold: string[] }> {
+async function loadProducts(store: Pick<OrderStore, 'createProducts'>, runId: string, opts: LoadOptions): Promise<{ hot: string[]; cold: string[] }> {
   const tag = runId.toUpperCase();
   const hot = Array.from({ length: opts.hotSkus }, (_, i) => `LOAD-${tag}-HOT-${i}`);
   const cold = Array.from({ length: 50 }, (_, i) => `LOAD-${tag}-COLD-${i}`);
-  const stock = Math.max(1000, opts.orders * 4);
-  await db.query({
-    text: `INSERT INTO products (sku, name, price_cents, stock, initial_stock)
-           SELECT s, 'load test product', 990, $2, $2 FROM unnest($1::text[]) AS s`,
-    values: [[...hot, ...cold], stock],
-  });
+  await store.createProducts({ skus: [...hot, ...cold], name: 'load test product', priceCents: 990, stock: Math.max(1000, opts.orders * 4) });
   return { hot, cold };
 }
 
-export async function runLoad(client: Client, db: Pool, opts: LoadOptions): Promise<LoadSummary> {
+export async function runLoad(client: Client, store: Pick<OrderStore, 'createProducts'>, opts: LoadOptions): Promise<LoadSummary> {
   if (!Number.isInteger(opts.orders) || opts.orders < 1 || opts.orders > 100_000) throw new Error('--orders: a whole number from 1 to 100000');
   if (!Number.isInteger(opts.concurrency) || opts.concurrency < 1 || opts.concurrency > 500) throw new Error('--concurrency: a whole number from 1 to 500');
   if (!Number.isInteger(opts.hotSkus) || opts.hotSkus < 1 || opts.hotSkus > 1000) throw new Error('--hot-skus: a whole number from 1 to 1000');
   if (!(opts.hotShare >= 0 && opts.hotShare <= 1)) throw new Error('--hot-share: a number from 0 to 1');
   const runId = randomUUID().slice(0, 8);
-  const { hot, cold } = await loadProducts(db, runId, opts);
+  const { hot, cold } = await loadProducts(store, runId, opts);
   const before = opts.stats ? await opts.stats().catch(() => undefined) : undefined;
   // Deterministic per run: order i's SKU and card follow from i (two independent hashes of i).
   const orders: OrderInput[] = Array.from({ length: opts.orders }, (_, i) => {

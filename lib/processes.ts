@@ -2,6 +2,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createServer } from 'node:net';
 import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 
 const ROOT = path.resolve(__dirname, '..');
 
@@ -89,7 +90,7 @@ export function startProcess(
         while (!settled) {
           // Ready only while it still runs: a probe may reach another process on a port it failed to take.
           if ((await ready().catch(() => false)) && child.exitCode === null && child.signalCode === null) return finish();
-          await new Promise((r) => setTimeout(r, 250));
+          await sleep(250);
         }
       })();
     }

@@ -10,6 +10,7 @@ import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
 import { Connection } from '@temporalio/client';
 import { msToTs } from '@temporalio/common/lib/time';
@@ -107,7 +108,7 @@ export async function prepareNamespace(address: string, namespace: string, waitM
       connection = await Connection.connect({ address, connectTimeout: 2_000 });
     } catch (err) {
       if (Date.now() > until) throw new Error(`cannot reach Temporal at ${address}: ${(err as Error).message}`);
-      await new Promise((r) => setTimeout(r, 1_000));
+      await sleep(1_000);
     }
   }
   try {
@@ -131,10 +132,10 @@ export async function prepareNamespace(address: string, namespace: string, waitM
         if (Date.now() > deadline) throw new Error(`namespace ${namespace} not ready on ${address}: ${(err as Error).message}`);
       }
       if (Date.now() > deadline) throw new Error(`the search attributes did not appear on ${address}`);
-      await new Promise((r) => setTimeout(r, 250));
+      await sleep(250);
     }
     // Every service caches namespaces (refreshed each second, temporal/dynamicconfig): let them catch up.
-    await new Promise((r) => setTimeout(r, 1_500));
+    await sleep(1_500);
   } finally {
     await connection.close();
   }

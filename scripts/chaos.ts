@@ -21,6 +21,7 @@ import { randomUUID } from 'node:crypto';
 import { chmodSync, mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { parseArgs } from 'node:util';
 import { DefaultLogger, Runtime } from '@temporalio/worker';
 import { chargeKeyFor } from '../domain/order';
@@ -32,7 +33,7 @@ import type { SagaConfig } from '../workflows/order-saga';
 import { auditOrders, readHistories } from './chaos/audit';
 import { LIMITED_SKU, makeOrders, MEDDLES, stockCatalogue, type ChaosOrder } from './chaos/orders';
 import { People } from './chaos/people';
-import { ChaosStack, OPERATOR_CLIENT, sleep, type Restart } from './chaos/stack';
+import { ChaosStack, OPERATOR_CLIENT, type Restart } from './chaos/stack';
 
 const say = (s: string): void => void process.stdout.write(`[chaos] ${s}\n`);
 

@@ -16,7 +16,7 @@ import { Connection } from '@temporalio/client';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { ensurePostgres } from '../db/postgres';
 import { passwordsFromEnv, prepareDatabase, ROLES } from '../db/roles';
-import { listUrl, operatorViews, readConfig, RUNTIME_FILE } from '../lib/config';
+import { DEFAULT_PORTS, listUrl, loopbackUrl, operatorViews, readConfig, RUNTIME_FILE } from '../lib/config';
 import { startTsProcess } from '../lib/processes';
 import { startRealTemporal } from '../lib/temporal-server';
 import { devServerExecutable, fileBackedDevServer, registerSearchAttributes } from '../lib/temporal-servers';
@@ -103,7 +103,7 @@ async function main(): Promise<void> {
     // First, so that a refusal (say, of a planted /var/tmp directory) comes before anything else starts.
     const pg = await ensurePostgres({
       dataDir: path.resolve(env.PG_DATA_DIR ?? path.join(DATA, 'pg')),
-      port: Number(env.PG_PORT ?? 54329),
+      port: Number(env.PG_PORT ?? DEFAULT_PORTS.postgres),
       database: 'orders',
       persistent: true,
       ...(env.PG_SHARED_DIR ? { sharedBase: path.resolve(env.PG_SHARED_DIR) } : {}),
@@ -115,7 +115,7 @@ async function main(): Promise<void> {
 
     // ---- Temporal ----
     let temporalAddress = env.TEMPORAL_ADDRESS;
-    let uiUrl = env.TEMPORAL_UI_URL ?? 'http://127.0.0.1:8233';
+    let uiUrl = env.TEMPORAL_UI_URL ?? loopbackUrl(DEFAULT_PORTS.temporalUi);
     const namespace = env.TEMPORAL_NAMESPACE ?? 'default';
     if (!temporalAddress && opts.temporal === 'server') {
       const built = spawnSync('bash', [path.join(ROOT, 'scripts', 'ensure-servers.sh'), 'server'], { stdio: 'inherit' });
@@ -123,9 +123,9 @@ async function main(): Promise<void> {
       say('starting the Temporal server on Postgres (databases temporal and temporal_visibility) and its Web UI…');
       const real = await startRealTemporal({
         ownerUrl: pg.url,
-        port: Number(env.TEMPORAL_PORT ?? 7233),
-        uiPort: Number(env.TEMPORAL_UI_PORT ?? 8233),
-        metricsPort: Number(env.TEMPORAL_SERVER_METRICS_PORT ?? 8000),
+        port: Number(env.TEMPORAL_PORT ?? DEFAULT_PORTS.temporal),
+        uiPort: Number(env.TEMPORAL_UI_PORT ?? DEFAULT_PORTS.temporalUi),
+        metricsPort: Number(env.TEMPORAL_SERVER_METRICS_PORT ?? DEFAULT_PORTS.temporalServerMetrics),
         namespace,
         log: say,
         onSpawn: (child) => children.push(child),
@@ -145,9 +145,9 @@ async function main(): Promise<void> {
         server: {
           ...(executable ? { executable } : {}),
           ip: '127.0.0.1',
-          port: Number(env.TEMPORAL_PORT ?? 7233),
+          port: Number(env.TEMPORAL_PORT ?? DEFAULT_PORTS.temporal),
           ui: true,
-          uiPort: Number(env.TEMPORAL_UI_PORT ?? 8233),
+          uiPort: Number(env.TEMPORAL_UI_PORT ?? DEFAULT_PORTS.temporalUi),
           ...fileBackedDevServer(path.join(DATA, 'temporal.db')),
           namespace,
           searchAttributes: [OrderStatusKey, CustomerIdKey, NeedsAttentionKey, TotalCentsKey],
@@ -156,21 +156,21 @@ async function main(): Promise<void> {
       });
       cleanups.push(() => tenv.teardown());
       temporalAddress = tenv.address;
-      uiUrl = `http://127.0.0.1:${env.TEMPORAL_UI_PORT ?? 8233}`;
+      uiUrl = loopbackUrl(env.TEMPORAL_UI_PORT ?? DEFAULT_PORTS.temporalUi);
     } else {
       const connection = await Connection.connect({ address: temporalAddress });
       await registerSearchAttributes(connection, namespace);
       await connection.close();
     }
 
-    const providerPort = env.PROVIDER_PORT ?? '4010';
+    const providerPort = env.PROVIDER_PORT ?? String(DEFAULT_PORTS.provider);
     const childEnv: NodeJS.ProcessEnv = {
       ...env,
       TEMPORAL_ADDRESS: temporalAddress,
       TEMPORAL_NAMESPACE: namespace,
       TEMPORAL_UI_URL: uiUrl,
       PROVIDER_PORT: providerPort,
-      PROVIDER_URL: env.PROVIDER_URL ?? `http://127.0.0.1:${providerPort}`,
+      PROVIDER_URL: env.PROVIDER_URL ?? loopbackUrl(providerPort),
     };
     /** Starts a child with its output prefixed by its name; its exit after it was ready stops everything. */
     const launch = async (name: string, script: string, ready: RegExp, roleEnv: NodeJS.ProcessEnv): Promise<void> => {
@@ -188,7 +188,7 @@ async function main(): Promise<void> {
     await launch('provider', 'provider/server.ts', /"listening"/, { DATABASE_URL: urls.provider });
     const appEnv = { DATABASE_URL: urls.app, READER_DATABASE_URL: urls.reader };
     // N worker processes on the same task queues; lanes stay serial across them (activities/lane-lock.ts).
-    const metricsPort = Number(env.WORKER_METRICS_PORT ?? 9465);
+    const metricsPort = Number(env.WORKER_METRICS_PORT ?? DEFAULT_PORTS.workerMetrics);
     await Promise.all(
       Array.from({ length: opts.workers }, (_, i) =>
         launch(opts.workers > 1 ? `worker-${i + 1}` : 'worker', 'worker.ts', /polling task queue/, {
@@ -206,7 +206,7 @@ async function main(): Promise<void> {
       TEMPORAL_UI_URL: uiUrl,
       ...appEnv,
       PROVIDER_URL: childEnv.PROVIDER_URL,
-      WORKER_METRICS_URL: `http://127.0.0.1:${env.WORKER_METRICS_PORT ?? 9465}`,
+      WORKER_METRICS_URL: loopbackUrl(metricsPort),
     };
     writeFileSync(RUNTIME_FILE, `${JSON.stringify(runtime, null, 2)}\n`, { mode: 0o600 });
     wroteRuntime = true;
@@ -215,9 +215,9 @@ async function main(): Promise<void> {
     say(`Web UI:    ${cfg.uiUrl}/namespaces/${cfg.namespace}/workflows`);
     say(`  needs attention: ${listUrl(cfg, operatorViews(new Date())[0]!.query)}   (more: npx tsx client.ts views)`);
     say(`Postgres:  ${pg.url.replace(/\/\/[^@/]*@/, '//')} as ${ROLES.app} (worker, client.ts), ${ROLES.provider} (provider), ${ROLES.reader} (checks, read-only)`);
-    say(`Provider:  ${cfg.providerUrl} (admin API http://127.0.0.1:${env.PROVIDER_ADMIN_PORT ?? 4011})`);
+    say(`Provider:  ${cfg.providerUrl} (admin API ${loopbackUrl(env.PROVIDER_ADMIN_PORT ?? DEFAULT_PORTS.providerAdmin)})`);
     say(`Workers:   ${opts.workers} process${opts.workers > 1 ? 'es' : ''} (metrics ${opts.workers > 1 ? `ports ${metricsPort}–${metricsPort + opts.workers - 1}` : `port ${metricsPort}`})`);
-    say(`Metrics:   ${cfg.workerMetricsUrl}/metrics (inventory), http://127.0.0.1:9464/metrics (Temporal runtime)`);
+    say(`Metrics:   ${cfg.workerMetricsUrl}/metrics (inventory), ${loopbackUrl(DEFAULT_PORTS.temporalMetrics)}/metrics (Temporal runtime)`);
     say(`READY — try: npx tsx client.ts place --file examples/order.json   (Ctrl-C to stop)`);
   } catch (err) {
     say(`failed: ${(err as Error).message}`);

@@ -8,6 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createActivities, type OrderActivities } from '../activities';
 import type { ReserveLogic } from '../activities/inventory';
 import { loadOrder } from '../client';
+import { orderStore } from '../lib/order-store';
 import { parseSagaConfig } from '../workflows/order-saga';
 import { createProduct, ledger, makeOrder, mockActivityEnv, orderRow, productRow, reservations, runActivity, testPool, testProvider } from './helpers';
 import { mkdtempSync, writeFileSync } from 'node:fs';
@@ -267,7 +268,7 @@ describe('input from outside the client', () => {
     const order = makeOrder([{ sku: p.sku, qty: 1, unitPriceCents: 1000 }], { currency: 'EUR' });
     const file = path.join(mkdtempSync(path.join(os.tmpdir(), 'order-')), 'order.json');
     writeFileSync(file, JSON.stringify(order));
-    await expect(loadOrder(file, db)).rejects.toMatchObject({ code: 2, message: expect.stringMatching(/currency: the catalogue prices .* in USD, not EUR/) });
+    await expect(loadOrder(file, orderStore(db))).rejects.toMatchObject({ code: 2, message: expect.stringMatching(/currency: the catalogue prices .* in USD, not EUR/) });
     await expect(runActivity(acts.createOrder, order)).rejects.toMatchObject({ type: 'InvalidOrder', message: expect.stringMatching(/^currency:/) });
     expect(await orderRow(db, order.orderId)).toBeUndefined();
   });

@@ -14,6 +14,7 @@ import { randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { WorkflowFailedError, WorkflowNotFoundError, type Client } from '@temporalio/client';
 import { WorkflowIdReusePolicy } from '@temporalio/common';
 import { temporal } from '@temporalio/proto';
@@ -24,7 +25,7 @@ import { createProviderClient } from '../../provider/client';
 import type { SagaConfig } from '../../workflows/order-saga';
 import type { SagaState } from '../../workflows/messages';
 import { unit, type ChaosOrder } from './orders';
-import { OPERATOR_CLIENT, sleep, type ChaosStack } from './stack';
+import { OPERATOR_CLIENT, type ChaosStack } from './stack';
 
 export interface Tally {
   sent: number;

@@ -6,6 +6,7 @@
 import type { ChildProcess } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { bundleWorkflowCode, DefaultLogger } from '@temporalio/worker';
 import type { Pool } from 'pg';
@@ -18,8 +19,6 @@ import { devServerExecutable } from '../../lib/temporal-servers';
 import { createProviderAdmin, type ProviderAdmin } from '../../provider/client';
 import type { FaultRequest } from '../../provider/faults';
 import { CustomerIdKey, NeedsAttentionKey, OrderStatusKey, TotalCentsKey } from '../../workflows/search-attributes';
-
-export const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 /** The name the soak's operators give the provider (X-Client-Name), so faults they meet count apart. */
 export const OPERATOR_CLIENT = 'chaos-operator';

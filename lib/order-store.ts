@@ -1,0 +1,94 @@
+/**
+ * The command line's one way to the database: every query `client.ts` (and the load it runs)
+ * makes is a named function here, over one pool that `openOrderStore` opens with the role the
+ * caller asks for — the application's (`order_app`, DATABASE_URL) for what writes, the read-only
+ * one (`order_reader`, READER_DATABASE_URL) for what only reads (db/roles.ts).
+ */
+import type { Pool } from 'pg';
+import { checkAgainstCatalogue } from '../activities/orders';
+import { createPool } from '../db/pool';
+import type { OrderInput } from '../domain/order';
+import type { AppConfig } from './config';
+import { checkInvariants, type CheckReport, type WorkflowLookup } from './invariants';
+
+/** Which database role a store connects as. */
+export type StoreRole = 'app' | 'reader';
+
+/** The last reconciliation run and what it found. */
+export interface Reconciliation {
+  run: { runId: string; at: string; orders: number; violations: number };
+  findings: { rule: string; orderIds: string[]; detail: string }[];
+}
+
+export interface NewProducts {
+  skus: string[];
+  name: string;
+  priceCents: number;
+  stock: number;
+}
+
+export interface OrderStore {
+  /** The first line the catalogue does not price as the order says (unknown SKU, currency, price), or undefined. */
+  catalogueProblem(order: OrderInput): Promise<{ field: string; problem: string } | undefined>;
+  /** Is there an order row with this ID already? */
+  orderExists(orderId: string): Promise<boolean>;
+  /** Creates products (stock = initial stock); needs the application role. */
+  createProducts(p: NewProducts): Promise<void>;
+  /** The last reconciliation run's findings, or undefined when none has run. */
+  lastReconciliation(): Promise<Reconciliation | undefined>;
+  /** Every invariant over the database and the provider's ledger, in one snapshot (lib/invariants.ts). */
+  checkInvariants(opts: { deadlineMs: number; workflows?: WorkflowLookup }): Promise<CheckReport>;
+  /** Ends the pool. */
+  close(): Promise<void>;
+}
+
+/** The URL of a role from the configuration (the reader falls back to DATABASE_URL there). */
+export function roleUrl(cfg: Pick<AppConfig, 'databaseUrl' | 'readerDatabaseUrl'>, role: StoreRole): string | undefined {
+  return role === 'app' ? cfg.databaseUrl : cfg.readerDatabaseUrl;
+}
+
+/** Opens a store as `role`; undefined when the configuration has no URL for it. */
+export function openOrderStore(cfg: Pick<AppConfig, 'databaseUrl' | 'readerDatabaseUrl'>, role: StoreRole, opts: { max?: number } = {}): OrderStore | undefined {
+  const url = roleUrl(cfg, role);
+  return url ? orderStore(createPool(url, { max: opts.max ?? 1 })) : undefined;
+}
+
+/** The store's queries over a pool the caller already has (tests); close() ends that pool. */
+export function orderStore(db: Pool): OrderStore {
+  return {
+    catalogueProblem: (order) => checkAgainstCatalogue(db, order),
+
+    async orderExists(orderId) {
+      const existing = await db.query({ text: 'SELECT 1 FROM orders WHERE order_id = $1', values: [orderId] });
+      return (existing.rowCount ?? 0) > 0;
+    },
+
+    async createProducts({ skus, name, priceCents, stock }) {
+      await db.query({
+        text: `INSERT INTO products (sku, name, price_cents, stock, initial_stock)
+               SELECT s, $2, $3, $4, $4 FROM unnest($1::text[]) AS s`,
+        values: [skus, name, priceCents, stock],
+      });
+    },
+
+    async lastReconciliation() {
+      const run = await db.query<{ run_id: string; started_at: Date; orders: number; violations: number }>(
+        'SELECT run_id, started_at, orders, violations FROM reconciliation_runs ORDER BY started_at DESC LIMIT 1',
+      );
+      const last = run.rows[0];
+      if (!last) return undefined;
+      const rows = await db.query<{ rule: string; order_ids: string[]; detail: string }>({
+        text: 'SELECT rule, order_ids, detail FROM reconciliation_findings WHERE run_id = $1 ORDER BY id',
+        values: [last.run_id],
+      });
+      return {
+        run: { runId: last.run_id, at: last.started_at.toISOString(), orders: last.orders, violations: last.violations },
+        findings: rows.rows.map((r) => ({ rule: r.rule, orderIds: r.order_ids, detail: r.detail })),
+      };
+    },
+
+    checkInvariants: (opts) => checkInvariants(db, opts),
+
+    close: () => db.end(),
+  };
+}

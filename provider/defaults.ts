@@ -1,0 +1,12 @@
+/**
+ * The payment provider's loopback defaults, in a module that imports nothing, so the processes that
+ * talk to the provider (lib/config.ts) read them without loading the provider's server.
+ */
+
+/** Development keys, for loopback use only. Set PROVIDER_API_KEY(S) / PROVIDER_ADMIN_KEY(S) anywhere else. */
+export const DEV_PROVIDER_API_KEY = 'dev-only-provider-key';
+export const DEV_PROVIDER_ADMIN_KEY = 'dev-only-admin-key';
+
+/** PROVIDER_PORT (the payment API) and PROVIDER_ADMIN_PORT (the fault switches) when unset. */
+export const PROVIDER_PORT = 4010;
+export const PROVIDER_ADMIN_PORT = 4011;
