@@ -6,6 +6,8 @@ import { createHash, timingSafeEqual } from 'node:crypto';
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Pool } from 'pg';
+import * as v from 'valibot';
+import { parseWith } from '../domain/validation';
 import { assertMigrated, PROVIDER_MIGRATIONS } from '../db/migrate';
 import { createPool, withTransaction } from '../db/pool';
 import { jsonServer, sendJson } from './http';
@@ -13,13 +15,16 @@ import {
   DECLINED_PAYMENT_METHODS,
   IDEMPOTENCY_HEADER,
   REPLAY_HEADER,
+  IdempotencyKeySchema,
+  ChargeRequestSchema,
+  RefundRequestSchema,
   type ApiError,
   type Charge,
   type ChargeRequest,
   type Refund,
   type RefundRequest,
 } from './api';
-import { FaultBook, parseFaultRequest, type FaultKind, type FaultRule, type FaultTarget } from './faults';
+import { ClientNameSchema, FaultBook, parseFaultRequest, type FaultKind, type FaultRule, type FaultTarget } from './faults';
 
 /** Development defaults, for loopback use only. Set PROVIDER_API_KEY(S) / PROVIDER_ADMIN_KEY(S) anywhere else. */
 export const DEV_PROVIDER_API_KEY = 'dev-only-provider-key';
@@ -78,8 +83,8 @@ function log(event: string, fields: Record<string, unknown> = {}): void {
 
 const MAX_BODY = 64 * 1024;
 
-/** A JSON object body: application/json, at most 64 KiB (refused by its Content-Length before reading). */
-async function readJson(req: IncomingMessage): Promise<Record<string, unknown>> {
+/** A JSON body (its schema checks that it is an object): application/json, at most 64 KiB (refused by its Content-Length before reading). */
+async function readJson(req: IncomingMessage): Promise<unknown> {
   const type = (req.headers['content-type'] ?? '').split(';')[0]!.trim().toLowerCase();
   if (type !== 'application/json') {
     throw new HttpError(415, { error: 'unsupported_media_type', field: 'Content-Type', message: 'Content-Type: must be application/json' });
@@ -93,32 +98,15 @@ async function readJson(req: IncomingMessage): Promise<Record<string, unknown>> 
     if (size > MAX_BODY) throw tooLarge;
     chunks.push(chunk as Buffer);
   }
-  let parsed: unknown;
   try {
-    parsed = JSON.parse(Buffer.concat(chunks).toString('utf8'));
+    return JSON.parse(Buffer.concat(chunks).toString('utf8'));
   } catch {
     throw new HttpError(400, { error: 'invalid_json', message: 'body must be JSON' });
   }
-  if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) {
-    throw new HttpError(400, { error: 'invalid_json', message: 'body must be a JSON object' });
-  }
-  return parsed as Record<string, unknown>;
 }
 
 function bad(field: string, message: string): never {
   throw new HttpError(400, { error: 'invalid_request', field, message: `${field}: ${message}` });
-}
-
-function positiveCents(v: unknown, field: string): number {
-  if (typeof v !== 'number' || !Number.isSafeInteger(v) || v <= 0) bad(field, 'must be a positive whole number');
-  return v;
-}
-
-function text(v: unknown, field: string, max = 200): string {
-  if (typeof v !== 'string' || v.length === 0 || v.length > max || /[\u0000-\u001f]/.test(v)) {
-    bad(field, `must be a non-empty string of at most ${max} printable characters`);
-  }
-  return v;
 }
 
 /** The request's URL; a target that is not one (or a bad % escape in it) is the client's error. */
@@ -138,34 +126,13 @@ function pathKey(segment: string): string {
   } catch {
     throw new HttpError(400, { error: 'invalid_path', field: 'key', message: 'key: the path has a malformed % escape' });
   }
-  return text(key, 'key');
+  return parseWith(IdempotencyKeySchema, key, bad, 'key');
 }
 
 function idempotencyKey(req: IncomingMessage): string {
   const key = req.headers[IDEMPOTENCY_HEADER];
   if (typeof key !== 'string') bad('Idempotency-Key', 'header is required');
-  return text(key, 'Idempotency-Key');
-}
-
-export function parseChargeRequest(body: Record<string, unknown>): ChargeRequest {
-  for (const k of Object.keys(body)) {
-    if (!['amountCents', 'currency', 'paymentMethod', 'reference'].includes(k)) bad(k, 'unknown field');
-  }
-  const req: ChargeRequest = {
-    amountCents: positiveCents(body.amountCents, 'amountCents'),
-    currency: text(body.currency, 'currency', 3),
-    paymentMethod: text(body.paymentMethod, 'paymentMethod', 64),
-  };
-  if (!/^[A-Z]{3}$/.test(req.currency)) bad('currency', 'must be an ISO 4217 code such as USD');
-  if (body.reference !== undefined) req.reference = text(body.reference, 'reference');
-  return req;
-}
-
-function parseRefundRequest(body: Record<string, unknown>): RefundRequest {
-  for (const k of Object.keys(body)) {
-    if (!['chargeKey', 'amountCents'].includes(k)) bad(k, 'unknown field');
-  }
-  return { chargeKey: text(body.chargeKey, 'chargeKey'), amountCents: positiveCents(body.amountCents, 'amountCents') };
+  return parseWith(IdempotencyKeySchema, key, bad, 'Idempotency-Key');
 }
 
 interface ChargeRow {
@@ -204,7 +171,7 @@ const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms
  */
 function callFaults(book: FaultBook, target: FaultTarget, key: string, req: IncomingMessage) {
   const name = req.headers['x-client-name'];
-  const client = typeof name === 'string' && /^[\w.-]{1,64}$/.test(name) ? { client: name } : {};
+  const client = typeof name === 'string' && v.is(ClientNameSchema, name) ? { client: name } : {};
   const fired = book.take(target, key, client.client);
   const done = new Set<FaultKind>();
   const applied = (kind: FaultKind, fields: Record<string, unknown> = {}): void => {
@@ -396,7 +363,7 @@ export function createProviderHandler(pool: Pool, faults: FaultBook, apiKeys: st
       const chargeMatch = /^\/v1\/charges\/([^/]+)$/.exec(url.pathname);
       if (req.method === 'POST' && url.pathname === '/v1/charges') {
         const key = idempotencyKey(req);
-        const body = parseChargeRequest(await readJson(req));
+        const body = parseWith(ChargeRequestSchema, await readJson(req), bad, 'body');
         const f = callFaults(faults, 'charges', key, req);
         try {
           await f.before(false);
@@ -424,7 +391,7 @@ export function createProviderHandler(pool: Pool, faults: FaultBook, apiKeys: st
       }
       if (req.method === 'POST' && url.pathname === '/v1/refunds') {
         const key = idempotencyKey(req);
-        const body = parseRefundRequest(await readJson(req));
+        const body = parseWith(RefundRequestSchema, await readJson(req), bad, 'body');
         const f = callFaults(faults, 'refunds', key, req);
         try {
           await f.before();
