@@ -74,11 +74,16 @@ export const FaultRequestSchema = v.pipe(
 );
 export type FaultRequest = v.InferOutput<typeof FaultRequestSchema>;
 
-/** Validates an admin request; throws an Error naming the field (`field: problem`, and a `field` property). */
-export function parseFaultRequest(body: unknown): FaultRequest {
-  return parseWith(FaultRequestSchema, body, (field, problem) => {
-    throw Object.assign(new Error(`${field}: ${problem}`), { field });
-  }, 'body');
+/**
+ * Validates an admin request; calls `fail` with the field and the problem, by default throwing an
+ * Error naming the field (`field: problem`, and a `field` property).
+ */
+export function parseFaultRequest(body: unknown, fail: (field: string, problem: string) => never = failWithError): FaultRequest {
+  return parseWith(FaultRequestSchema, body, fail, 'body');
+}
+
+function failWithError(field: string, problem: string): never {
+  throw Object.assign(new Error(`${field}: ${problem}`), { field });
 }
 
 const inForce = (r: FaultRule, now: number): boolean => (r.remaining === undefined || r.remaining > 0) && (r.until === undefined || r.until > now);
