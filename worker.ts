@@ -75,7 +75,7 @@ export async function createOrderWorkers(
 }
 
 /** The inventory metrics as Prometheus metrics (one label, `sku`), read from `metrics` at each scrape. */
-export function inventoryRegistry(metrics: InventoryMetrics): Registry {
+function inventoryRegistry(metrics: InventoryMetrics): Registry {
   const registry = new Registry();
   type Pick = (s: SkuStats) => number;
   // Filled from a snapshot at each scrape (reset first), so they show exactly the worker's counts.

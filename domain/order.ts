@@ -76,7 +76,7 @@ const OrderItemSchema = record(
 );
 
 /** The order a client places: the one input schema, checked by the client, the workflow and the activity. */
-export const OrderSchema = v.pipe(
+const OrderSchema = v.pipe(
   record(
     {
       orderId: identifier(ID_RE, 'letters, digits, "_", "." or "-"'),
@@ -136,7 +136,6 @@ export interface OrderResult {
   /** With ALREADY_SETTLED: the order's own status. */
   orderStatus?: OrderStatus;
   reason?: string;
-  chargeStatus?: 'succeeded' | 'not_charged' | 'refunded';
 }
 
 /** Money as a person writes it: 5248 USD cents → "52.48 USD". */

@@ -25,7 +25,7 @@ export const at = (input: unknown, key: string | number): v.IssuePathItem =>
   ({ type: typeof key === 'number' ? 'array' : 'object', origin: 'value', input, key, value: undefined }) as unknown as v.IssuePathItem;
 
 /** `items`, `1`, `qty` → `items[1].qty`. */
-export function fieldPath(path: readonly v.IssuePathItem[] | undefined): string {
+function fieldPath(path: readonly v.IssuePathItem[] | undefined): string {
   return (path ?? []).reduce<string>((s, { key }) => (typeof key === 'number' ? `${s}[${key}]` : s ? `${s}.${String(key)}` : String(key)), '');
 }
 

@@ -20,7 +20,7 @@ const FLAGS: Record<string, string> = { orders: '--orders', concurrency: '--conc
 const share = v.pipe(v.number('a number from 0 to 1'), v.minValue(0, 'a number from 0 to 1'), v.maxValue(1, 'a number from 0 to 1'));
 const fn = <F>() => v.custom<F>((x) => typeof x === 'function', 'must be a function');
 
-export const LoadOptionsSchema = record(
+const LoadOptionsSchema = record(
   {
     orders: wholeNumber(1, 100_000, 'a whole number from 1 to 100000'),
     concurrency: wholeNumber(1, 500, 'a whole number from 1 to 500'),

@@ -5,7 +5,7 @@ import { record } from '../domain/validation';
 export type ChargeStatus = 'processing' | 'succeeded' | 'failed';
 
 /** A non-empty string of at most `max` characters, none of them a control character. */
-export const printable = (max = 200) => {
+const printable = (max = 200) => {
   const message = `must be a non-empty string of at most ${max} printable characters`;
   // eslint-disable-next-line no-control-regex
   return v.pipe(v.string(message), v.minLength(1, message), v.maxLength(max, message), v.regex(/^[^\u0000-\u001f]*$/, message));
@@ -59,6 +59,5 @@ export const DECLINED_PAYMENT_METHODS: Record<string, string> = {
   tok_insufficient_funds: 'insufficient_funds',
 };
 
-export const API_KEY_HEADER = 'authorization';
 export const IDEMPOTENCY_HEADER = 'idempotency-key';
 export const REPLAY_HEADER = 'idempotent-replayed';

@@ -50,7 +50,7 @@ const rateMessage = 'must be a number in (0, 1]';
 const modeMessage = 'drop or hang, only for lose-response-after-commit';
 
 /** An admin request to set a rule; `target` defaults by kind. */
-export const FaultRequestSchema = v.pipe(
+const FaultRequestSchema = v.pipe(
   record(
     {
       kind: v.picklist(FAULT_KINDS, `must be one of ${FAULT_KINDS.join(', ')}`),
