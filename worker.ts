@@ -78,17 +78,29 @@ export async function createOrderWorkers(
 function inventoryRegistry(metrics: InventoryMetrics): Registry {
   const registry = new Registry();
   type Pick = (s: SkuStats) => number;
-  // Filled from a snapshot at each scrape (reset first), so they show exactly the worker's counts.
+  // Each is filled from a snapshot at a scrape (reset first), so it shows exactly the worker's counts.
   const counter = (name: string, help: string, pick: Pick): unknown =>
-    new Counter({ name, help, labelNames: ['sku'], registers: [registry], collect() {
-      this.reset();
-      for (const s of metrics.snapshot()) this.inc({ sku: s.sku }, pick(s));
-    } });
+    new Counter({
+      name,
+      help,
+      labelNames: ['sku'],
+      registers: [registry],
+      collect() {
+        this.reset();
+        for (const s of metrics.snapshot()) this.inc({ sku: s.sku }, pick(s));
+      },
+    });
   const gauge = (name: string, help: string, pick: Pick): unknown =>
-    new Gauge({ name, help, labelNames: ['sku'], registers: [registry], collect() {
-      this.reset();
-      for (const s of metrics.snapshot()) this.set({ sku: s.sku }, pick(s));
-    } });
+    new Gauge({
+      name,
+      help,
+      labelNames: ['sku'],
+      registers: [registry],
+      collect() {
+        this.reset();
+        for (const s of metrics.snapshot()) this.set({ sku: s.sku }, pick(s));
+      },
+    });
   counter('order_saga_inventory_cas_attempts_total', 'Optimistic (CAS) reservation attempts per SKU.', (s) => s.attempts);
   counter('order_saga_inventory_cas_aborts_total', 'CAS attempts aborted by a version conflict, per SKU.', (s) => s.aborts);
   counter('order_saga_inventory_fallbacks_total', 'Reservations sent to the serial lane, per SKU.', (s) => s.fallbacks);
@@ -104,8 +116,9 @@ export function startMetricsServer(metrics: InventoryMetrics, port: number, host
   const app = jsonApp();
   app.get('/metrics', async (c) => c.body(await registry.metrics(), 200, { 'content-type': registry.contentType }));
   app.get('/stats', (c) => c.json({ skus: metrics.snapshot() }));
-  app.all('/metrics', (c) => c.json({ error: 'method_not_allowed', message: `${c.req.method} is not allowed; use GET` }, 405, { allow: 'GET, HEAD' }));
-  app.all('/stats', (c) => c.json({ error: 'method_not_allowed', message: `${c.req.method} is not allowed; use GET` }, 405, { allow: 'GET, HEAD' }));
+  for (const path of ['/metrics', '/stats']) {
+    app.all(path, (c) => c.json({ error: 'method_not_allowed', message: `${c.req.method} is not allowed; use GET` }, 405, { allow: 'GET, HEAD' }));
+  }
   app.notFound((c) => c.json({ error: 'not_found', message: `${rawPath(c).slice(0, 100)} is not an endpoint (GET /metrics, GET /stats)` }, 404));
   const server = jsonServer(app);
   return new Promise((resolve, reject) => {

@@ -10,21 +10,22 @@ import { temporal } from '@temporalio/proto';
 import type { Pool } from 'pg';
 import * as v from 'valibot';
 import type { SkuStats } from '../activities/inventory-metrics';
-import { record, wholeNumber, parseWith } from '../domain/validation';
+import { parseWith, record, wholeNumber } from '../domain/validation';
 import { orderSummary, workflowIdFor, type OrderInput, type OrderResult } from '../domain/order';
 import { orderSaga } from '../workflows';
 import { orderOutcome } from './order-outcome';
 
 /** The CLI flag each option comes from, for the error a person sees. */
 const FLAGS: Record<string, string> = { orders: '--orders', concurrency: '--concurrency', hotSkus: '--hot-skus', hotShare: '--hot-share', declineShare: '--decline-share' };
-const share = v.pipe(v.number('a number from 0 to 1'), v.minValue(0, 'a number from 0 to 1'), v.maxValue(1, 'a number from 0 to 1'));
+const SHARE = 'must be a number from 0 to 1';
+const share = v.pipe(v.number(SHARE), v.minValue(0, SHARE), v.maxValue(1, SHARE));
 const fn = <F>() => v.custom<F>((x) => typeof x === 'function', 'must be a function');
 
 const LoadOptionsSchema = record(
   {
-    orders: wholeNumber(1, 100_000, 'a whole number from 1 to 100000'),
-    concurrency: wholeNumber(1, 500, 'a whole number from 1 to 500'),
-    hotSkus: wholeNumber(1, 1000, 'a whole number from 1 to 1000'),
+    orders: wholeNumber(1, 100_000),
+    concurrency: wholeNumber(1, 500),
+    hotSkus: wholeNumber(1, 1000),
     /** Share of orders that go to the hot SKUs. */
     hotShare: share,
     /** Share of orders paid with a declined test card. */
@@ -54,7 +55,7 @@ export class LoadOptionsError extends Error {
   }
 }
 
-/** Validates a load's options; throws LoadOptionsError naming the field (`--orders: a whole number from 1 to 100000`). */
+/** Validates a load's options; throws LoadOptionsError naming the field (`--orders: must be a whole number from 1 to 100000`). */
 export function parseLoadOptions(raw: unknown): LoadOptions {
   return parseWith(LoadOptionsSchema, raw, (field, problem) => {
     throw new LoadOptionsError(field, problem);

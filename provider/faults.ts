@@ -67,7 +67,7 @@ const FaultRequestSchema = v.pipe(
   ),
   v.forward(v.check((r) => r.kind !== 'processing' || (r.target ?? 'inquiries') === 'inquiries', 'processing applies to inquiries'), ['target']),
   v.forward(v.check((r) => r.count !== undefined || r.rate !== undefined || r.forMs !== undefined, 'give count, rate or forMs'), ['count']),
-  v.forward(v.check((r) => r.kind !== 'delay' || r.delayMs !== undefined, 'must be a whole number from 1 to 600000'), ['delayMs']),
+  v.forward(v.check((r) => r.kind !== 'delay' || r.delayMs !== undefined, 'is required for kind delay (a whole number from 1 to 600000)'), ['delayMs']),
   v.forward(v.check((r) => r.kind === 'delay' || r.delayMs === undefined, 'only for kind delay'), ['delayMs']),
   v.forward(v.check((r) => r.kind === 'lose-response-after-commit' || r.mode === undefined, modeMessage), ['mode']),
   v.transform((r) => ({ ...r, target: r.target ?? DEFAULT_TARGET[r.kind] })),
