@@ -8,12 +8,13 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { NativeConnection, Runtime, Worker, type WorkerOptions } from '@temporalio/worker';
 import type { Pool } from 'pg';
+import { Counter, Gauge, Registry } from 'prom-client';
 import { createActivities } from './activities';
-import { InventoryMetrics } from './activities/inventory-metrics';
+import { InventoryMetrics, type SkuStats } from './activities/inventory-metrics';
 import { createPool } from './db/pool';
 import { laneTaskQueue } from './domain/lanes';
 import { DEFAULT_PORTS, readConfig, type AppConfig } from './lib/config';
-import { jsonServer, sendJson } from './provider/http';
+import { jsonApp, jsonServer, rawPath } from './provider/http';
 import { createProviderClient } from './provider/client';
 import { DEFAULT_SAGA_CONFIG } from './workflows/order-saga';
 
@@ -80,27 +81,53 @@ export async function createOrderWorkers(
   };
 }
 
+/** The inventory metrics as Prometheus metrics (one label, `sku`), read from `metrics` at each scrape. */
+function inventoryRegistry(metrics: InventoryMetrics): Registry {
+  const registry = new Registry();
+  type Pick = (s: SkuStats) => number;
+  // Each is filled from a snapshot at a scrape (reset first), so it shows exactly the worker's counts.
+  const counter = (name: string, help: string, pick: Pick): unknown =>
+    new Counter({
+      name,
+      help,
+      labelNames: ['sku'],
+      registers: [registry],
+      collect() {
+        this.reset();
+        for (const s of metrics.snapshot()) this.inc({ sku: s.sku }, pick(s));
+      },
+    });
+  const gauge = (name: string, help: string, pick: Pick): unknown =>
+    new Gauge({
+      name,
+      help,
+      labelNames: ['sku'],
+      registers: [registry],
+      collect() {
+        this.reset();
+        for (const s of metrics.snapshot()) this.set({ sku: s.sku }, pick(s));
+      },
+    });
+  counter('order_saga_inventory_cas_attempts_total', 'Optimistic (CAS) reservation attempts per SKU.', (s) => s.attempts);
+  counter('order_saga_inventory_cas_aborts_total', 'CAS attempts aborted by a version conflict, per SKU.', (s) => s.aborts);
+  counter('order_saga_inventory_fallbacks_total', 'Reservations sent to the serial lane, per SKU.', (s) => s.fallbacks);
+  counter('order_saga_inventory_lane_commits_total', 'Reservations committed by the serial lane, per SKU.', (s) => s.laneCommits);
+  gauge('order_saga_inventory_abort_rate', 'Aborted attempts over task executions, per SKU.', (s) => s.abortRate);
+  gauge('order_saga_inventory_recent_abort_rate', 'Abort rate over the recent window, per SKU.', (s) => s.recentAbortRate);
+  return registry;
+}
+
 /** GET /metrics (Prometheus text) and GET /stats (JSON) of the inventory metrics; any other request gets a JSON 4xx. */
 export function startMetricsServer(metrics: InventoryMetrics, port: number, host = '127.0.0.1'): Promise<http.Server> {
-  const routes: Record<string, (res: http.ServerResponse) => void> = {
-    '/metrics': (res) => {
-      res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4' });
-      res.end(metrics.prometheus());
-    },
-    '/stats': (res) => sendJson(res, 200, { skus: metrics.snapshot() }),
-  };
-  const server = jsonServer((req, res) => {
-    let pathname: string;
-    try {
-      pathname = new URL(req.url ?? '/', 'http://worker').pathname;
-    } catch {
-      return sendJson(res, 400, { error: 'invalid_path', message: 'the request target is not a valid path' });
-    }
-    const route = routes[pathname];
-    if (!route) return sendJson(res, 404, { error: 'not_found', message: `${pathname.slice(0, 100)} is not an endpoint (GET /metrics, GET /stats)` });
-    if (req.method !== 'GET' && req.method !== 'HEAD') return sendJson(res, 405, { error: 'method_not_allowed', message: `${req.method} is not allowed; use GET` }, { allow: 'GET, HEAD' });
-    route(res);
-  });
+  const registry = inventoryRegistry(metrics);
+  const app = jsonApp();
+  app.get('/metrics', async (c) => c.body(await registry.metrics(), 200, { 'content-type': registry.contentType }));
+  app.get('/stats', (c) => c.json({ skus: metrics.snapshot() }));
+  for (const path of ['/metrics', '/stats']) {
+    app.all(path, (c) => c.json({ error: 'method_not_allowed', message: `${c.req.method} is not allowed; use GET` }, 405, { allow: 'GET, HEAD' }));
+  }
+  app.notFound((c) => c.json({ error: 'not_found', message: `${rawPath(c).slice(0, 100)} is not an endpoint (GET /metrics, GET /stats)` }, 404));
+  const server = jsonServer(app);
   return new Promise((resolve, reject) => {
     server.once('error', reject);
     server.listen(port, host, () => resolve(server));

@@ -1,7 +1,9 @@
 /**
- * Plain order types and the one input schema, shared by client.ts, the activities and the workflow.
- * Deterministic and dependency-free, so the workflow bundle can import it.
+ * Order types and the one input schema, shared by client.ts, the activities and the workflow.
+ * Deterministic (valibot only), so the workflow bundle can import it.
  */
+import * as v from 'valibot';
+import { at, parseWith, record } from './validation';
 
 export const ORDER_STATUSES = [
   'PENDING',
@@ -20,20 +22,6 @@ export const TERMINAL_STATUSES: readonly OrderStatus[] = ['COMPLETED', 'FAILED',
 
 export const CURRENCIES = ['USD', 'EUR'] as const;
 export type Currency = (typeof CURRENCIES)[number];
-
-export interface OrderItem {
-  sku: string;
-  qty: number;
-  unitPriceCents: number;
-}
-
-export interface OrderInput {
-  orderId: string;
-  customerId: string;
-  currency: Currency;
-  paymentMethod: string;
-  items: OrderItem[];
-}
 
 export const LIMITS = {
   idMaxLength: 64,
@@ -57,77 +45,81 @@ export class OrderValidationError extends Error {
 const ID_RE = /^[A-Za-z0-9][A-Za-z0-9_.-]*$/;
 const SKU_RE = /^[A-Z0-9][A-Z0-9_-]*$/;
 const PAYMENT_METHOD_RE = /^tok_[A-Za-z0-9_]{1,40}$/;
-const ORDER_KEYS = ['orderId', 'customerId', 'currency', 'paymentMethod', 'items'];
-const ITEM_KEYS = ['sku', 'qty', 'unitPriceCents'];
+// eslint-disable-next-line no-control-regex
+const NO_CONTROL_RE = /^[^\u0000-\u001f\u007f]*$/;
 
-function fail(field: string, problem: string): never {
-  throw new OrderValidationError(field, problem);
-}
+const identifier = (re: RegExp, what: string) =>
+  v.pipe(
+    v.string('must be a string'),
+    v.minLength(1, 'must not be empty'),
+    v.maxLength(LIMITS.idMaxLength, `must be at most ${LIMITS.idMaxLength} characters`),
+    v.regex(NO_CONTROL_RE, 'must not contain control characters'),
+    v.regex(re, `must match ${what}`),
+  );
 
-function isRecord(v: unknown): v is Record<string, unknown> {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
-}
+const integer = (min: number, max: number) =>
+  v.pipe(
+    v.number('must be a number'),
+    v.finite('must be a number'),
+    v.integer('must be a whole number'),
+    v.minValue(min, `must be at least ${min}`),
+    v.maxValue(max, `must be at most ${max}`),
+  );
 
-function checkKeys(obj: Record<string, unknown>, allowed: string[], prefix: string): void {
-  for (const key of Object.keys(obj)) {
-    if (!allowed.includes(key)) fail(prefix + key, 'unknown field');
-  }
-}
+const OrderItemSchema = record(
+  {
+    sku: identifier(SKU_RE, 'upper-case letters, digits, "_" or "-"'),
+    qty: integer(1, LIMITS.maxQty),
+    unitPriceCents: integer(0, LIMITS.maxUnitPriceCents),
+  },
+  'must be an object',
+);
 
-function identifier(v: unknown, field: string, re: RegExp, what: string): string {
-  if (typeof v !== 'string') fail(field, 'must be a string');
-  if (v.length === 0) fail(field, 'must not be empty');
-  if (v.length > LIMITS.idMaxLength) fail(field, `must be at most ${LIMITS.idMaxLength} characters`);
-  // eslint-disable-next-line no-control-regex
-  if (/[\u0000-\u001f\u007f]/.test(v)) fail(field, 'must not contain control characters');
-  if (!re.test(v)) fail(field, `must match ${what}`);
-  return v;
-}
+/** The order a client places: the one input schema, checked by the client, the workflow and the activity. */
+const OrderSchema = v.pipe(
+  record(
+    {
+      orderId: identifier(ID_RE, 'letters, digits, "_", "." or "-"'),
+      customerId: identifier(ID_RE, 'letters, digits, "_", "." or "-"'),
+      currency: v.picklist(CURRENCIES, `must be one of ${CURRENCIES.join(', ')}`),
+      paymentMethod: identifier(PAYMENT_METHOD_RE, 'a token such as tok_visa'),
+      items: v.pipe(
+        v.array(OrderItemSchema, 'must be an array'),
+        v.minLength(1, 'must not be empty'),
+        v.maxLength(LIMITS.maxItems, `must have at most ${LIMITS.maxItems} lines`),
+        v.rawCheck(({ dataset, addIssue }) => {
+          if (!dataset.typed) return;
+          const seen = new Set<string>();
+          dataset.value.forEach((item, i) => {
+            if (seen.has(item.sku)) addIssue({ message: `duplicate line for ${item.sku}`, path: [at(dataset.value, i), at(item, 'sku')] });
+            seen.add(item.sku);
+          });
+        }),
+      ),
+    },
+    'must be a JSON object',
+  ),
+  v.forward(
+    v.check((order) => orderTotalCents(order) <= LIMITS.maxTotalCents, `order total must be at most ${LIMITS.maxTotalCents} cents`),
+    ['items'],
+  ),
+  v.forward(
+    v.check((order) => orderTotalCents(order) > 0, 'order total must be more than 0 cents'),
+    ['items'],
+  ),
+);
 
-function integer(v: unknown, field: string, min: number, max: number): number {
-  if (typeof v !== 'number' || !Number.isFinite(v)) fail(field, 'must be a number');
-  if (!Number.isInteger(v)) fail(field, 'must be a whole number');
-  if (v < min) fail(field, `must be at least ${min}`);
-  if (v > max) fail(field, `must be at most ${max}`);
-  return v;
-}
+export type OrderInput = v.InferOutput<typeof OrderSchema>;
+export type OrderItem = OrderInput['items'][number];
 
 /** Validates untrusted input and returns a clean copy. Throws OrderValidationError naming the field. */
 export function parseOrder(raw: unknown): OrderInput {
-  if (!isRecord(raw)) fail('order', 'must be a JSON object');
-  checkKeys(raw, ORDER_KEYS, '');
-  const orderId = identifier(raw.orderId, 'orderId', ID_RE, 'letters, digits, "_", "." or "-"');
-  const customerId = identifier(raw.customerId, 'customerId', ID_RE, 'letters, digits, "_", "." or "-"');
-  if (typeof raw.currency !== 'string' || !(CURRENCIES as readonly string[]).includes(raw.currency)) {
-    fail('currency', `must be one of ${CURRENCIES.join(', ')}`);
-  }
-  const currency = raw.currency as Currency;
-  const paymentMethod = identifier(raw.paymentMethod, 'paymentMethod', PAYMENT_METHOD_RE, 'a token such as tok_visa');
-  if (!Array.isArray(raw.items)) fail('items', 'must be an array');
-  if (raw.items.length === 0) fail('items', 'must not be empty');
-  if (raw.items.length > LIMITS.maxItems) fail('items', `must have at most ${LIMITS.maxItems} lines`);
-  const seen = new Set<string>();
-  const items = raw.items.map((item: unknown, i: number): OrderItem => {
-    const at = `items[${i}]`;
-    if (!isRecord(item)) fail(at, 'must be an object');
-    checkKeys(item, ITEM_KEYS, `${at}.`);
-    const sku = identifier(item.sku, `${at}.sku`, SKU_RE, 'upper-case letters, digits, "_" or "-"');
-    if (seen.has(sku)) fail(`${at}.sku`, `duplicate line for ${sku}`);
-    seen.add(sku);
-    return {
-      sku,
-      qty: integer(item.qty, `${at}.qty`, 1, LIMITS.maxQty),
-      unitPriceCents: integer(item.unitPriceCents, `${at}.unitPriceCents`, 0, LIMITS.maxUnitPriceCents),
-    };
-  });
-  const order: OrderInput = { orderId, customerId, currency, paymentMethod, items };
-  const total = orderTotalCents(order);
-  if (total > LIMITS.maxTotalCents) fail('items', `order total must be at most ${LIMITS.maxTotalCents} cents`);
-  if (total === 0) fail('items', 'order total must be more than 0 cents');
-  return order;
+  return parseWith(OrderSchema, raw, (field, problem) => {
+    throw new OrderValidationError(field, problem);
+  }, 'order');
 }
 
-export function orderTotalCents(order: Pick<OrderInput, 'items'>): number {
+export function orderTotalCents(order: { items: readonly { qty: number; unitPriceCents: number }[] }): number {
   return order.items.reduce((sum, i) => sum + i.qty * i.unitPriceCents, 0);
 }
 
@@ -144,7 +136,6 @@ export interface OrderResult {
   /** With ALREADY_SETTLED: the order's own status. */
   orderStatus?: OrderStatus;
   reason?: string;
-  chargeStatus?: 'succeeded' | 'not_charged' | 'refunded';
 }
 
 /** Money as a person writes it: 5248 USD cents → "52.48 USD". */

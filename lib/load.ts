@@ -7,29 +7,59 @@ import { randomUUID } from 'node:crypto';
 import type { Client } from '@temporalio/client';
 import { tsToMs } from '@temporalio/common/lib/time';
 import { temporal } from '@temporalio/proto';
+import * as v from 'valibot';
 import type { SkuStats } from '../activities/inventory-metrics';
+import { parseWith, record, wholeNumber } from '../domain/validation';
 import { orderSummary, workflowIdFor, type OrderInput, type OrderResult } from '../domain/order';
 import { orderSaga } from '../workflows';
 import { orderOutcome } from './order-outcome';
 import type { OrderStore } from './order-store';
 
-export interface LoadOptions {
-  orders: number;
-  concurrency: number;
-  hotSkus: number;
-  /** Share of orders that go to the hot SKUs. */
-  hotShare: number;
-  /** Share of orders paid with a declined test card. */
-  declineShare: number;
-  taskQueue: string;
-  /** Called after every order with (done, total). */
-  onProgress?: (done: number, total: number) => void;
-  /** Reads the worker's inventory stats, for the abort rate (optional). */
-  stats?: () => Promise<SkuStats[]>;
-  /** Stop placing new orders after this long (ms); the ones in flight still finish. */
-  maxDurationMs?: number;
-  /** Stop waiting for one saga after this long (ms): it is counted as UNSETTLED (the checker looks at it). */
-  resultTimeoutMs?: number;
+/** The CLI flag each option comes from, for the error a person sees. */
+const FLAGS: Record<string, string> = { orders: '--orders', concurrency: '--concurrency', hotSkus: '--hot-skus', hotShare: '--hot-share', declineShare: '--decline-share' };
+const SHARE = 'must be a number from 0 to 1';
+const share = v.pipe(v.number(SHARE), v.minValue(0, SHARE), v.maxValue(1, SHARE));
+const fn = <F>() => v.custom<F>((x) => typeof x === 'function', 'must be a function');
+
+const LoadOptionsSchema = record(
+  {
+    orders: wholeNumber(1, 100_000),
+    concurrency: wholeNumber(1, 500),
+    hotSkus: wholeNumber(1, 1000),
+    /** Share of orders that go to the hot SKUs. */
+    hotShare: share,
+    /** Share of orders paid with a declined test card. */
+    declineShare: share,
+    taskQueue: v.pipe(v.string('must be a task queue name'), v.minLength(1, 'must be a task queue name')),
+    /** Called after every order with (done, total). */
+    onProgress: v.optional(fn<(done: number, total: number) => void>()),
+    /** Reads the worker's inventory stats, for the abort rate (optional). */
+    stats: v.optional(fn<() => Promise<SkuStats[]>>()),
+    /** Stop placing new orders after this long (ms); the ones in flight still finish. */
+    maxDurationMs: v.optional(wholeNumber(1, 7 * 86_400_000)),
+    /** Stop waiting for one saga after this long (ms): it is counted as UNSETTLED (the checker looks at it). */
+    resultTimeoutMs: v.optional(wholeNumber(1, 7 * 86_400_000)),
+  },
+  'must be an object',
+);
+export type LoadOptions = v.InferOutput<typeof LoadOptionsSchema>;
+
+/** A load's options that break a rule, naming the option (`field`) and, in the message, its CLI flag. */
+export class LoadOptionsError extends Error {
+  constructor(
+    readonly field: string,
+    readonly problem: string,
+  ) {
+    super(`${FLAGS[field] ?? (field || 'load options')}: ${problem}`);
+    this.name = 'LoadOptionsError';
+  }
+}
+
+/** Validates a load's options; throws LoadOptionsError naming the field (`--orders: must be a whole number from 1 to 100000`). */
+export function parseLoadOptions(raw: unknown): LoadOptions {
+  return parseWith(LoadOptionsSchema, raw, (field, problem) => {
+    throw new LoadOptionsError(field, problem);
+  });
 }
 
 export interface LoadSummary {
@@ -74,10 +104,7 @@ async function loadProducts(store: Pick<OrderStore, 'createProducts'>, runId: st
 }
 
 export async function runLoad(client: Client, store: Pick<OrderStore, 'createProducts'>, opts: LoadOptions): Promise<LoadSummary> {
-  if (!Number.isInteger(opts.orders) || opts.orders < 1 || opts.orders > 100_000) throw new Error('--orders: a whole number from 1 to 100000');
-  if (!Number.isInteger(opts.concurrency) || opts.concurrency < 1 || opts.concurrency > 500) throw new Error('--concurrency: a whole number from 1 to 500');
-  if (!Number.isInteger(opts.hotSkus) || opts.hotSkus < 1 || opts.hotSkus > 1000) throw new Error('--hot-skus: a whole number from 1 to 1000');
-  if (!(opts.hotShare >= 0 && opts.hotShare <= 1)) throw new Error('--hot-share: a number from 0 to 1');
+  opts = parseLoadOptions(opts);
   const runId = randomUUID().slice(0, 8);
   const { hot, cold } = await loadProducts(store, runId, opts);
   const before = opts.stats ? await opts.stats().catch(() => undefined) : undefined;

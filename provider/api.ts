@@ -1,13 +1,32 @@
-/** Wire types of the payment provider's HTTP API, shared by the server and its client. */
+/** Wire types of the payment provider's HTTP API, shared by the server and its client; the requests as schemas. */
+import * as v from 'valibot';
+import { record } from '../domain/validation';
 
 export type ChargeStatus = 'processing' | 'succeeded' | 'failed';
 
-export interface ChargeRequest {
-  amountCents: number;
-  currency: string;
-  paymentMethod: string;
-  reference?: string;
-}
+/** A non-empty string of at most `max` characters, none of them a control character. */
+const printable = (max = 200) => {
+  const message = `must be a non-empty string of at most ${max} printable characters`;
+  // eslint-disable-next-line no-control-regex
+  return v.pipe(v.string(message), v.minLength(1, message), v.maxLength(max, message), v.regex(/^[^\u0000-\u001f]*$/, message));
+};
+
+/** An Idempotency-Key, as a header or as the path segment of an inquiry. */
+export const IdempotencyKeySchema = printable();
+
+const amountMessage = 'must be a positive whole number';
+const amountCents = v.pipe(v.number(amountMessage), v.safeInteger(amountMessage), v.minValue(1, amountMessage));
+
+export const ChargeRequestSchema = record(
+  {
+    amountCents,
+    currency: v.pipe(printable(3), v.regex(/^[A-Z]{3}$/, 'must be an ISO 4217 code such as USD')),
+    paymentMethod: printable(64),
+    reference: v.optional(printable()),
+  },
+  'must be a JSON object',
+);
+export type ChargeRequest = v.InferOutput<typeof ChargeRequestSchema>;
 
 export interface Charge {
   idempotencyKey: string;
@@ -18,10 +37,8 @@ export interface Charge {
   refundedCents: number;
 }
 
-export interface RefundRequest {
-  chargeKey: string;
-  amountCents: number;
-}
+export const RefundRequestSchema = record({ chargeKey: printable(), amountCents }, 'must be a JSON object');
+export type RefundRequest = v.InferOutput<typeof RefundRequestSchema>;
 
 export interface Refund {
   idempotencyKey: string;
@@ -42,6 +59,5 @@ export const DECLINED_PAYMENT_METHODS: Record<string, string> = {
   tok_insufficient_funds: 'insufficient_funds',
 };
 
-export const API_KEY_HEADER = 'authorization';
 export const IDEMPOTENCY_HEADER = 'idempotency-key';
 export const REPLAY_HEADER = 'idempotent-replayed';

@@ -5,6 +5,8 @@
  * its X-Client-Name). A rule that matches a call is used up by it; the call
  * counts as a fault only where the fault was applied (a call refused before, or replayed, is not).
  */
+import * as v from 'valibot';
+import { parseWith, record, wholeNumber } from '../domain/validation';
 
 export const FAULT_KINDS = ['lose-response-after-commit', 'fail-before-commit', 'delay', 'processing', 'outage'] as const;
 export type FaultKind = (typeof FAULT_KINDS)[number];
@@ -27,8 +29,6 @@ export interface FaultRule {
   mode?: 'drop' | 'hang';
 }
 
-export type FaultRequest = Omit<FaultRule, 'id' | 'remaining' | 'rate' | 'until'> & { count?: number; rate?: number; forMs?: number };
-
 const DEFAULT_TARGET: Record<FaultKind, FaultTarget> = {
   'lose-response-after-commit': 'charges',
   'fail-before-commit': 'charges',
@@ -42,46 +42,48 @@ export type FaultCounts = Record<FaultTarget, Record<FaultKind, number>>;
 const zeroCounts = (): FaultCounts =>
   Object.fromEntries(FAULT_TARGETS.map((t) => [t, Object.fromEntries(FAULT_KINDS.map((k) => [k, 0]))])) as FaultCounts;
 
-/** Validates an admin request; throws an Error naming the field. */
-export function parseFaultRequest(body: Record<string, unknown>): FaultRequest {
-  const bad = (field: string, msg: string): never => {
-    throw Object.assign(new Error(`${field}: ${msg}`), { field });
-  };
-  for (const k of Object.keys(body)) {
-    if (!['kind', 'target', 'count', 'rate', 'forMs', 'keyPrefix', 'exceptClient', 'delayMs', 'mode'].includes(k)) bad(k, 'unknown field');
-  }
-  if (!FAULT_KINDS.includes(body.kind as FaultKind)) bad('kind', `must be one of ${FAULT_KINDS.join(', ')}`);
-  const kind = body.kind as FaultKind;
-  const target = (body.target ?? DEFAULT_TARGET[kind]) as FaultTarget;
-  if (!FAULT_TARGETS.includes(target)) bad('target', `must be one of ${FAULT_TARGETS.join(', ')}`);
-  if (kind === 'processing' && target !== 'inquiries') bad('target', 'processing applies to inquiries');
-  const req: FaultRequest = { kind, target };
-  const int = (v: unknown, field: string, min: number, max: number): number => {
-    if (typeof v !== 'number' || !Number.isInteger(v) || v < min || v > max) bad(field, `must be a whole number from ${min} to ${max}`);
-    return v as number;
-  };
-  if (body.count !== undefined) req.count = int(body.count, 'count', 1, 1_000_000);
-  if (body.forMs !== undefined) req.forMs = int(body.forMs, 'forMs', 1, 86_400_000);
-  if (body.rate !== undefined) {
-    if (typeof body.rate !== 'number' || !(body.rate > 0 && body.rate <= 1)) bad('rate', 'must be a number in (0, 1]');
-    req.rate = body.rate as number;
-  }
-  if (req.count === undefined && req.rate === undefined && req.forMs === undefined) bad('count', 'give count, rate or forMs');
-  if (body.keyPrefix !== undefined) {
-    if (typeof body.keyPrefix !== 'string' || body.keyPrefix.length === 0 || body.keyPrefix.length > 200) bad('keyPrefix', 'must be a non-empty string');
-    req.keyPrefix = body.keyPrefix as string;
-  }
-  if (body.exceptClient !== undefined) {
-    if (typeof body.exceptClient !== 'string' || !/^[\w.-]{1,64}$/.test(body.exceptClient)) bad('exceptClient', 'must be a client name (letters, digits, "_", ".", "-"; at most 64)');
-    req.exceptClient = body.exceptClient as string;
-  }
-  if (kind === 'delay') req.delayMs = int(body.delayMs, 'delayMs', 1, 600_000);
-  else if (body.delayMs !== undefined) bad('delayMs', 'only for kind delay');
-  if (body.mode !== undefined) {
-    if (kind !== 'lose-response-after-commit' || !['drop', 'hang'].includes(body.mode as string)) bad('mode', 'drop or hang, only for lose-response-after-commit');
-    req.mode = body.mode as 'drop' | 'hang';
-  }
-  return req;
+/** A caller's X-Client-Name, as `exceptClient` names it. */
+const CLIENT_NAME_MESSAGE = 'must be a client name (letters, digits, "_", ".", "-"; at most 64)';
+export const ClientNameSchema = v.pipe(v.string(CLIENT_NAME_MESSAGE), v.regex(/^[\w.-]{1,64}$/, CLIENT_NAME_MESSAGE));
+
+const rateMessage = 'must be a number in (0, 1]';
+const modeMessage = 'drop or hang, only for lose-response-after-commit';
+
+/** An admin request to set a rule; `target` defaults by kind. */
+const FaultRequestSchema = v.pipe(
+  record(
+    {
+      kind: v.picklist(FAULT_KINDS, `must be one of ${FAULT_KINDS.join(', ')}`),
+      target: v.optional(v.picklist(FAULT_TARGETS, `must be one of ${FAULT_TARGETS.join(', ')}`)),
+      count: v.optional(wholeNumber(1, 1_000_000)),
+      rate: v.optional(v.pipe(v.number(rateMessage), v.gtValue(0, rateMessage), v.maxValue(1, rateMessage))),
+      forMs: v.optional(wholeNumber(1, 86_400_000)),
+      keyPrefix: v.optional(v.pipe(v.string('must be a non-empty string'), v.minLength(1, 'must be a non-empty string'), v.maxLength(200, 'must be a non-empty string'))),
+      exceptClient: v.optional(ClientNameSchema),
+      delayMs: v.optional(wholeNumber(1, 600_000)),
+      mode: v.optional(v.picklist(['drop', 'hang'], modeMessage)),
+    },
+    'must be a JSON object',
+  ),
+  v.forward(v.check((r) => r.kind !== 'processing' || (r.target ?? 'inquiries') === 'inquiries', 'processing applies to inquiries'), ['target']),
+  v.forward(v.check((r) => r.count !== undefined || r.rate !== undefined || r.forMs !== undefined, 'give count, rate or forMs'), ['count']),
+  v.forward(v.check((r) => r.kind !== 'delay' || r.delayMs !== undefined, 'is required for kind delay (a whole number from 1 to 600000)'), ['delayMs']),
+  v.forward(v.check((r) => r.kind === 'delay' || r.delayMs === undefined, 'only for kind delay'), ['delayMs']),
+  v.forward(v.check((r) => r.kind === 'lose-response-after-commit' || r.mode === undefined, modeMessage), ['mode']),
+  v.transform((r) => ({ ...r, target: r.target ?? DEFAULT_TARGET[r.kind] })),
+);
+export type FaultRequest = v.InferOutput<typeof FaultRequestSchema>;
+
+/**
+ * Validates an admin request; calls `fail` with the field and the problem, by default throwing an
+ * Error naming the field (`field: problem`, and a `field` property).
+ */
+export function parseFaultRequest(body: unknown, fail: (field: string, problem: string) => never = failWithError): FaultRequest {
+  return parseWith(FaultRequestSchema, body, fail, 'body');
+}
+
+function failWithError(field: string, problem: string): never {
+  throw Object.assign(new Error(`${field}: ${problem}`), { field });
 }
 
 const inForce = (r: FaultRule, now: number): boolean => (r.remaining === undefined || r.remaining > 0) && (r.until === undefined || r.until > now);

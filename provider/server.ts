@@ -3,23 +3,29 @@
  * Postgres (schema `provider`) and API-key authentication. Start: `npm run provider`.
  */
 import { createHash, timingSafeEqual } from 'node:crypto';
-import http, { type IncomingMessage, type ServerResponse } from 'node:http';
+import type http from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { RESPONSE_ALREADY_SENT } from '@hono/node-server/utils/response';
+import type { Context, MiddlewareHandler } from 'hono';
 import type { Pool } from 'pg';
+import * as v from 'valibot';
 import { assertMigrated, PROVIDER_MIGRATIONS } from '../db/migrate';
 import { createPool, withTransaction } from '../db/pool';
-import { jsonServer, sendJson } from './http';
+import { parseWith } from '../domain/validation';
 import {
+  ChargeRequestSchema,
   DECLINED_PAYMENT_METHODS,
   IDEMPOTENCY_HEADER,
+  IdempotencyKeySchema,
   REPLAY_HEADER,
-  type ApiError,
+  RefundRequestSchema,
   type Charge,
   type ChargeRequest,
   type Refund,
   type RefundRequest,
 } from './api';
-import { FaultBook, parseFaultRequest, type FaultKind, type FaultRule, type FaultTarget } from './faults';
+import { ClientNameSchema, FaultBook, parseFaultRequest, type FaultKind, type FaultTarget } from './faults';
+import { HttpError, jsonApp, jsonBody, jsonServer, rawPath, readJson, type JsonEnv } from './http';
 
 /** Development defaults, for loopback use only. Set PROVIDER_API_KEY(S) / PROVIDER_ADMIN_KEY(S) anywhere else. */
 export const DEV_PROVIDER_API_KEY = 'dev-only-provider-key';
@@ -61,111 +67,49 @@ function keyMatches(given: string, hashes: Buffer[]): boolean {
   return ok;
 }
 
-class HttpError extends Error {
-  constructor(
-    readonly status: number,
-    readonly body: ApiError,
-  ) {
-    super(body.message);
-  }
-}
-
 const sha256 = (s: string): string => createHash('sha256').update(s).digest('hex');
 
 function log(event: string, fields: Record<string, unknown> = {}): void {
   process.stdout.write(`${JSON.stringify({ ts: new Date().toISOString(), svc: 'provider', event, ...fields })}\n`);
 }
 
+/** Bodies over 64 KiB are refused (by their Content-Length before reading). */
 const MAX_BODY = 64 * 1024;
-
-/** A JSON object body: application/json, at most 64 KiB (refused by its Content-Length before reading). */
-async function readJson(req: IncomingMessage): Promise<Record<string, unknown>> {
-  const type = (req.headers['content-type'] ?? '').split(';')[0]!.trim().toLowerCase();
-  if (type !== 'application/json') {
-    throw new HttpError(415, { error: 'unsupported_media_type', field: 'Content-Type', message: 'Content-Type: must be application/json' });
-  }
-  const tooLarge = new HttpError(413, { error: 'body_too_large', message: 'body over 64 KiB' });
-  if (Number(req.headers['content-length'] ?? 0) > MAX_BODY) throw tooLarge;
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of req) {
-    size += (chunk as Buffer).length;
-    if (size > MAX_BODY) throw tooLarge;
-    chunks.push(chunk as Buffer);
-  }
-  let parsed: unknown;
-  try {
-    parsed = JSON.parse(Buffer.concat(chunks).toString('utf8'));
-  } catch {
-    throw new HttpError(400, { error: 'invalid_json', message: 'body must be JSON' });
-  }
-  if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) {
-    throw new HttpError(400, { error: 'invalid_json', message: 'body must be a JSON object' });
-  }
-  return parsed as Record<string, unknown>;
-}
 
 function bad(field: string, message: string): never {
   throw new HttpError(400, { error: 'invalid_request', field, message: `${field}: ${message}` });
 }
 
-function positiveCents(v: unknown, field: string): number {
-  if (typeof v !== 'number' || !Number.isSafeInteger(v) || v <= 0) bad(field, 'must be a positive whole number');
-  return v;
+/** A Bearer key that must be one of `hashes` (compared in constant time), else 401 with these messages. */
+function bearer(hashes: Buffer[], missing: string, unknown: string): MiddlewareHandler {
+  return async (c, next) => {
+    const header = c.req.header('authorization') ?? '';
+    const key = header.startsWith('Bearer ') ? header.slice(7) : '';
+    if (!key) throw new HttpError(401, { error: 'unauthenticated', message: missing });
+    if (!keyMatches(key, hashes)) throw new HttpError(401, { error: 'unauthenticated', message: unknown });
+    await next();
+  };
 }
 
-function text(v: unknown, field: string, max = 200): string {
-  if (typeof v !== 'string' || v.length === 0 || v.length > max || /[\u0000-\u001f]/.test(v)) {
-    bad(field, `must be a non-empty string of at most ${max} printable characters`);
-  }
-  return v;
-}
+type KeyedEnv = JsonEnv & { Variables: { key: string } };
 
-/** The request's URL; a target that is not one (or a bad % escape in it) is the client's error. */
-function requestUrl(req: IncomingMessage, base: string): URL {
-  try {
-    return new URL(req.url ?? '/', base);
-  } catch {
-    throw new HttpError(400, { error: 'invalid_path', message: 'the request target is not a valid path' });
-  }
-}
+/** The Idempotency-Key header, required: the route reads it as c.get('key'). */
+const requireIdempotencyKey: MiddlewareHandler<KeyedEnv> = async (c, next) => {
+  const key = c.req.header(IDEMPOTENCY_HEADER);
+  if (key === undefined) bad('Idempotency-Key', 'header is required');
+  c.set('key', parseWith(IdempotencyKeySchema, key, bad, 'Idempotency-Key'));
+  await next();
+};
 
-/** One path segment, percent-decoded, held to the same rule as an Idempotency-Key. */
-function pathKey(segment: string): string {
+/** The inquiry's key: its path segment as sent, percent-decoded, held to the Idempotency-Key rule. */
+function pathKey(c: Context, prefix: string): string {
   let key: string;
   try {
-    key = decodeURIComponent(segment);
+    key = decodeURIComponent(rawPath(c).slice(prefix.length));
   } catch {
     throw new HttpError(400, { error: 'invalid_path', field: 'key', message: 'key: the path has a malformed % escape' });
   }
-  return text(key, 'key');
-}
-
-function idempotencyKey(req: IncomingMessage): string {
-  const key = req.headers[IDEMPOTENCY_HEADER];
-  if (typeof key !== 'string') bad('Idempotency-Key', 'header is required');
-  return text(key, 'Idempotency-Key');
-}
-
-export function parseChargeRequest(body: Record<string, unknown>): ChargeRequest {
-  for (const k of Object.keys(body)) {
-    if (!['amountCents', 'currency', 'paymentMethod', 'reference'].includes(k)) bad(k, 'unknown field');
-  }
-  const req: ChargeRequest = {
-    amountCents: positiveCents(body.amountCents, 'amountCents'),
-    currency: text(body.currency, 'currency', 3),
-    paymentMethod: text(body.paymentMethod, 'paymentMethod', 64),
-  };
-  if (!/^[A-Z]{3}$/.test(req.currency)) bad('currency', 'must be an ISO 4217 code such as USD');
-  if (body.reference !== undefined) req.reference = text(body.reference, 'reference');
-  return req;
-}
-
-function parseRefundRequest(body: Record<string, unknown>): RefundRequest {
-  for (const k of Object.keys(body)) {
-    if (!['chargeKey', 'amountCents'].includes(k)) bad(k, 'unknown field');
-  }
-  return { chargeKey: text(body.chargeKey, 'chargeKey'), amountCents: positiveCents(body.amountCents, 'amountCents') };
+  return parseWith(IdempotencyKeySchema, key, bad, 'key');
 }
 
 interface ChargeRow {
@@ -194,7 +138,7 @@ function toCharge(row: ChargeRow): Charge {
   return charge;
 }
 
-const chargeHttpStatus = (c: Charge): number => (c.status === 'failed' ? 402 : 201);
+const chargeHttpStatus = (c: Charge): 201 | 402 => (c.status === 'failed' ? 402 : 201);
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
@@ -202,9 +146,9 @@ const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms
  * The faults matched for one call. Each is counted (and logged as `fault applied`) only where it
  * takes effect: a call refused before it, or a replay that never waits, does not count.
  */
-function callFaults(book: FaultBook, target: FaultTarget, key: string, req: IncomingMessage) {
-  const name = req.headers['x-client-name'];
-  const client = typeof name === 'string' && /^[\w.-]{1,64}$/.test(name) ? { client: name } : {};
+function callFaults(book: FaultBook, target: FaultTarget, key: string, c: Context<KeyedEnv>) {
+  const name = c.req.header('x-client-name');
+  const client = typeof name === 'string' && v.is(ClientNameSchema, name) ? { client: name } : {};
   const fired = book.take(target, key, client.client);
   const done = new Set<FaultKind>();
   const applied = (kind: FaultKind, fields: Record<string, unknown> = {}): void => {
@@ -213,9 +157,13 @@ function callFaults(book: FaultBook, target: FaultTarget, key: string, req: Inco
     log('fault applied', { target, kind, key, ...client, ...fields });
   };
   return {
-    /** At the end of the call: the matched faults it did not apply go back to their rules. */
-    release(): void {
-      for (const [kind, rule] of fired) if (!done.has(kind)) book.release(rule);
+    /** Runs the call, then gives back to their rules the matched faults it did not apply. */
+    async run(call: () => Promise<Response>): Promise<Response> {
+      try {
+        return await call();
+      } finally {
+        for (const [kind, rule] of fired) if (!done.has(kind)) book.release(rule);
+      }
     },
     /** An outage or a 5xx before any work; before them, a delay unless the work itself applies it. */
     async before(delayHere = true): Promise<void> {
@@ -243,32 +191,28 @@ function callFaults(book: FaultBook, target: FaultTarget, key: string, req: Inco
       applied('processing');
       return true;
     },
-    /** The work is done; the caller never hears of it. Returns true when the response was lost. */
-    loseResponse(res: ServerResponse): boolean {
+    /**
+     * The work is done; the caller never hears of it: the one place that needs the raw socket. Returns
+     * the non-answer for the route to return (nothing is written), or undefined to answer as usual.
+     */
+    loseResponse(): Response | undefined {
       const rule = fired.get('lose-response-after-commit');
-      if (!rule) return false;
+      if (!rule) return undefined;
       applied('lose-response-after-commit', { mode: rule.mode ?? 'drop' });
+      const res = c.env.outgoing;
       if (rule.mode === 'hang') {
         const t = setTimeout(() => res.socket?.destroy(), 300_000);
         res.once('close', () => clearTimeout(t));
       } else {
         res.socket?.destroy();
       }
-      return true;
+      return RESPONSE_ALREADY_SENT;
     },
   };
 }
 
-export function createProviderHandler(pool: Pool, faults: FaultBook, apiKeys: string[]) {
-  // Exactly the keys configured now: a key removed from the configuration stops working at restart.
-  const hashes = apiKeys.map((k) => Buffer.from(sha256(k)));
-  async function authenticate(req: IncomingMessage): Promise<void> {
-    const header = req.headers.authorization ?? '';
-    const key = header.startsWith('Bearer ') ? header.slice(7) : '';
-    if (!key) throw new HttpError(401, { error: 'unauthenticated', message: 'missing API key (Authorization: Bearer …)' });
-    if (!keyMatches(key, hashes)) throw new HttpError(401, { error: 'unauthenticated', message: 'unknown API key' });
-  }
-
+/** The provider's ledger in Postgres: charges and refunds, each once per Idempotency-Key. */
+function createLedger(pool: Pool) {
   /** Charges this process is deciding right now: the same key meanwhile gets 409. */
   const inFlight = new Set<string>();
 
@@ -303,7 +247,7 @@ export function createProviderHandler(pool: Pool, faults: FaultBook, apiKeys: st
   }
 
   /** `delay`: how long a new charge stays `processing` (a slow gateway) before it is decided. */
-  async function createCharge(key: string, body: ChargeRequest, delay?: { ms: number; applied: () => void }): Promise<{ status: number; charge: Charge; replayed: boolean }> {
+  async function createCharge(key: string, body: ChargeRequest, delay?: { ms: number; applied: () => void }): Promise<{ status: 201 | 402; charge: Charge; replayed: boolean }> {
     const hash = sha256(JSON.stringify([body.amountCents, body.currency, body.paymentMethod, body.reference ?? null]));
     if (inFlight.has(key)) throw new HttpError(409, { error: 'request_in_flight', message: 'a request with this Idempotency-Key is in flight' });
     inFlight.add(key);
@@ -338,7 +282,7 @@ export function createProviderHandler(pool: Pool, faults: FaultBook, apiKeys: st
     return { status: chargeHttpStatus(charge), charge, replayed: false };
   }
 
-  async function createRefund(key: string, body: RefundRequest): Promise<{ status: number; refund: Refund; replayed: boolean }> {
+  async function createRefund(key: string, body: RefundRequest): Promise<{ status: 201; refund: Refund; replayed: boolean }> {
     const hash = sha256(JSON.stringify([body.chargeKey, body.amountCents]));
     return withTransaction(pool, async (c) => {
       // Serialise refunds of one charge, so their sum can never pass the charge's amount.
@@ -356,7 +300,7 @@ export function createProviderHandler(pool: Pool, faults: FaultBook, apiKeys: st
           throw new HttpError(422, { error: 'idempotency_key_reused', message: 'this Idempotency-Key was used with other parameters' });
         }
         const refund: Refund = { idempotencyKey: key, chargeKey: prior.charge_key, amountCents: Number(prior.amount_cents), status: 'succeeded' };
-        return { status: 201, refund, replayed: true };
+        return { status: 201 as const, refund, replayed: true };
       }
       const row = charge.rows[0];
       if (!row) throw new HttpError(404, { error: 'charge_not_found', field: 'chargeKey', message: 'no charge with that key' });
@@ -383,103 +327,85 @@ export function createProviderHandler(pool: Pool, faults: FaultBook, apiKeys: st
         throw err;
       }
       log('refund', { key, chargeKey: body.chargeKey, amountCents: body.amountCents });
-      return { status: 201, refund: { idempotencyKey: key, chargeKey: body.chargeKey, amountCents: body.amountCents, status: 'succeeded' }, replayed: false };
+      return { status: 201 as const, refund: { idempotencyKey: key, chargeKey: body.chargeKey, amountCents: body.amountCents, status: 'succeeded' }, replayed: false };
     });
   }
 
-  return async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const send = (status: number, body: unknown, headers: Record<string, string> = {}): void => sendJson(res, status, body, headers);
-    try {
-      const url = requestUrl(req, 'http://provider');
-      if (req.method === 'GET' && url.pathname === '/healthz') return send(200, { ok: true });
-      await authenticate(req);
-      const chargeMatch = /^\/v1\/charges\/([^/]+)$/.exec(url.pathname);
-      if (req.method === 'POST' && url.pathname === '/v1/charges') {
-        const key = idempotencyKey(req);
-        const body = parseChargeRequest(await readJson(req));
-        const f = callFaults(faults, 'charges', key, req);
-        try {
-          await f.before(false);
-          const r = await createCharge(key, body, f.chargeDelay());
-          if (f.loseResponse(res)) return;
-          return send(r.status, r.charge, r.replayed ? { [REPLAY_HEADER]: 'true' } : {});
-        } finally {
-          f.release();
-        }
+  return { getCharge, createCharge, createRefund };
+}
+type Ledger = ReturnType<typeof createLedger>;
+
+/** The payment API: POST /v1/charges, GET /v1/charges/:key (the inquiry), POST /v1/refunds; GET /healthz. */
+export function createProviderApp(ledger: Ledger, faults: FaultBook, apiKeys: string[]) {
+  const app = jsonApp<KeyedEnv>((err) => log('error', { message: err.message }));
+  app.get('/healthz', (c) => c.json({ ok: true }));
+  // Exactly the keys configured now: a key removed from the configuration stops working at restart.
+  app.use('*', bearer(apiKeys.map((k) => Buffer.from(sha256(k))), 'missing API key (Authorization: Bearer …)', 'unknown API key'));
+  const replayed = (yes: boolean): Record<string, string> => (yes ? { [REPLAY_HEADER]: 'true' } : {});
+
+  app.post('/v1/charges', requireIdempotencyKey, jsonBody(MAX_BODY), async (c) => {
+    const key = c.get('key');
+    const body = parseWith(ChargeRequestSchema, await readJson(c), bad, 'body');
+    const f = callFaults(faults, 'charges', key, c);
+    return f.run(async () => {
+      await f.before(false);
+      const r = await ledger.createCharge(key, body, f.chargeDelay());
+      return f.loseResponse() ?? c.json(r.charge, r.status, replayed(r.replayed));
+    });
+  });
+
+  app.get('/v1/charges/:key', async (c) => {
+    const key = pathKey(c, '/v1/charges/');
+    const f = callFaults(faults, 'inquiries', key, c);
+    return f.run(async () => {
+      await f.before();
+      if (f.processing()) {
+        return c.json({ idempotencyKey: key, status: 'processing', amountCents: 0, currency: '', refundedCents: 0 } satisfies Charge, 200);
       }
-      if (req.method === 'GET' && chargeMatch) {
-        const key = pathKey(chargeMatch[1]!);
-        const f = callFaults(faults, 'inquiries', key, req);
-        try {
-          await f.before();
-          if (f.processing()) {
-            return send(200, { idempotencyKey: key, status: 'processing', amountCents: 0, currency: '', refundedCents: 0 } satisfies Charge);
-          }
-          const charge = await getCharge(key);
-          if (f.loseResponse(res)) return;
-          return charge ? send(200, charge) : send(404, { error: 'not_found', message: 'no charge with that key' });
-        } finally {
-          f.release();
-        }
-      }
-      if (req.method === 'POST' && url.pathname === '/v1/refunds') {
-        const key = idempotencyKey(req);
-        const body = parseRefundRequest(await readJson(req));
-        const f = callFaults(faults, 'refunds', key, req);
-        try {
-          await f.before();
-          const r = await createRefund(key, body);
-          if (f.loseResponse(res)) return;
-          return send(r.status, r.refund, r.replayed ? { [REPLAY_HEADER]: 'true' } : {});
-        } finally {
-          f.release();
-        }
-      }
-      return send(404, { error: 'not_found', message: `${req.method} ${url.pathname} is not an endpoint` });
-    } catch (err) {
-      if (err instanceof HttpError) return send(err.status, err.body);
-      log('error', { message: (err as Error).message });
-      return send(500, { error: 'internal', message: 'internal error' });
-    }
-  };
+      const charge = await ledger.getCharge(key);
+      return f.loseResponse() ?? (charge ? c.json(charge, 200) : c.json({ error: 'not_found', message: 'no charge with that key' }, 404));
+    });
+  });
+
+  app.post('/v1/refunds', requireIdempotencyKey, jsonBody(MAX_BODY), async (c) => {
+    const key = c.get('key');
+    const body = parseWith(RefundRequestSchema, await readJson(c), bad, 'body');
+    const f = callFaults(faults, 'refunds', key, c);
+    return f.run(async () => {
+      await f.before();
+      const r = await ledger.createRefund(key, body);
+      return f.loseResponse() ?? c.json(r.refund, 201, replayed(r.replayed));
+    });
+  });
+
+  app.notFound((c) => c.json({ error: 'not_found', message: `${c.req.method} ${rawPath(c)} is not an endpoint` }, 404));
+  return app;
 }
 
 /** The admin API: GET/POST/DELETE /admin/faults, with its own key, on its own port. */
-export function createAdminHandler(faults: FaultBook, adminKeys: string[]) {
-  const expected = adminKeys.map((k) => Buffer.from(sha256(k)));
-  return async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
-    const send = (status: number, body: unknown): void => sendJson(res, status, body);
-    try {
-      const header = req.headers.authorization ?? '';
-      if (!header.startsWith('Bearer ') || !keyMatches(header.slice(7), expected)) {
-        throw new HttpError(401, { error: 'unauthenticated', message: 'missing or wrong admin key' });
-      }
-      const url = requestUrl(req, 'http://provider-admin');
-      if (url.pathname !== '/admin/faults') return send(404, { error: 'not_found', message: 'only /admin/faults' });
-      if (req.method === 'GET') return send(200, { rules: faults.list(), injected: faults.injected, applied: faults.applied });
-      if (req.method === 'DELETE') {
-        faults.clear();
-        log('faults cleared');
-        return send(200, { rules: [], injected: faults.injected, applied: faults.applied });
-      }
-      if (req.method === 'POST') {
-        let rule: FaultRule;
-        try {
-          rule = faults.add(parseFaultRequest(await readJson(req)));
-        } catch (err) {
-          if (err instanceof HttpError) throw err;
-          const e = err as Error & { field?: string };
-          throw new HttpError(400, { error: 'invalid_request', message: e.message, ...(e.field ? { field: e.field } : {}) });
-        }
-        log('fault set', { ...rule });
-        return send(201, rule);
-      }
-      return send(405, { error: 'method_not_allowed', message: `${req.method} is not allowed` });
-    } catch (err) {
-      if (err instanceof HttpError) return send(err.status, err.body);
-      return send(500, { error: 'internal', message: 'internal error' });
-    }
-  };
+export function createAdminApp(faults: FaultBook, adminKeys: string[]) {
+  const app = jsonApp();
+  const message = 'missing or wrong admin key';
+  app.use('*', bearer(adminKeys.map((k) => Buffer.from(sha256(k))), message, message));
+  app.get('/admin/faults', (c) => c.json({ rules: faults.list(), injected: faults.injected, applied: faults.applied }));
+  app.delete('/admin/faults', (c) => {
+    faults.clear();
+    log('faults cleared');
+    return c.json({ rules: [], injected: faults.injected, applied: faults.applied });
+  });
+  app.post('/admin/faults', jsonBody(MAX_BODY), async (c) => {
+    const body = await readJson(c);
+    const rule = faults.add(
+      parseFaultRequest(body, (field, problem) => {
+        throw new HttpError(400, { error: 'invalid_request', field, message: `${field}: ${problem}` });
+      }),
+    );
+    log('fault set', { ...rule });
+    return c.json(rule, 201);
+  });
+  app.all('/admin/faults', (c) => c.json({ error: 'method_not_allowed', message: `${c.req.method} is not allowed` }, 405));
+  app.notFound((c) => c.json({ error: 'not_found', message: 'only /admin/faults' }, 404));
+  return app;
 }
 
 export async function startProvider(cfg: ProviderConfig): Promise<{ server: http.Server; admin: http.Server; port: number; adminPort: number; pool: Pool }> {
@@ -497,10 +423,8 @@ export async function startProvider(cfg: ProviderConfig): Promise<{ server: http
     }
   });
   const faults = new FaultBook();
-  const handler = createProviderHandler(pool, faults, cfg.apiKeys);
-  const server = jsonServer((req, res) => void handler(req, res));
-  const adminHandler = createAdminHandler(faults, cfg.adminKeys);
-  const admin = jsonServer((req, res) => void adminHandler(req, res));
+  const server = jsonServer(createProviderApp(createLedger(pool), faults, cfg.apiKeys));
+  const admin = jsonServer(createAdminApp(faults, cfg.adminKeys));
   const listen = (srv: http.Server, port: number, host: string): Promise<number> =>
     new Promise((resolve, reject) => {
       srv.once('error', reject);
