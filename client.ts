@@ -140,11 +140,12 @@ export async function loadOrder(file: string, store?: Pick<OrderStore, 'catalogu
 function printResult(
   io: Out,
   json: boolean,
-  r: { orderId: string; workflowId: string; runId?: string; status: string; reason?: string; uiUrl: string; accepted?: boolean; answerMs?: number },
+  r: { orderId: string; workflowId: string; runId?: string; status: string; reason?: string; uiUrl: string; accepted?: boolean; answerMs?: number; durationMs?: number },
 ): void {
   if (json) return io.out(JSON.stringify(r));
   const early = r.accepted === undefined ? '' : r.accepted ? ' — accepted, the saga runs on' : ' — refused';
-  io.out(`order ${r.orderId}: ${r.status}${r.reason ? ` (${r.reason})` : ''}${early}${r.answerMs !== undefined ? ` [answer in ${r.answerMs} ms]` : ''}`);
+  const took = r.answerMs !== undefined ? ` [answer in ${r.answerMs} ms]` : r.durationMs !== undefined ? ` [end to end in ${r.durationMs} ms]` : '';
+  io.out(`order ${r.orderId}: ${r.status}${r.reason ? ` (${r.reason})` : ''}${early}${took}`);
   io.out(`  workflow: ${r.workflowId}${r.runId ? ` run ${r.runId}` : ''}`);
   io.out(`  web ui:   ${r.uiUrl}`);
 }
@@ -212,10 +213,11 @@ async function place(opts: { file: string; json?: boolean; noWait: boolean; wait
     const reason = cause?.message ?? err.message;
     // Without DATABASE_URL the client cannot check the catalogue; the workflow's boundary did.
     if (cause?.type === 'InvalidOrder') throw new CliError(`invalid order: ${reason}`, EXIT.invalid);
-    printResult(io, !!opts.json, { ...base, status: 'FAILED', reason });
+    printResult(io, !!opts.json, { ...base, status: 'FAILED', reason, durationMs: Date.now() - sent });
     return EXIT.notCompleted;
   }
-  printResult(io, !!opts.json, { ...base, status: result.status, ...(result.reason ? { reason: result.reason } : {}) });
+  // End to end: from the start request until the saga's outcome is known.
+  printResult(io, !!opts.json, { ...base, status: result.status, ...(result.reason ? { reason: result.reason } : {}), durationMs: Date.now() - sent });
   if (result.status === 'ALREADY_SETTLED') return EXIT.duplicate; // another run had settled this order
   return result.status === 'COMPLETED' ? EXIT.ok : EXIT.notCompleted;
 }

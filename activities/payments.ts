@@ -14,6 +14,20 @@ export interface ChargeRequest {
   paymentMethod: string;
   /** Move the order row to CHARGED once the provider has taken the charge (same activity, no extra step). */
   markCharged?: boolean;
+  /** The key the workflow computed (`<orderId>:charge`); older runs leave it to the activity. */
+  idempotencyKey?: string;
+}
+
+/**
+ * The key a request names, or the order's own when it names none. A key of another order is refused:
+ * a charge or refund acts only on its own order's money.
+ */
+function keyOf(given: string | undefined, orderId: string, own: (orderId: string) => string, field: string): string {
+  const key = own(orderId);
+  if (given !== undefined && given !== key) {
+    throw businessFailure(ErrorTypes.OrderMismatch, `${field} ${given} is not order ${orderId}'s (${key})`, { orderId, field });
+  }
+  return key;
 }
 
 /** What the provider knows of a charge; `refundedCents` > 0 means it does not count as paid. */
@@ -52,7 +66,7 @@ export function paymentActivities({ db, provider }: { db: Pool; provider: Provid
      */
     async chargePayment(req: ChargeRequest): Promise<{ chargeKey: string; amountCents: number; status?: 'CHARGED' }> {
       const started = Date.now();
-      const key = chargeKeyFor(req.orderId);
+      const key = keyOf(req.idempotencyKey, req.orderId, chargeKeyFor, 'idempotencyKey');
       const order = await readOrder(db, req.orderId);
       if (!order || !CHARGEABLE.includes(order.status)) stateConflict(req.orderId, order?.status, 'charge');
       if (Number(order.total_cents) !== req.amountCents || order.currency !== req.currency) {
@@ -93,8 +107,8 @@ export function paymentActivities({ db, provider }: { db: Pool; provider: Provid
     },
 
     /** The inquiry: what the provider knows of `<orderId>:charge`. Unreachable → throws (retryable). */
-    async inquireCharge(req: { orderId: string }): Promise<InquiryResult> {
-      const key = chargeKeyFor(req.orderId);
+    async inquireCharge(req: { orderId: string; chargeKey?: string }): Promise<InquiryResult> {
+      const key = keyOf(req.chargeKey, req.orderId, chargeKeyFor, 'chargeKey');
       try {
         const charge = await provider.getCharge(key);
         const result: InquiryResult = charge
@@ -113,8 +127,9 @@ export function paymentActivities({ db, provider }: { db: Pool; provider: Provid
      * refunded blindly: it is a non-retryable ChargeProcessing, so the saga escalates to a person. Never
      * for an order that has shipped (its row, its reservations or its shipment say so).
      */
-    async refundPayment(req: { orderId: string }): Promise<RefundResult> {
-      const chargeKey = chargeKeyFor(req.orderId);
+    async refundPayment(req: { orderId: string; chargeKey?: string; idempotencyKey?: string }): Promise<RefundResult> {
+      const chargeKey = keyOf(req.chargeKey, req.orderId, chargeKeyFor, 'chargeKey');
+      const refundKey = keyOf(req.idempotencyKey, req.orderId, refundKeyFor, 'idempotencyKey');
       const shipped = await db.query<{ status: OrderStatus }>({
         text: `SELECT o.status FROM orders o WHERE o.order_id = $1 AND (o.status IN ('SHIPPED', 'COMPLETED')
                  OR EXISTS (SELECT 1 FROM shipments s WHERE s.order_id = o.order_id)
@@ -129,7 +144,7 @@ export function paymentActivities({ db, provider }: { db: Pool; provider: Provid
         if (charge.status === 'processing') {
           throw businessFailure(ErrorTypes.ChargeProcessing, `charge ${chargeKey} is still processing at the provider; not refunding blindly`);
         }
-        const r = await provider.refund(refundKeyFor(req.orderId), { chargeKey, amountCents: charge.amountCents });
+        const r = await provider.refund(refundKey, { chargeKey, amountCents: charge.amountCents });
         log.info('refund succeeded', { chargeKey, amountCents: r.refund.amountCents, replayed: r.replayed });
         return { outcome: 'refunded', amountCents: r.refund.amountCents, replayed: r.replayed };
       } catch (err) {

@@ -118,12 +118,17 @@ describe('end to end on the dev server', () => {
     const p = await createProduct(db, { stock: 20, priceCents: 999 });
     const order = makeOrder([{ sku: p.sku, qty: 2, unitPriceCents: p.priceCents }]);
 
+    const t0 = Date.now();
     const r = await cli(['place', '--file', orderFile(order), '--json']);
+    const elapsed = Date.now() - t0;
 
     expect(r.stderr).toBe('');
     expect(r.code).toBe(0);
     const out = JSON.parse(r.stdout) as Record<string, string>;
     expect(out).toMatchObject({ orderId: order.orderId, workflowId: `order:${order.orderId}`, status: 'COMPLETED' });
+    // How long the order took end to end, as the client saw it: within the command's own run time.
+    const took = Number(out.durationMs);
+    expect(Number.isInteger(took) && took > 0 && took <= elapsed).toBe(true);
     expect(out.uiUrl).toContain(`/namespaces/default/workflows/order%3A${order.orderId}/`);
     const described = await env.client.workflow.getHandle(workflowIdFor(order.orderId)).describe();
     expect(described.status.name).toBe('COMPLETED');

@@ -53,6 +53,18 @@ describe('the order state machine', () => {
     expect((await ledger(db, order.orderId)).charges).toHaveLength(1);
   });
 
+  it("the keys the workflow passes must be the order's own: another order's key is refused before any call", async () => {
+    const { order } = await placed();
+    await runActivity(acts.reserveInventory, reserveReq(order));
+    const other = `${order.orderId}x:charge`;
+    await expect(runActivity(acts.chargePayment, { ...chargeReq(order), idempotencyKey: other })).rejects.toMatchObject({ type: 'OrderMismatch' });
+    await expect(runActivity(acts.inquireCharge, { orderId: order.orderId, chargeKey: other })).rejects.toMatchObject({ type: 'OrderMismatch' });
+    await expect(runActivity(acts.refundPayment, { orderId: order.orderId, idempotencyKey: `${other}:refund` })).rejects.toMatchObject({ type: 'OrderMismatch' });
+    expect(await ledger(db, order.orderId)).toEqual({ charges: [], refunds: [] });
+    await runActivity(acts.chargePayment, { ...chargeReq(order), idempotencyKey: `${order.orderId}:charge` });
+    expect(await runActivity(acts.inquireCharge, { orderId: order.orderId, chargeKey: `${order.orderId}:charge` })).toMatchObject({ status: 'succeeded' });
+  });
+
   it('walks the forward path; an illegal transition is refused naming the current status, even as raw SQL', async () => {
     const { order } = await placed();
     await runActivity(acts.reserveInventory, reserveReq(order));

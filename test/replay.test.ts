@@ -2,7 +2,8 @@
  * Replays the saved histories of every saga path (test/fixtures/histories) against today's workflow
  * code: a change that would break a running saga fails here. Older generations must keep replaying:
  * `v1-*` are histories of the code before the order-row lock (patch `order-row-lock`), `v2-*` of the
- * code before failed outcomes (patch `failed-outcomes`). Regenerate the current ones after an
+ * code before failed outcomes (patch `failed-outcomes`), `v3-*` of the code before the lean steps
+ * (patch `lean-steps`: the charge moves the row, short steps local first, keys from the workflow). Regenerate the current ones after an
  * intended, patched() change (keep the old ones under a new prefix) with:
  * UPDATE_FIXTURES=1 npx vitest run test/saga-semantics.timeskip.test.ts
  */
@@ -21,6 +22,7 @@ describe('replay of saved saga histories', () => {
     const files = readdirSync(DIR).filter((f) => f.endsWith('.json')).sort();
     expect(files.filter((f) => f.startsWith('v1-')).length).toBeGreaterThanOrEqual(20);
     expect(files.filter((f) => f.startsWith('v2-')).length).toBeGreaterThanOrEqual(20);
+    expect(files.filter((f) => f.startsWith('v3-')).length).toBeGreaterThanOrEqual(20);
     expect(files.filter((f) => !/^v\d+-/.test(f)).length).toBeGreaterThanOrEqual(20);
     const workflowBundle = await bundleWorkflowCode({ workflowsPath: path.resolve(__dirname, '../workflows/index.ts'), logger: quiet });
     const histories = files.map((f) => {

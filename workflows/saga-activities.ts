@@ -1,0 +1,164 @@
+/**
+ * How the saga calls its activities: the option groups (every activity has a timeout and an explicit
+ * retry policy), the calls themselves (with a summary for the Web UI), and what their failures mean.
+ * Workflow code: deterministic.
+ */
+import {
+  ApplicationFailure,
+  log,
+  proxyActivities,
+  proxyLocalActivities,
+  type ActivityFunctionWithOptions,
+  type ActivityOptions,
+  type LocalActivityFunctionWithOptions,
+  type LocalActivityOptions,
+} from '@temporalio/workflow';
+import type { OrderActivities } from '../activities';
+import { TERMINAL_STATUSES, type OrderStatus } from '../domain/order';
+
+/** Business answers that no retry can change. */
+export const NON_RETRYABLE = [
+  'InvalidOrder', 'InsufficientStock', 'ContentionExhausted', 'PurchaseLimitExceeded',
+  'PaymentDeclined', 'PaymentRejected', 'RefundRejected', 'ShipmentRejected',
+  'OrderStateConflict', 'OrderMismatch', 'ChargeRefunded', 'ChargeProcessing',
+];
+/** Answers about the charge that no retry or inquiry can change. */
+export const FINAL_CHARGE_ANSWERS = ['PaymentDeclined', 'PaymentRejected', 'OrderStateConflict', 'OrderMismatch', 'ChargeRefunded', 'OrderSettled'];
+
+const backoff = { initialInterval: '1s', backoffCoefficient: 2 } as const;
+
+export const orderOpts: ActivityOptions = {
+  startToCloseTimeout: '10s',
+  retry: { ...backoff, maximumInterval: '30s', maximumAttempts: 10, nonRetryableErrorTypes: NON_RETRYABLE },
+};
+export const inventoryOpts: ActivityOptions = {
+  startToCloseTimeout: '30s',
+  heartbeatTimeout: '10s',
+  retry: { ...backoff, maximumInterval: '30s', maximumAttempts: 5, nonRetryableErrorTypes: NON_RETRYABLE },
+};
+/** The charge of runs before the order-row lock: retried by the server. */
+export const paymentOpts: ActivityOptions = {
+  startToCloseTimeout: '15s',
+  retry: { ...backoff, maximumInterval: '10s', maximumAttempts: 4, nonRetryableErrorTypes: NON_RETRYABLE },
+};
+/**
+ * One charge request per attempt, never retried by the server: the saga decides every request itself,
+ * so after a cancel or the deadline no new request goes out (it only learns the fate of the last one).
+ * A request not picked up soon is dropped unsent (then inquired): one scheduled before a cancel cannot
+ * go out long after it, when no worker was there to take it.
+ */
+export const chargeOnceOpts: ActivityOptions = { scheduleToStartTimeout: '10s', startToCloseTimeout: '15s', retry: { maximumAttempts: 1 } };
+/** Rounds of charge request + inquiry before the saga gives up (backward) on a provider that never took it. */
+export const CHARGE_ROUNDS = 5;
+export const inquiryOpts: ActivityOptions = {
+  startToCloseTimeout: '10s',
+  retry: { ...backoff, maximumInterval: '5s', maximumAttempts: 3, nonRetryableErrorTypes: NON_RETRYABLE },
+};
+/** The serial lane: a task waits its turn as long as it takes (never dropped); each try is bounded. */
+export const laneOpts: ActivityOptions = {
+  startToCloseTimeout: '30s',
+  heartbeatTimeout: '10s',
+  retry: { ...backoff, maximumInterval: '30s', nonRetryableErrorTypes: NON_RETRYABLE },
+};
+/** Compensations retry until they succeed; only a non-retryable failure stops them. */
+export const compensationOpts = (maxIntervalMs: number): ActivityOptions => ({
+  startToCloseTimeout: '15s',
+  retry: { ...backoff, maximumInterval: maxIntervalMs, nonRetryableErrorTypes: NON_RETRYABLE },
+});
+/** Status bookkeeping retries without limit: it must not be the reason a saga stops. */
+export const statusOpts: ActivityOptions = { startToCloseTimeout: '10s', retry: { ...backoff, maximumInterval: '1m' } };
+/** After the pivot: retry for the forward limit, then escalate (never compensate). */
+export const forwardOpts = (limitMs: number): ActivityOptions => ({
+  startToCloseTimeout: '30s',
+  scheduleToCloseTimeout: limitMs,
+  retry: { ...backoff, maximumInterval: '30m', nonRetryableErrorTypes: NON_RETRYABLE },
+});
+
+type ActName = keyof OrderActivities;
+export type Args<K extends ActName> = Parameters<OrderActivities[K]>;
+export type Ret<K extends ActName> = Awaited<ReturnType<OrderActivities[K]>>;
+
+/** Runs one activity with a readable summary, shown for the activity in the Web UI. */
+export function act<K extends ActName>(opts: ActivityOptions, name: K, summary: string, ...args: Args<K>): Promise<Ret<K>> {
+  const fn = proxyActivities<OrderActivities>(opts)[name] as ActivityFunctionWithOptions<OrderActivities[K]>;
+  return stopIfSettled(fn.executeWithOptions({ ...opts, summary }, args) as Promise<Ret<K>>);
+}
+
+/**
+ * A short step without a compensation, run first as one local activity attempt: it runs inside the
+ * workflow task, with no round trip to the server (a marker in the history). If that attempt fails
+ * with anything a retry could change, the regular activity takes over with the step's whole policy,
+ * so a step that keeps failing is a pending activity in the Web UI, with its attempts and last failure.
+ */
+export async function actLocalFirst<K extends ActName>(opts: ActivityOptions, name: K, summary: string, ...args: Args<K>): Promise<Ret<K>> {
+  const local: LocalActivityOptions = { startToCloseTimeout: opts.startToCloseTimeout, retry: { maximumAttempts: 1 } };
+  const fn = proxyLocalActivities<OrderActivities>(local)[name] as LocalActivityFunctionWithOptions<OrderActivities[K]>;
+  try {
+    return await stopIfSettled(fn.executeWithOptions({ ...local, summary }, args) as Promise<Ret<K>>);
+  } catch (err) {
+    if (isFinalFailure(err, opts)) throw err;
+    log.warn('local attempt failed; the activity retries it', { activity: name, error: describe(err) });
+  }
+  return act(opts, name, `${summary} (retry after a failed local attempt)`, ...args);
+}
+
+async function stopIfSettled<T>(call: Promise<T>): Promise<T> {
+  try {
+    return await call;
+  } catch (err) {
+    // The row says the order is settled (terminal, owned by another run): this run must stop.
+    const status = settledStatus(err);
+    if (status) throw settled(status);
+    throw err;
+  }
+}
+
+/** A failure no retry of the same activity can change: non-retryable, or of a type its policy does not retry. */
+function isFinalFailure(err: unknown, opts: ActivityOptions): boolean {
+  for (let e: unknown = err; e instanceof Error; e = (e as { cause?: unknown }).cause) {
+    if (e instanceof ApplicationFailure && (e.nonRetryable || (e.type && opts.retry?.nonRetryableErrorTypes?.includes(e.type)))) return true;
+  }
+  return false;
+}
+
+export const isFinal = (status: OrderStatus): boolean => TERMINAL_STATUSES.includes(status);
+
+/** The status named by an OrderStateConflict (or OrderSettled) anywhere in the cause chain. */
+export function conflictStatus(err: unknown): OrderStatus | undefined {
+  for (let e: unknown = err; e instanceof Error; e = (e as { cause?: unknown }).cause) {
+    if (e instanceof ApplicationFailure && (e.type === 'OrderStateConflict' || e.type === 'OrderSettled')) {
+      return ((e.details?.[0] ?? {}) as { status?: OrderStatus }).status ?? undefined;
+    }
+  }
+  return undefined;
+}
+
+/** The order is terminal and this run does not own it: another run settled it. Stop, change nothing. */
+export const settled = (status: OrderStatus): ApplicationFailure =>
+  ApplicationFailure.create({ type: 'OrderSettled', message: `the order is already ${status}, settled by another run`, nonRetryable: true, details: [{ status }] });
+
+export function settledStatus(err: unknown): OrderStatus | undefined {
+  const status = conflictStatus(err);
+  return status && isFinal(status) ? status : undefined;
+}
+
+/** The first ApplicationFailure type in the cause chain. */
+export function failureType(err: unknown): string | undefined {
+  for (let e: unknown = err; e instanceof Error; e = (e as { cause?: unknown }).cause) {
+    if (e instanceof ApplicationFailure && e.type) return e.type;
+  }
+  return undefined;
+}
+
+/** The innermost ApplicationFailure's `type: message`, or the error's message. */
+export function describe(err: unknown): string {
+  let message = err instanceof Error ? err.message : String(err);
+  for (let e: unknown = err; e instanceof Error; e = (e as { cause?: unknown }).cause) {
+    if (e instanceof ApplicationFailure) message = e.type ? `${e.type}: ${e.message}` : e.message;
+  }
+  return message;
+}
+
+/** "90 s", "15 min", "24 h": durations as a timer's summary says them. */
+export const duration = (ms: number): string =>
+  ms < 1_000 ? `${ms} ms` : ms < 120_000 ? `${Math.round(ms / 1000)} s` : ms < 2 * 3_600_000 ? `${Math.round(ms / 60_000)} min` : `${Math.round(ms / 3_600_000)} h`;
