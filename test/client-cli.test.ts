@@ -10,7 +10,6 @@ import { describe, expect, it } from 'vitest';
 import { runCli } from '../client';
 import { DEFAULT_PORTS, readConfig } from '../lib/config';
 import { DEV_PROVIDER_API_KEY as DEFAULTS_KEY, PROVIDER_PORT } from '../provider/defaults';
-import { DEV_PROVIDER_API_KEY as SERVER_KEY } from '../provider/server';
 
 const cfg = { ...readConfig({ TEMPORAL_ADDRESS: '127.0.0.1:1', WORKER_METRICS_URL: 'http://127.0.0.1:1' }) };
 const tmp = mkdtempSync(path.join(os.tmpdir(), 'order-saga-cli-'));
@@ -89,7 +88,5 @@ describe('configuration defaults', () => {
     expect(d.providerUrl).toBe(`http://127.0.0.1:${PROVIDER_PORT}`);
     expect(d.workerMetricsUrl).toBe(`http://127.0.0.1:${DEFAULT_PORTS.workerMetrics}`);
     expect(d.providerApiKey).toBe(DEFAULTS_KEY);
-    // provider/server.ts still has its own copy until it imports provider/defaults.ts: they must agree.
-    expect(SERVER_KEY).toBe(DEFAULTS_KEY);
   });
 });
