@@ -97,7 +97,7 @@ export function percentile(sorted: number[], p: number): number {
 /**
  * Runs `task` in `loops` concurrent loops (each starts its next task when its last one ends) until
  * `deadline` (a Date.now() time) passes or `more()` says there is no work left. The load generator's
- * lanes and the bench's workers.
+ * lanes, the chaos soak's and the bench's workers.
  */
 export async function concurrentLoops(loops: number, deadline: number, task: () => Promise<void>, more: () => boolean = () => true): Promise<void> {
   await Promise.all(
