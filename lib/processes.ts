@@ -1,4 +1,7 @@
-/** Starting processes as children (the project's own, and the servers), for npm start, tests, the bench and the chaos soak. */
+/**
+ * Every child process the project starts (its own entry points, the servers, embedded Postgres, the
+ * tests' helpers): started and waited for until ready, run to the end, or stopped, in one way.
+ */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createServer } from 'node:net';
 import path from 'node:path';
