@@ -21,11 +21,13 @@ import {
   type WorkflowHandleWithFirstExecutionRunId,
 } from '@temporalio/client';
 import { WorkflowIdConflictPolicy, WorkflowIdReusePolicy, type Duration } from '@temporalio/common';
+import type { GenericSchema, InferOutput } from 'valibot';
 import { ABORT_RATE_CRITICAL, ABORT_RATE_HEALTHY, type SkuStats } from './activities/inventory-metrics';
-import { ORDER_STATUSES, OrderValidationError, orderSummary, orderTotalCents, parseOrder, workflowIdFor, type OrderInput, type OrderResult } from './domain/order';
+import { IdSchema, ORDER_STATUSES, OrderValidationError, orderSummary, orderTotalCents, parseOrder, workflowIdFor, type OrderInput, type OrderResult } from './domain/order';
+import { parseWith, wholeNumber } from './domain/validation';
 import { listUrl, operatorViews, readConfig, runUrl, type AppConfig } from './lib/config';
 import { formatReport, RULES, temporalLookup } from './lib/invariants';
-import { progressBar, runLoad, workerProcesses } from './lib/load';
+import { LoadOptionsError, parseLoadOptions, progressBar, runLoad, workerProcesses, type LoadOptions } from './lib/load';
 import { orderOutcome } from './lib/order-outcome';
 import { openOrderStore, type OrderStore, type StoreRole } from './lib/order-store';
 import { DEFAULT_SAGA_CONFIG } from './workflows/order-saga';
@@ -73,29 +75,27 @@ function needStore(cfg: AppConfig, role: StoreRole, command: string, max = 1): O
 
 // ---- Option values: each parser names what it wants; commander names the option ----------------
 
+/** A whole number from min to max (the shared rule of domain/validation.ts). */
 const whole =
   (min: number, max: number) =>
-  (v: string): number => {
-    const n = Number(v);
-    if (v.trim() === '' || !Number.isInteger(n) || n < min || n > max) throw new InvalidArgumentError(`Expected a whole number from ${min} to ${max}.`);
-    return n;
-  };
+  (text: string): number =>
+    checked(wholeNumber(min, max, `Expected a whole number from ${min} to ${max}.`), number(text));
 
-function share(v: string): number {
-  const n = Number(v);
-  if (v.trim() === '' || !Number.isFinite(n) || n < 0 || n > 1) throw new InvalidArgumentError('Expected a number from 0 to 1.');
+/** Text to a number; what range it must be in is the schema's to say (lib/load.ts for load's options). */
+function number(text: string): number {
+  const n = Number(text);
+  if (text.trim() === '' || !Number.isFinite(n)) throw new InvalidArgumentError('Expected a number.');
   return n;
 }
 
-function orderIdArg(v: string): string {
-  if (v.length === 0 || v.length > 64 || /[\u0000-\u001f]/.test(v)) throw new InvalidArgumentError('Expected an order ID: 1 to 64 printable characters.');
-  return v;
+/** The value, if `schema` accepts it; else its problem, for commander to print after the option's name. */
+function checked<S extends GenericSchema>(schema: S, value: unknown, what = ''): InferOutput<S> {
+  return parseWith(schema, value, (_field, problem) => {
+    throw new InvalidArgumentError(what ? `Expected ${what}: it ${problem}.` : problem);
+  });
 }
 
-function customerIdArg(v: string): string {
-  if (!/^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/.test(v)) throw new InvalidArgumentError('Expected a customer ID: letters, digits, "_", "-", ".".');
-  return v;
-}
+const idArg = (what: string) => (text: string): string => checked(IdSchema, text, what);
 
 /** A Schedule interval: a whole number of s, m, h or d, at least a minute. */
 function interval(v: string): string {
@@ -417,6 +417,15 @@ interface LoadCliOptions {
 }
 
 async function load(opts: LoadCliOptions, cfg: CliConfig, io: Out): Promise<number> {
+  const { orders, concurrency, hotSkus, hotShare, declineShare } = opts;
+  let loadOpts: LoadOptions;
+  try {
+    // First, before anything is reached: the options' rules are the schema's, and its error names the option.
+    loadOpts = parseLoadOptions({ orders, concurrency, hotSkus, hotShare, declineShare, taskQueue: cfg.taskQueue });
+  } catch (err) {
+    if (err instanceof LoadOptionsError) throw new CliError(`invalid input: ${err.message}`, EXIT.invalid);
+    throw err;
+  }
   const store = needStore(cfg, 'app', 'load', 2); // it creates its products
   try {
     const client = await connect(cfg);
@@ -428,8 +437,7 @@ async function load(opts: LoadCliOptions, cfg: CliConfig, io: Out): Promise<numb
       );
     }
     const bar = progressBar();
-    const { orders, concurrency, hotSkus, hotShare, declineShare } = opts;
-    const summary = await runLoad(client, store, { orders, concurrency, hotSkus, hotShare, declineShare, taskQueue: cfg.taskQueue, onProgress: bar, stats: () => fetchStats(cfg) });
+    const summary = await runLoad(client, store, { ...loadOpts, onProgress: bar, stats: () => fetchStats(cfg) });
     bar.end();
     const { orderIds: _ids, ...printable } = summary;
     if (opts.json) io.out(JSON.stringify({ ...printable, workers: workers.length }));
@@ -444,10 +452,6 @@ async function load(opts: LoadCliOptions, cfg: CliConfig, io: Out): Promise<numb
       for (const e of summary.firstErrors) io.err(`  error: ${e}`);
     }
     return summary.errors === 0 ? EXIT.ok : EXIT.notCompleted;
-  } catch (err) {
-    // runLoad's own checks of its options (lib/load.ts) name the option: invalid input.
-    if (!(err instanceof CliError) && /^--/.test((err as Error).message)) throw new CliError(`invalid input: ${(err as Error).message}`, EXIT.invalid);
-    throw err;
   } finally {
     await store.close();
   }
@@ -462,7 +466,7 @@ function views(opts: { customer?: string; json?: boolean }, cfg: AppConfig, io: 
 
 const jsonOption = (what = 'print JSON instead of text') => new Option('--json', what);
 const waitOption = (what: string) => new Option('--wait <seconds>', what).argParser(whole(1, 3600)).default(60);
-const orderIdArgument = ['<orderId>', 'the order', orderIdArg] as const;
+const orderIdArgument = ['<orderId>', 'the order', idArg('an order ID')] as const;
 
 /** The command line, with each command's options, checks and help; `done` receives the exit code. */
 function program(cfg: CliConfig, io: Out, done: (code: number) => void): Command {
@@ -589,11 +593,12 @@ ${Object.values(RULES).map((r) => `  - ${r}`).join('\n')}`,
     .command('load')
     .summary('a load: N orders, C in flight, K hot SKUs')
     .description(`Places N orders (1 line, 1 unit each) with C in flight, a share of them on K hot SKUs and the rest on 50 cold ones, on products the run creates (LOAD-<run>-…, so it needs DATABASE_URL). Shows a progress bar on a terminal, then orders/s, p50/p99 saga latency, statuses, the abort rate and the worker processes polling the task queue.`)
-    .requiredOption('--orders <N>', 'how many orders', whole(1, 100_000))
-    .option('--concurrency <C>', 'orders in flight', whole(1, 500), 10)
-    .option('--hot-skus <K>', 'how many hot SKUs', whole(1, 1000), 1)
-    .option('--hot-share <F>', 'the share of orders on the hot SKUs, 0 to 1', share, 0.3)
-    .option('--decline-share <F>', 'the share of orders paid with a declined card, 0 to 1', share, 0)
+    // Their ranges are the load options' schema's (lib/load.ts), checked before anything is reached.
+    .requiredOption('--orders <N>', 'how many orders', number)
+    .option('--concurrency <C>', 'orders in flight', number, 10)
+    .option('--hot-skus <K>', 'how many hot SKUs', number, 1)
+    .option('--hot-share <F>', 'the share of orders on the hot SKUs, 0 to 1', number, 0.3)
+    .option('--decline-share <F>', 'the share of orders paid with a declined card, 0 to 1', number, 0)
     .option('--workers <W>', 'refuse to start (exit 1, nothing written) unless W worker processes poll the task queue', whole(1, 64))
     .addOption(jsonOption())
     .action(async (opts) => done(await load(opts, cfg, io)));
@@ -602,7 +607,7 @@ ${Object.values(RULES).map((r) => `  - ${r}`).join('\n')}`,
     .command('views')
     .summary('the Web UI list URLs an operator uses')
     .description(`The Web UI list views an operator uses, each as its visibility query and its URL: sagas that need attention, failed or cancelled in the last hour (times computed now), waiting on an unknown charge, and one customer's orders.`)
-    .option('--customer <customerId>', 'the customer for the last view', customerIdArg)
+    .option('--customer <customerId>', 'the customer for the last view', idArg('a customer ID'))
     .addOption(jsonOption())
     .action((opts) => done(views(opts, cfg, io)));
 

@@ -1,7 +1,7 @@
 /**
  * Per-SKU contention metrics, counted in memory by the process that makes the attempts (never by
- * updating a shared row: that row would become the new contention point). Exposed as Prometheus
- * text and JSON by the worker; the adaptive router reads the recent abort rate.
+ * updating a shared row: that row would become the new contention point). The worker exposes them
+ * (prom-client's /metrics, and /stats as JSON); the adaptive router reads the recent abort rate.
  */
 
 export interface SkuCounters {
@@ -116,20 +116,5 @@ export class InventoryMetrics {
         recentAbortRate: this.recentAbortRate(sku),
       }))
       .sort((a, b) => (a.sku < b.sku ? -1 : 1));
-  }
-
-  prometheus(): string {
-    const lines: string[] = [];
-    const metric = (name: string, help: string, type: 'counter' | 'gauge', pick: (s: SkuStats) => number): void => {
-      lines.push(`# HELP ${name} ${help}`, `# TYPE ${name} ${type}`);
-      for (const s of this.snapshot()) lines.push(`${name}{sku="${s.sku.replace(/["\\\n]/g, '_')}"} ${pick(s)}`);
-    };
-    metric('order_saga_inventory_cas_attempts_total', 'Optimistic (CAS) reservation attempts per SKU.', 'counter', (s) => s.attempts);
-    metric('order_saga_inventory_cas_aborts_total', 'CAS attempts aborted by a version conflict, per SKU.', 'counter', (s) => s.aborts);
-    metric('order_saga_inventory_fallbacks_total', 'Reservations sent to the serial lane, per SKU.', 'counter', (s) => s.fallbacks);
-    metric('order_saga_inventory_lane_commits_total', 'Reservations committed by the serial lane, per SKU.', 'counter', (s) => s.laneCommits);
-    metric('order_saga_inventory_abort_rate', 'Aborted attempts over task executions, per SKU.', 'gauge', (s) => s.abortRate);
-    metric('order_saga_inventory_recent_abort_rate', 'Abort rate over the recent window, per SKU.', 'gauge', (s) => s.recentAbortRate);
-    return `${lines.join('\n')}\n`;
   }
 }

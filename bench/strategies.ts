@@ -2,11 +2,12 @@
  * P1 of the benchmark: five ways to take one unit of stock under contention, at the activity layer
  * (no Temporal), on a real Postgres. Each task carries `logicMs` of simulated business logic.
  */
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { Pool, PoolClient } from 'pg';
 import { backoffMs, DEFAULT_CAS } from '../activities/inventory';
 import { InventoryMetrics } from '../activities/inventory-metrics';
 import { withTransaction } from '../db/pool';
-import { percentile } from '../lib/load';
+import { concurrentLoops, percentile } from '../lib/load';
 
 export const STRATEGIES = ['naive', 'for-update-logic-in-tx', 'for-update-short', 'cas', 'adaptive'] as const;
 export type Strategy = (typeof STRATEGIES)[number];
@@ -27,7 +28,6 @@ export interface CellResult {
   lostUpdates: number;
 }
 
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 const INITIAL = 1_000_000_000;
 
 export async function setupBenchTable(db: Pool): Promise<void> {
@@ -164,19 +164,14 @@ export async function runCell(
   let done = 0;
   let gaveUp = 0;
   const started = Date.now();
-  const deadline = started + opts.durationMs;
-  await Promise.all(
-    Array.from({ length: opts.workers }, async () => {
-      while (Date.now() < deadline) {
-        const id = 1 + Math.floor(Math.random() * skus);
-        const t = Date.now();
-        if (await op(id)) {
-          done++;
-          latencies.push(Date.now() - t);
-        } else gaveUp++;
-      }
-    }),
-  );
+  await concurrentLoops(opts.workers, started + opts.durationMs, async () => {
+    const id = 1 + Math.floor(Math.random() * skus);
+    const t = Date.now();
+    if (await op(id)) {
+      done++;
+      latencies.push(Date.now() - t);
+    } else gaveUp++;
+  });
   const seconds = (Date.now() - started) / 1000;
   const { rows } = await db.query<{ taken: string }>({ text: 'SELECT ($1::bigint * count(*) - sum(stock))::bigint AS taken FROM bench.stock', values: [INITIAL] });
   latencies.sort((a, b) => a - b);
@@ -240,21 +235,16 @@ export async function casCommitThroughput(db: Pool, opts: { clients: number; key
   let done = 0;
   let aborts = 0;
   const started = Date.now();
-  const deadline = started + opts.durationMs;
-  await Promise.all(
-    Array.from({ length: opts.clients }, async () => {
-      while (Date.now() < deadline) {
-        const id = 1 + Math.floor(Math.random() * opts.keys);
-        const { rows } = await db.query<{ version: string }>({ name: 'bench-read-version', text: 'SELECT version FROM bench.stock WHERE id = $1', values: [id] });
-        const res = await db.query({
-          name: 'bench-cas',
-          text: 'UPDATE bench.stock SET stock = stock - 1, version = version + 1 WHERE id = $1 AND version = $2 AND stock >= 1',
-          values: [id, rows[0]!.version],
-        });
-        if (res.rowCount === 1) done++;
-        else aborts++;
-      }
-    }),
-  );
+  await concurrentLoops(opts.clients, started + opts.durationMs, async () => {
+    const id = 1 + Math.floor(Math.random() * opts.keys);
+    const { rows } = await db.query<{ version: string }>({ name: 'bench-read-version', text: 'SELECT version FROM bench.stock WHERE id = $1', values: [id] });
+    const res = await db.query({
+      name: 'bench-cas',
+      text: 'UPDATE bench.stock SET stock = stock - 1, version = version + 1 WHERE id = $1 AND version = $2 AND stock >= 1',
+      values: [id, rows[0]!.version],
+    });
+    if (res.rowCount === 1) done++;
+    else aborts++;
+  });
   return { tps: Math.round(done / ((Date.now() - started) / 1000)), done, aborts };
 }

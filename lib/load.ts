@@ -94,6 +94,19 @@ export function percentile(sorted: number[], p: number): number {
   return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))]!;
 }
 
+/**
+ * Runs `task` in `loops` concurrent loops (each starts its next task when its last one ends) until
+ * `deadline` (a Date.now() time) passes or `more()` says there is no work left. The load generator's
+ * lanes, the chaos soak's and the bench's workers.
+ */
+export async function concurrentLoops(loops: number, deadline: number, task: () => Promise<void>, more: () => boolean = () => true): Promise<void> {
+  await Promise.all(
+    Array.from({ length: loops }, async () => {
+      while (more() && Date.now() < deadline) await task();
+    }),
+  );
+}
+
 /** Creates the run's own products (plenty of stock), so a load never starves the demo catalogue. */
 async function loadProducts(store: Pick<OrderStore, 'createProducts'>, runId: string, opts: LoadOptions): Promise<{ hot: string[]; cold: string[] }> {
   const tag = runId.toUpperCase();
@@ -129,35 +142,33 @@ export async function runLoad(client: Client, store: Pick<OrderStore, 'createPro
   let done = 0;
   const started = Date.now();
   const deadline = opts.maxDurationMs ? started + opts.maxDurationMs : Infinity;
-  async function lane(): Promise<void> {
-    while (next < orders.length && Date.now() < deadline) {
-      const order = orders[next++]!;
-      const t = Date.now();
-      try {
-        const handle = await client.workflow.start(orderSaga, { taskQueue: opts.taskQueue, workflowId: workflowIdFor(order.orderId), args: [order], staticSummary: orderSummary(order) });
-        let timer: NodeJS.Timeout | undefined;
-        const timeout = opts.resultTimeoutMs
-          ? new Promise<'UNSETTLED'>((r) => (timer = setTimeout(() => r('UNSETTLED'), opts.resultTimeoutMs)))
-          : new Promise<never>(() => undefined);
-        const result: OrderResult | 'UNSETTLED' = await Promise.race([orderOutcome(handle), timeout]);
-        clearTimeout(timer);
-        const status = result === 'UNSETTLED' ? result : result.status;
-        statuses[status] = (statuses[status] ?? 0) + 1;
-        if (result !== 'UNSETTLED') {
-          latencies.push(Date.now() - t);
-          if (result.status !== 'COMPLETED') {
-            const why = `${result.status}: ${(result.reason ?? '').split(':')[0]}`;
-            reasons[why] = (reasons[why] ?? 0) + 1;
-          }
+  const placeOne = async (): Promise<void> => {
+    const order = orders[next++]!;
+    const t = Date.now();
+    try {
+      const handle = await client.workflow.start(orderSaga, { taskQueue: opts.taskQueue, workflowId: workflowIdFor(order.orderId), args: [order], staticSummary: orderSummary(order) });
+      let timer: NodeJS.Timeout | undefined;
+      const timeout = opts.resultTimeoutMs
+        ? new Promise<'UNSETTLED'>((r) => (timer = setTimeout(() => r('UNSETTLED'), opts.resultTimeoutMs)))
+        : new Promise<never>(() => undefined);
+      const result: OrderResult | 'UNSETTLED' = await Promise.race([orderOutcome(handle), timeout]);
+      clearTimeout(timer);
+      const status = result === 'UNSETTLED' ? result : result.status;
+      statuses[status] = (statuses[status] ?? 0) + 1;
+      if (result !== 'UNSETTLED') {
+        latencies.push(Date.now() - t);
+        if (result.status !== 'COMPLETED') {
+          const why = `${result.status}: ${(result.reason ?? '').split(':')[0]}`;
+          reasons[why] = (reasons[why] ?? 0) + 1;
         }
-      } catch (err) {
-        errors++;
-        if (firstErrors.length < 5) firstErrors.push(`${order.orderId}: ${(err as Error).message}`);
       }
-      opts.onProgress?.(++done, orders.length);
+    } catch (err) {
+      errors++;
+      if (firstErrors.length < 5) firstErrors.push(`${order.orderId}: ${(err as Error).message}`);
     }
-  }
-  await Promise.all(Array.from({ length: Math.min(opts.concurrency, orders.length) }, lane));
+    opts.onProgress?.(++done, orders.length);
+  };
+  await concurrentLoops(Math.min(opts.concurrency, orders.length), deadline, placeOne, () => next < orders.length);
   const seconds = (Date.now() - started) / 1000;
   latencies.sort((a, b) => a - b);
   const summary: LoadSummary = {

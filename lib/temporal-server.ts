@@ -195,39 +195,31 @@ export async function startRealTemporal(opts: RealTemporalOptions): Promise<Real
   let closed = false;
   let restarting: Promise<unknown> | undefined;
   /** Reports an exit nobody asked for. */
-  const watch = (what: string, child: ChildProcess): ChildProcess => {
-    child.once('exit', (code, signal) => !stopping && opts.onExit?.(what, code, signal));
-    return child;
-  };
+  const onExit = (what: string) => (code: number | null, signal: string | null) => void (!stopping && opts.onExit?.(what, code, signal));
   // The servers get only the variables they need: none of our database URLs or keys.
   const startServer = async (): Promise<ChildProcess> =>
-    watch(
-      'the Temporal server',
-      (
-        await startProcess(server, ['--root', ROOT, '--config', 'temporal/config', '--env', 'order-saga', '--allow-no-auth', 'start'], serverEnv, () => frontendServing(address), {
-          readyTimeoutMs: 90_000,
-          cleanEnv: true,
-          onSpawn: opts.onSpawn,
-        })
-      ).child,
-    );
+    (
+      await startProcess(server, ['--root', ROOT, '--config', 'temporal/config', '--env', 'order-saga', '--allow-no-auth', 'start'], serverEnv, () => frontendServing(address), {
+        readyTimeoutMs: 90_000,
+        cleanEnv: true,
+        onSpawn: opts.onSpawn,
+        onExit: onExit('the Temporal server'),
+      })
+    ).child;
   let serverChild = await startServer();
   let uiChild: ChildProcess | undefined;
   try {
     await prepareNamespace(address, namespace);
     const uiUrl = `http://127.0.0.1:${opts.uiPort}`;
-    uiChild = watch(
-      'the Temporal Web UI server',
-      (
-        await startProcess(
-          ui,
-          ['--root', ROOT, '--config', 'temporal/ui', '--env', 'order-saga', 'start'],
-          { TEMPORAL_ADDRESS: address, TEMPORAL_UI_PORT: String(opts.uiPort), TEMPORAL_UI_ORIGIN: uiUrl, TEMPORAL_NAMESPACE: namespace, ...passThrough },
-          async () => (await fetch(uiUrl, { signal: AbortSignal.timeout(1_000) })).ok,
-          { cleanEnv: true, onSpawn: opts.onSpawn },
-        )
-      ).child,
-    );
+    uiChild = (
+      await startProcess(
+        ui,
+        ['--root', ROOT, '--config', 'temporal/ui', '--env', 'order-saga', 'start'],
+        { TEMPORAL_ADDRESS: address, TEMPORAL_UI_PORT: String(opts.uiPort), TEMPORAL_UI_ORIGIN: uiUrl, TEMPORAL_NAMESPACE: namespace, ...passThrough },
+        async () => (await fetch(uiUrl, { signal: AbortSignal.timeout(1_000) })).ok,
+        { cleanEnv: true, onSpawn: opts.onSpawn, onExit: onExit('the Temporal Web UI server') },
+      )
+    ).child;
     say(`Temporal server ${SERVER_VERSION} on Postgres: ${address} (namespace ${namespace}), Web UI ${uiUrl}`);
     return {
       address,

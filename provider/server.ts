@@ -5,6 +5,7 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import type http from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { RESPONSE_ALREADY_SENT } from '@hono/node-server/utils/response';
 import type { Context, MiddlewareHandler } from 'hono';
 import type { Pool } from 'pg';
@@ -24,12 +25,9 @@ import {
   type Refund,
   type RefundRequest,
 } from './api';
+import { DEV_PROVIDER_ADMIN_KEY, DEV_PROVIDER_API_KEY, PROVIDER_ADMIN_PORT, PROVIDER_PORT } from './defaults';
 import { ClientNameSchema, FaultBook, parseFaultRequest, type FaultKind, type FaultTarget } from './faults';
 import { HttpError, jsonApp, jsonBody, jsonServer, rawPath, readJson, type JsonEnv } from './http';
-
-/** Development defaults, for loopback use only. Set PROVIDER_API_KEY(S) / PROVIDER_ADMIN_KEY(S) anywhere else. */
-export const DEV_PROVIDER_API_KEY = 'dev-only-provider-key';
-export const DEV_PROVIDER_ADMIN_KEY = 'dev-only-admin-key';
 
 export interface ProviderConfig {
   databaseUrl: string;
@@ -139,8 +137,6 @@ function toCharge(row: ChargeRow): Charge {
 }
 
 const chargeHttpStatus = (c: Charge): 201 | 402 => (c.status === 'failed' ? 402 : 201);
-
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 /**
  * The faults matched for one call. Each is counted (and logged as `fault applied`) only where it
@@ -446,9 +442,9 @@ if (require.main === module) {
     cfg = {
       databaseUrl,
       host: process.env.PROVIDER_HOST ?? '127.0.0.1',
-      port: Number(process.env.PROVIDER_PORT ?? 4010),
+      port: Number(process.env.PROVIDER_PORT ?? PROVIDER_PORT),
       apiKeys: keysFromEnv(process.env, 'PROVIDER_API_KEY', DEV_PROVIDER_API_KEY),
-      adminPort: Number(process.env.PROVIDER_ADMIN_PORT ?? 4011),
+      adminPort: Number(process.env.PROVIDER_ADMIN_PORT ?? PROVIDER_ADMIN_PORT),
       adminHost: process.env.PROVIDER_ADMIN_HOST ?? '127.0.0.1',
       adminKeys: keysFromEnv(process.env, 'PROVIDER_ADMIN_KEY', DEV_PROVIDER_ADMIN_KEY),
     };

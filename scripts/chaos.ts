@@ -26,7 +26,7 @@ import { parseArgs } from 'node:util';
 import { DefaultLogger, Runtime } from '@temporalio/worker';
 import { chargeKeyFor } from '../domain/order';
 import { checkInvariants, formatReport, temporalLookup } from '../lib/invariants';
-import { percentile, progressBar } from '../lib/load';
+import { concurrentLoops, percentile, progressBar } from '../lib/load';
 import { readConfig } from '../lib/config';
 import { FAULT_KINDS, FAULT_TARGETS, type FaultRequest } from '../provider/faults';
 import type { SagaConfig } from '../workflows/order-saga';
@@ -178,24 +178,22 @@ async function main(): Promise<number> {
     let done = 0;
     const bar = progressBar();
     const loadUntil = started + maxMinutes * 60_000;
-    const lane = async (): Promise<void> => {
-      while (next < orders.length && Date.now() < loadUntil) {
-        const o = orders[next++]!;
-        const t = Date.now();
-        try {
-          if (await people!.drive(o, 5 * 60_000)) {
-            latencies.push(Date.now() - t);
-            slowest.push({ id: o.input.orderId, ms: Date.now() - t });
-          } else unsettled.push(o.input.orderId);
-        } catch (err) {
-          errors.push(`${o.input.orderId}: ${(err as Error).message}`);
-        }
-        done++;
-        bar(done, orders.length);
-        for (const trigger of triggers) trigger();
+    const driveOne = async (): Promise<void> => {
+      const o = orders[next++]!;
+      const t = Date.now();
+      try {
+        if (await people!.drive(o, 5 * 60_000)) {
+          latencies.push(Date.now() - t);
+          slowest.push({ id: o.input.orderId, ms: Date.now() - t });
+        } else unsettled.push(o.input.orderId);
+      } catch (err) {
+        errors.push(`${o.input.orderId}: ${(err as Error).message}`);
       }
+      done++;
+      bar(done, orders.length);
+      for (const trigger of triggers) trigger();
     };
-    await Promise.race([Promise.all(Array.from({ length: concurrency }, lane)), killing]);
+    await Promise.race([concurrentLoops(concurrency, loadUntil, driveOne, () => next < orders.length), killing]);
     bar.end();
     await Promise.all(events);
     const placed = orders.slice(0, next);

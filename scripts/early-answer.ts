@@ -10,6 +10,7 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { runCli } from '../client';
 import { createPool } from '../db/pool';
+import { parseWith, wholeNumber } from '../domain/validation';
 import { readConfig } from '../lib/config';
 import { percentile, progressBar } from '../lib/load';
 
@@ -19,8 +20,9 @@ async function main(): Promise<number> {
     process.stdout.write('usage: npm run early-answer [-- --orders N]   (needs a running "npm start")\n');
     return 0;
   }
-  const orders = Number(values.orders ?? 100);
-  if (!Number.isInteger(orders) || orders < 1 || orders > 10_000) throw new Error('--orders: a whole number from 1 to 10000');
+  const orders = parseWith(wholeNumber(1, 10_000), Number(values.orders ?? 100), (_field, problem) => {
+    throw new Error(`--orders: ${problem}`);
+  });
   const cfg = readConfig();
   if (!cfg.databaseUrl) throw new Error('needs DATABASE_URL (or a running "npm start")');
   const db = createPool(cfg.databaseUrl, { max: 1 });

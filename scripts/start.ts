@@ -17,7 +17,7 @@ import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { ensurePostgres } from '../db/postgres';
 import { passwordsFromEnv, prepareDatabase, ROLES } from '../db/roles';
 import { DEFAULT_PORTS, listUrl, loopbackUrl, operatorViews, readConfig, RUNTIME_FILE } from '../lib/config';
-import { startTsProcess } from '../lib/processes';
+import { startTsProcess, stopProcess } from '../lib/processes';
 import { startRealTemporal } from '../lib/temporal-server';
 import { devServerExecutable, fileBackedDevServer, registerSearchAttributes } from '../lib/temporal-servers';
 import { CustomerIdKey, NeedsAttentionKey, OrderStatusKey, TotalCentsKey } from '../workflows/search-attributes';
@@ -74,14 +74,7 @@ async function main(): Promise<void> {
       stopping = true;
       say('stopping…');
       for (const child of [...children].reverse()) {
-        if (child.exitCode === null && child.signalCode === null) {
-          child.kill('SIGTERM');
-          await new Promise<void>((resolve) => {
-            // 20 s: the Temporal server's graceful stop takes about 10.
-            const t = setTimeout(() => { child.kill('SIGKILL'); resolve(); }, 20_000);
-            child.once('exit', () => { clearTimeout(t); resolve(); });
-          });
-        }
+        await stopProcess(child, 'SIGTERM', 20_000); // 20 s: the Temporal server's graceful stop takes about 10
       }
       for (const c of cleanups.reverse()) await c().catch((err: Error) => say(`cleanup: ${err.message}`));
       if (wroteRuntime) rmSync(RUNTIME_FILE, { force: true }); // only ours: never another npm start's
@@ -175,14 +168,14 @@ async function main(): Promise<void> {
     /** Starts a child with its output prefixed by its name; its exit after it was ready stops everything. */
     const launch = async (name: string, script: string, ready: RegExp, roleEnv: NodeJS.ProcessEnv): Promise<void> => {
       const prefix = (stream: NodeJS.WriteStream) => (line: string) => void (line.trim() && stream.write(`[${name}] ${line}\n`));
-      const { child } = await startTsProcess(script, { ...childEnv, ...roleEnv }, ready, {
+      await startTsProcess(script, { ...childEnv, ...roleEnv }, ready, {
         onLine: prefix(process.stdout),
         onErrLine: prefix(process.stderr),
         readyTimeoutMs: 120_000,
         onSpawn: (c) => children.push(c), // a stop during the start reaches it too
-      });
-      child.once('exit', (code, signal) => {
-        if (!stopping) { say(`${name} exited (code ${code}, signal ${signal}); stopping everything`); void shutdown(1); }
+        onExit: (code, signal) => {
+          if (!stopping) { say(`${name} exited (code ${code}, signal ${signal}); stopping everything`); void shutdown(1); }
+        },
       });
     };
     await launch('provider', 'provider/server.ts', /"listening"/, { DATABASE_URL: urls.provider });

@@ -4,22 +4,23 @@
  * history. Exactly one charge, and the stock moves exactly once.
  */
 import { orderOutcome } from '../lib/order-outcome';
-import { spawn, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import type { WorkflowBundleWithSourceMap } from '@temporalio/worker';
 import type { Pool } from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
 import { workflowIdFor, type OrderInput } from '../domain/order';
 import { readConfig } from '../lib/config';
+import { startTsProcess, stopProcess } from '../lib/processes';
 import { createOrderWorkers } from '../worker';
 import { orderSaga } from '../workflows';
 import { bundleWorkflows, startE2eServer } from './temporal-env';
 import { createProduct, ledger, makeOrder, orderRow, productRow, reservations, testAdmin, testPool, uid } from './helpers';
 
-const ROOT = path.resolve(__dirname, '..');
 let env: TestWorkflowEnvironment;
 let db: Pool;
 let bundle: WorkflowBundleWithSourceMap;
@@ -51,31 +52,17 @@ function envFor(taskQueue: string): NodeJS.ProcessEnv {
 
 /** Starts the crash worker as one process (node --import tsx), so SIGKILL reaches the worker itself. */
 async function crashWorker(taskQueue: string, point: string, marker: string): Promise<ChildProcess> {
-  const child = spawn(process.execPath, ['--import', 'tsx', path.join(ROOT, 'test', 'support', 'crash-worker.ts')], {
-    cwd: ROOT,
-    env: { ...process.env, ...envFor(taskQueue), CRASH_POINT: point, CRASH_MARKER: marker },
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
-  await new Promise<void>((resolve, reject) => {
-    child.stdout!.on('data', (c: Buffer) => c.toString().includes('crash-worker: ready') && resolve());
-    child.once('exit', (code) => reject(new Error(`crash worker exited (${code})`)));
-  });
-  return child;
+  const env = { ...envFor(taskQueue), CRASH_POINT: point, CRASH_MARKER: marker };
+  return (await startTsProcess('test/support/crash-worker.ts', env, /crash-worker: ready/, { showStderr: true, readyTimeoutMs: 120_000 })).child;
 }
 
 async function until(pred: () => Promise<boolean>, what: string, ms = 60_000): Promise<void> {
   const end = Date.now() + ms;
   while (Date.now() < end) {
     if (await pred()) return;
-    await new Promise((r) => setTimeout(r, 100));
+    await sleep(100);
   }
   throw new Error(`timed out waiting for ${what}`);
-}
-
-async function kill9(child: ChildProcess): Promise<void> {
-  const exited = new Promise((r) => child.once('exit', r));
-  child.kill('SIGKILL');
-  await exited;
 }
 
 /** Runs the saga: first on the crash worker until `crashed` says it is time, SIGKILL, then on a fresh worker. */
@@ -87,7 +74,7 @@ async function crashAndRecover(order: OrderInput, point: string, crashed: (marke
   try {
     await until(() => crashed(marker), `crash point ${point}`);
   } finally {
-    await kill9(first);
+    await stopProcess(first, 'SIGKILL');
   }
   const fresh = await createOrderWorkers(readConfig(envFor(taskQueue)), env.nativeConnection, { db, workflowBundle: bundle, lanes: 0 });
   const running = fresh.run();

@@ -3,7 +3,7 @@
  * Postgres → provider process. Under `npm run test:server`, the same tests run on the real
  * Temporal server on Postgres with its standalone Web UI, against three worker processes.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -17,7 +17,7 @@ import { orderOutcome } from '../lib/order-outcome';
 import { createOrderWorkers, type OrderWorkers } from '../worker';
 import { NeedsAttentionKey, OrderStatusKey, TotalCentsKey } from '../workflows/search-attributes';
 import { runCli } from '../client';
-import { freePort, startWorkerProcess, stopProcess } from '../lib/processes';
+import { freePort, runProcess, startWorkerProcess, stopProcess } from '../lib/processes';
 import { bundleWorkflows, startE2eServer } from './temporal-env';
 import { createProduct, ledger, makeOrder, orderRow, productRow, testAdmin, testPool, uid } from './helpers';
 import { MALFORMED_ORDERS } from './malformed-orders';
@@ -92,19 +92,9 @@ afterAll(async () => {
 
 
 /** Runs `npx tsx client.ts …` as its own process, as a person would. */
-function cli(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  return new Promise((resolve) => {
-    const child = spawn(process.execPath, [require.resolve('tsx/cli'), path.join(ROOT, 'client.ts'), ...args], {
-      cwd: ROOT,
-      env: { ...process.env, ...childEnv },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
-    child.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
-    child.on('exit', (code) => resolve({ code: code ?? -1, stdout, stderr }));
-  });
+async function cli(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+  const r = await runProcess(process.execPath, [require.resolve('tsx/cli'), path.join(ROOT, 'client.ts'), ...args], childEnv);
+  return { code: r.code ?? -1, stdout: r.stdout, stderr: r.stderr };
 }
 
 function orderFile(order: unknown): string {

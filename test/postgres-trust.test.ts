@@ -5,14 +5,15 @@
  * PG_SHARED_DIR pointing at the plant instead of /var/tmp): it refuses with a message that names
  * the path and what to do, and nothing is run, chowned or signalled.
  */
-import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { execFileSync, type ChildProcess } from 'node:child_process';
 import { chmodSync, chownSync, cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, describe, expect, inject, it } from 'vitest';
 import { Client } from 'pg';
 import { ensurePostgres, verifyCopy } from '../db/postgres';
-import { freePort, startTsProcess, stopProcess } from '../lib/processes';
+import { exited, freePort, startProcess, startTsProcess, stopProcess } from '../lib/processes';
 
 const isRoot = process.getuid?.() === 0;
 const ATTACKER = 65534; // nobody: a local user other than root and postgres
@@ -39,7 +40,7 @@ async function start(env: Record<string, string>): Promise<string> {
     { readyTimeoutMs: 60_000 },
   );
   children.push(child);
-  await new Promise((r) => (child.exitCode !== null ? r(undefined) : child.once('exit', r)));
+  await exited(child);
   return match[1]!;
 }
 
@@ -89,7 +90,7 @@ describe('npm start: a postmaster.pid that names another process', () => {
     const server = isRoot
       ? { uid: Number(execFileSync('id', ['-u', 'postgres'], { encoding: 'utf8' })), gid: Number(execFileSync('id', ['-g', 'postgres'], { encoding: 'utf8' })) }
       : { uid: process.getuid!(), gid: process.getgid!() };
-    const victim = spawn('sleep', ['120'], { ...(isRoot ? server : {}), stdio: 'ignore' });
+    const { child: victim } = await startProcess('sleep', ['120'], {}, async () => true, isRoot ? { user: server } : {});
     children.push(victim);
     let signalled: string | null = null;
     victim.once('exit', (_code, signal) => (signalled = signal ?? 'exited'));
@@ -106,7 +107,7 @@ describe('npm start: a postmaster.pid that names another process', () => {
     expect(line).toMatch(
       new RegExp(`^failed: refusing to use ${pidFile}: it names process ${victim.pid} \\(.*sleep, uid ${server.uid}\\), which is not a Postgres server of this data directory; it was not signalled; if no Postgres server runs on ${dataDir}, remove ${pidFile} and start again$`),
     );
-    await new Promise((r) => setTimeout(r, 300));
+    await sleep(300);
     expect(signalled).toBeNull();
     expect(victim.exitCode).toBeNull();
   });

@@ -151,9 +151,7 @@ export class ChaosStack {
   async restartProvider(): Promise<Restart> {
     const t = Date.now();
     const old = this.provider!;
-    const exited = new Promise((r) => old.once('exit', r));
-    old.kill('SIGKILL');
-    await exited;
+    await stopProcess(old, 'SIGKILL');
     for (let attempt = 1; ; attempt++) {
       try {
         await this.startProvider();
@@ -245,9 +243,7 @@ export class ChaosStack {
       while (!this.stopping) {
         const w = this.workers[i]!;
         if (w.exitCode === null && w.signalCode === null) {
-          const exited = new Promise((r) => w.once('exit', r));
-          w.kill('SIGKILL');
-          await exited;
+          await stopProcess(w, 'SIGKILL');
           this.workerKills[i]!++;
         }
         this.workers[i] = await this.startWorker();
