@@ -23,8 +23,21 @@ export default tseslint.config(
       // Promises: these two are the point of linting this code base; spelled out so they stay on.
       '@typescript-eslint/no-floating-promises': 'error',
       '@typescript-eslint/no-misused-promises': 'error',
-      // `_`-prefixed names are deliberately unused (destructuring to drop a field, callback arity).
-      '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_', varsIgnorePattern: '^_', caughtErrors: 'none' }],
+      // Activities are object-literal methods that never use `this`; Temporal and the tests call them detached (all 89 findings).
+      '@typescript-eslint/unbound-method': 'off',
+      // An async function without await is how a stub or a hook implements a Promise-returning type here.
+      '@typescript-eslint/require-await': 'off',
+      // Dropping a field with a rest destructuring (`const { orderIds: _ids, ...printable }`) is intended.
+      '@typescript-eslint/no-unused-vars': ['error', { ignoreRestSiblings: true }],
+      // `let x!: T` read by a closure made before the one assignment cannot be a const.
+      'prefer-const': ['error', { ignoreReadBeforeAssign: true }],
+    },
+  },
+  {
+    files: ['test/**/*.ts'],
+    rules: {
+      // vitest types its asymmetric matchers (expect.any, expect.stringMatching, …) as any; other any values in tests are typed.
+      '@typescript-eslint/no-unsafe-assignment': 'off',
     },
   },
   {

@@ -302,7 +302,7 @@ export function inventoryActivities(deps: InventoryDeps) {
     async reserveInventorySerial(req: ReserveRequest): Promise<ReserveResult> {
       const ctx = Context.current();
       const lane = ctx.info.taskQueue;
-      const io = { heartbeat: () => ctx.heartbeat({ waiting: lane }), signal: ctx.cancellationSignal, log: (m: string, f: Record<string, unknown>) => log.warn(m, f) };
+      const io = { heartbeat: () => ctx.heartbeat({ waiting: lane }), signal: ctx.cancellationSignal, log: (m: string, f: Record<string, unknown>) => { log.warn(m, f); } };
       const result = await withLaneLock(deps.db, lane, req.orderId, io, () =>
         reserveSerial(deps.db, req, { logic, metrics: deps.metrics, heartbeat: (d) => ctx.heartbeat(d) }),
       );

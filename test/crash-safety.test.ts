@@ -57,7 +57,7 @@ async function crashWorker(taskQueue: string, point: string, marker: string): Pr
     stdio: ['ignore', 'pipe', 'inherit'],
   });
   await new Promise<void>((resolve, reject) => {
-    child.stdout!.on('data', (c: Buffer) => c.toString().includes('crash-worker: ready') && resolve());
+    child.stdout.on('data', (c: Buffer) => c.toString().includes('crash-worker: ready') && resolve());
     child.once('exit', (code) => reject(new Error(`crash worker exited (${code})`)));
   });
   return child;
