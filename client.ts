@@ -24,7 +24,7 @@ import { WorkflowIdConflictPolicy, WorkflowIdReusePolicy, type Duration } from '
 import { ABORT_RATE_CRITICAL, ABORT_RATE_HEALTHY, type SkuStats } from './activities/inventory-metrics';
 import { ORDER_STATUSES, OrderValidationError, orderSummary, orderTotalCents, parseOrder, workflowIdFor, type OrderInput, type OrderResult } from './domain/order';
 import { listUrl, operatorViews, readConfig, runUrl, type AppConfig } from './lib/config';
-import { formatReport, RULES, temporalLookup } from './lib/invariants';
+import { formatReport, RULES, temporalLookup } from './db/invariants';
 import { progressBar, runLoad, workerProcesses } from './lib/load';
 import { orderOutcome } from './lib/order-outcome';
 import { openOrderStore, type OrderStore, type StoreRole } from './lib/order-store';
