@@ -133,7 +133,11 @@ function importsOf(file: string): Edge[] {
       ts.isStringLiteral(node.moduleReference.expression)
     ) {
       add(node, node.moduleReference.expression.text, node.isTypeOnly);
-    } else if (ts.isImportTypeNode(node) && ts.isLiteralTypeNode(node.argument) && ts.isStringLiteral(node.argument.literal)) {
+    } else if (
+      ts.isImportTypeNode(node) &&
+      ts.isLiteralTypeNode(node.argument) &&
+      ts.isStringLiteral(node.argument.literal)
+    ) {
       add(node, node.argument.literal.text, true); // `import('./x').T` in a type
     } else if (ts.isCallExpression(node) && node.arguments.length > 0 && ts.isStringLiteral(node.arguments[0]!)) {
       const callee = node.expression;
@@ -143,7 +147,8 @@ function importsOf(file: string): Edge[] {
         ts.isIdentifier(callee.expression) &&
         callee.expression.text === 'require' &&
         callee.name.text === 'resolve';
-      if (callee.kind === ts.SyntaxKind.ImportKeyword || isRequire || isResolve) add(node, node.arguments[0].text, false);
+      if (callee.kind === ts.SyntaxKind.ImportKeyword || isRequire || isResolve)
+        add(node, node.arguments[0].text, false);
     }
     ts.forEachChild(node, visit);
   };
@@ -216,7 +221,9 @@ function main(): void {
   if (!quiet) {
     const width = Math.max(...units.map((u) => u.length)) + 1;
     const col = 11;
-    console.log('Imports between folders (row imports column; "n/t": n imports, t of them type-only), lowest layer first:');
+    console.log(
+      'Imports between folders (row imports column; "n/t": n imports, t of them type-only), lowest layer first:',
+    );
     console.log(''.padEnd(width) + units.map((u) => u.padStart(col)).join(''));
     for (const from of units) {
       const cells = units.map((to) => {
@@ -246,7 +253,8 @@ function main(): void {
       continue;
     }
     const rule = TYPE_ONLY.find((r) => r.from === from && r.to.includes(to));
-    if (rule && !e.typeOnly) problems.push(`${e.file}:${e.line}: imports code from '${e.spec}' (rule ${rule.name}: ${rule.why})`);
+    if (rule && !e.typeOnly)
+      problems.push(`${e.file}:${e.line}: imports code from '${e.spec}' (rule ${rule.name}: ${rule.why})`);
   }
 
   // Loops between folders, then between files (type-only imports count toward a loop).
@@ -259,7 +267,9 @@ function main(): void {
   for (const scc of loops(unitNext.keys(), (u) => unitNext.get(u) ?? [])) {
     const members = new Set(scc);
     // Name the imports that close the loop: those that go upward or sideways in LAYERS.
-    const inLoop = edges.filter((e) => unitOf(e.file) !== unitOf(e.target) && members.has(unitOf(e.file)) && members.has(unitOf(e.target)));
+    const inLoop = edges.filter(
+      (e) => unitOf(e.file) !== unitOf(e.target) && members.has(unitOf(e.file)) && members.has(unitOf(e.target)),
+    );
     const closing = inLoop.filter((e) => (rank.get(unitOf(e.target)) ?? 0) >= (rank.get(unitOf(e.file)) ?? 0));
     const via = (closing.length ? closing : inLoop).map((e) => `${e.file}:${e.line} imports '${e.spec}'`);
     problems.push(`import loop between folders ${scc.join(', ')}, closed by: ${via.join('; ')}`);
@@ -268,7 +278,9 @@ function main(): void {
   for (const e of edges) fileNext.set(e.file, (fileNext.get(e.file) ?? new Set()).add(e.target));
   for (const scc of loops(fileNext.keys(), (f) => fileNext.get(f) ?? [])) {
     const members = new Set(scc);
-    const via = edges.filter((e) => members.has(e.file) && members.has(e.target)).map((e) => `${e.file}:${e.line} imports '${e.spec}'`);
+    const via = edges
+      .filter((e) => members.has(e.file) && members.has(e.target))
+      .map((e) => `${e.file}:${e.line} imports '${e.spec}'`);
     problems.push(`import loop between files ${scc.join(', ')}: ${via.join('; ')}`);
   }
 
