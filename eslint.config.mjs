@@ -2,14 +2,15 @@
 // project (types come from tsconfig.json through the project service). Formatting is prettier's
 // job (`npm run format`), so no stylistic rules here.
 import js from '@eslint/js';
+import { defineConfig } from 'eslint/config';
 import tseslint from 'typescript-eslint';
 
-export default tseslint.config(
+export default defineConfig(
   {
     ignores: ['node_modules/', 'bench/results/', 'artifacts/', '.data/', 'temporal/'],
   },
   js.configs.recommended,
-  ...tseslint.configs.recommendedTypeChecked,
+  tseslint.configs.recommendedTypeChecked,
   {
     languageOptions: {
       parserOptions: {
@@ -42,6 +43,6 @@ export default tseslint.config(
   },
   {
     files: ['**/*.mjs'],
-    ...tseslint.configs.disableTypeChecked,
+    extends: [tseslint.configs.disableTypeChecked],
   },
 );
