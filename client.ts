@@ -26,7 +26,7 @@ import { ABORT_RATE_CRITICAL, ABORT_RATE_HEALTHY, type SkuStats } from './activi
 import { IdSchema, ORDER_STATUSES, OrderValidationError, orderSummary, orderTotalCents, parseOrder, workflowIdFor, type OrderInput, type OrderResult } from './domain/order';
 import { parseWith, wholeNumber } from './domain/validation';
 import { listUrl, operatorViews, readConfig, runUrl, type AppConfig } from './lib/config';
-import { formatReport, RULES, temporalLookup } from './lib/invariants';
+import { formatReport, RULES, temporalLookup } from './db/invariants';
 import { LoadOptionsError, parseLoadOptions, progressBar, runLoad, workerProcesses, type LoadOptions } from './lib/load';
 import { orderOutcome } from './lib/order-outcome';
 import { openOrderStore, type OrderStore, type StoreRole } from './lib/order-store';

@@ -1,13 +1,15 @@
 import { Context, log } from '@temporalio/activity';
 import type { Pool, PoolClient } from 'pg';
 import { withTransaction } from '../db/pool';
-import type { OrderItem } from '../domain/order';
 import { businessFailure, ErrorTypes } from './errors';
 import { ABORT_RATE_CRITICAL, InventoryMetrics } from './inventory-metrics';
 import { readOrder, stateConflict, transition } from './order-lock';
 import { withLaneLock } from './lane-lock';
 import { holdPurchaseQuota } from './purchase-policy';
+import type { ReserveRequest, SnapshotRow } from './reserve-types';
 import { UndoLog } from './undo-log';
+
+export type { ReserveRequest, SnapshotRow };
 
 /** Conflict retry: wait = min(max, base·2^attempt) + rand(0, jitter), at most maxAttempts tries. */
 export interface CasOptions {
@@ -30,19 +32,6 @@ export const DEFAULT_CAS: CasOptions = { maxAttempts: 8, baseMs: 5, maxMs: 250, 
 
 export function backoffMs(attempt: number, o: Pick<CasOptions, 'baseMs' | 'maxMs' | 'jitterMs'>, random: () => number = Math.random): number {
   return Math.min(o.maxMs, o.baseMs * 2 ** attempt) + random() * o.jitterMs;
-}
-
-export interface ReserveRequest {
-  orderId: string;
-  customerId: string;
-  items: Pick<OrderItem, 'sku' | 'qty'>[];
-}
-
-export interface SnapshotRow {
-  sku: string;
-  stock: number;
-  version: string;
-  max_per_customer: number | null;
 }
 
 /**
@@ -302,7 +291,7 @@ export function inventoryActivities(deps: InventoryDeps) {
     async reserveInventorySerial(req: ReserveRequest): Promise<ReserveResult> {
       const ctx = Context.current();
       const lane = ctx.info.taskQueue;
-      const io = { heartbeat: () => ctx.heartbeat({ waiting: lane }), signal: ctx.cancellationSignal, log: (m: string, f: Record<string, unknown>) => log.warn(m, f) };
+      const io = { heartbeat: () => ctx.heartbeat({ waiting: lane }), signal: ctx.cancellationSignal, log: (m: string, f: Record<string, unknown>) => { log.warn(m, f); } };
       const result = await withLaneLock(deps.db, lane, req.orderId, io, () =>
         reserveSerial(deps.db, req, { logic, metrics: deps.metrics, heartbeat: (d) => ctx.heartbeat(d) }),
       );

@@ -1,6 +1,6 @@
 import type { PoolClient } from 'pg';
 import { businessFailure, ErrorTypes } from './errors';
-import type { ReserveRequest, SnapshotRow } from './inventory';
+import type { ReserveRequest, SnapshotRow } from './reserve-types';
 
 /**
  * The purchase policy (seed 003's validatePurchasePolicy). For a product with `max_per_customer`, it

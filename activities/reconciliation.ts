@@ -1,7 +1,7 @@
 import { log } from '@temporalio/activity';
 import type { Pool } from 'pg';
 import { withTransaction } from '../db/pool';
-import { checkInvariants } from '../lib/invariants';
+import { checkInvariants } from '../db/invariants';
 
 export interface ReconciliationSummary {
   runId: string;

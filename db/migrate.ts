@@ -34,7 +34,7 @@ export async function migrate(pool: Pool, dir: string, table: string): Promise<s
       try {
         await c.query(sql);
       } catch (err) {
-        throw new Error(`migration ${file} failed: ${(err as Error).message}`);
+        throw new Error(`migration ${file} failed: ${(err as Error).message}`, { cause: err });
       }
       await c.query({ text: `INSERT INTO ${table} (version, name) VALUES ($1, $2)`, values: [version, file] });
       applied.push(file);
@@ -53,7 +53,7 @@ export async function assertMigrated(pool: Pool, dir: string, table: string): Pr
   try {
     versions = (await pool.query<{ version: number }>(`SELECT version FROM ${table}`)).rows.map((r) => r.version);
   } catch (err) {
-    throw new Error(`cannot read ${table} (${(err as Error).message}): run the migrations as the database owner first (npm run migrate)`);
+    throw new Error(`cannot read ${table} (${(err as Error).message}): run the migrations as the database owner first (npm run migrate)`, { cause: err });
   }
   const missing = files.filter((f) => !versions.includes(Number(f.slice(0, 4))));
   if (missing.length) throw new Error(`migrations not applied: ${missing.join(', ')}; run them as the database owner (npm run migrate)`);

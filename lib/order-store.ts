@@ -6,10 +6,10 @@
  */
 import type { Pool } from 'pg';
 import { checkAgainstCatalogue } from '../activities/orders';
+import { checkInvariants, type CheckReport, type WorkflowLookup } from '../db/invariants';
 import { createPool } from '../db/pool';
 import type { OrderInput } from '../domain/order';
 import type { AppConfig } from './config';
-import { checkInvariants, type CheckReport, type WorkflowLookup } from './invariants';
 
 /** Which database role a store connects as. */
 export type StoreRole = 'app' | 'reader';
@@ -36,7 +36,7 @@ export interface OrderStore {
   createProducts(p: NewProducts): Promise<void>;
   /** The last reconciliation run's findings, or undefined when none has run. */
   lastReconciliation(): Promise<Reconciliation | undefined>;
-  /** Every invariant over the database and the provider's ledger, in one snapshot (lib/invariants.ts). */
+  /** Every invariant over the database and the provider's ledger, in one snapshot (db/invariants.ts). */
   checkInvariants(opts: { deadlineMs: number; workflows?: WorkflowLookup }): Promise<CheckReport>;
   /** Ends the pool. */
   close(): Promise<void>;

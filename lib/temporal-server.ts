@@ -92,7 +92,7 @@ async function applySchemas(ownerUrl: string, password: string): Promise<void> {
       await run(tool, ['update-schema', '-d', path.join(schema, dir, 'versioned')], { env });
     } catch (err) {
       const e = err as { stderr?: string; message: string };
-      throw new Error(`temporal-sql-tool on ${db}: ${(e.stderr ?? e.message).trim().slice(-800)}`);
+      throw new Error(`temporal-sql-tool on ${db}: ${(e.stderr ?? e.message).trim().slice(-800)}`, { cause: err });
     }
   }
 }
@@ -107,7 +107,7 @@ export async function prepareNamespace(address: string, namespace: string, waitM
     try {
       connection = await Connection.connect({ address, connectTimeout: 2_000 });
     } catch (err) {
-      if (Date.now() > until) throw new Error(`cannot reach Temporal at ${address}: ${(err as Error).message}`);
+      if (Date.now() > until) throw new Error(`cannot reach Temporal at ${address}: ${(err as Error).message}`, { cause: err });
       await sleep(1_000);
     }
   }
@@ -129,7 +129,7 @@ export async function prepareNamespace(address: string, namespace: string, waitM
         const known = (await connection.operatorService.listSearchAttributes({ namespace })).customAttributes ?? {};
         if (Object.keys(SEARCH_ATTRIBUTES).every((k) => k in known)) break;
       } catch (err) {
-        if (Date.now() > deadline) throw new Error(`namespace ${namespace} not ready on ${address}: ${(err as Error).message}`);
+        if (Date.now() > deadline) throw new Error(`namespace ${namespace} not ready on ${address}: ${(err as Error).message}`, { cause: err });
       }
       if (Date.now() > deadline) throw new Error(`the search attributes did not appear on ${address}`);
       await sleep(250);

@@ -104,7 +104,7 @@ export function createProviderAdmin(opts: { baseUrl: string; adminKey: string })
       body: body ? JSON.stringify(body) : undefined,
       signal: AbortSignal.timeout(5_000),
     });
-    const json = (await res.json()) as unknown;
+    const json = await res.json();
     if (!res.ok) throw new ProviderHttpError(res.status, json as ApiError);
     return json;
   }

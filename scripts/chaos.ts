@@ -25,7 +25,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { parseArgs } from 'node:util';
 import { DefaultLogger, Runtime } from '@temporalio/worker';
 import { chargeKeyFor } from '../domain/order';
-import { checkInvariants, formatReport, temporalLookup } from '../lib/invariants';
+import { checkInvariants, formatReport, temporalLookup } from '../db/invariants';
 import { concurrentLoops, percentile, progressBar } from '../lib/load';
 import { readConfig } from '../lib/config';
 import { FAULT_KINDS, FAULT_TARGETS, type FaultRequest } from '../provider/faults';

@@ -140,7 +140,7 @@ describe('undo log', () => {
     const acts = createActivities({ db, provider: testProvider(), cas: { baseMs: 1, maxMs: 5, jitterMs: 5 } });
     const settled = await Promise.allSettled(ids.map((id) => runActivity(acts.reserveInventory, { orderId: id, customerId: customer, items: [{ sku: p.sku, qty: 1 }] })));
     const ok = settled.filter((s) => s.status === 'fulfilled');
-    const refused = settled.filter((s) => s.status === 'rejected') as PromiseRejectedResult[];
+    const refused = settled.filter((s): s is PromiseRejectedResult => s.status === 'rejected');
     expect(ok).toHaveLength(2);
     expect(refused.map((r) => (r.reason as { type: string }).type)).toEqual(['PurchaseLimitExceeded', 'PurchaseLimitExceeded', 'PurchaseLimitExceeded']);
     expect(await quota(customer, p.sku)).toBe(2);

@@ -196,7 +196,7 @@ describe('end to end on the dev server', () => {
     const r = await cli(['place', '--file', orderFile(order), '--json']);
 
     expect(r.code, r.stderr).toBe(0);
-    expect(JSON.parse(r.stdout).status).toBe('COMPLETED');
+    expect((JSON.parse(r.stdout) as { status: string }).status).toBe('COMPLETED');
     expect(await ledger(db, order.orderId)).toEqual({ charges: [{ status: 'succeeded', amount: 2100 }], refunds: [] });
     expect((await admin.list()).injected['lose-response-after-commit']).toBeGreaterThanOrEqual(1);
   });
@@ -210,7 +210,7 @@ describe('end to end on the dev server', () => {
     expect(started.code, started.stderr).toBe(0);
     // The early answer (Update-with-Start): validated and reserved, the saga runs on.
     expect(JSON.parse(started.stdout)).toMatchObject({ orderId: order.orderId, status: 'RESERVED', accepted: true });
-    expect(JSON.parse(started.stdout).answerMs).toEqual(expect.any(Number));
+    expect((JSON.parse(started.stdout) as { answerMs: unknown }).answerMs).toEqual(expect.any(Number));
     const cancel = await cli(['cancel', order.orderId, '--reason', 'customer asked', '--json']);
     expect(cancel.code, cancel.stderr).toBe(0);
     expect(JSON.parse(cancel.stdout)).toMatchObject({ status: 'CANCELLED', reason: 'customer asked' });
@@ -339,7 +339,7 @@ describe('end to end on the dev server', () => {
       expect(await rowText(ids[3]!)).toMatch(/Running/);
 
       // A run's page: the summary as a person writes it, and the saga's current details.
-      await page.goto(JSON.parse(failed.stdout).uiUrl as string, { waitUntil: 'domcontentloaded', timeout: 60_000 });
+      await page.goto((JSON.parse(failed.stdout) as { uiUrl: string }).uiUrl, { waitUntil: 'domcontentloaded', timeout: 60_000 });
       await openMetadata(page);
       const run = await shows(page, [orderSummary(declined), 'Steps done: createOrder → reserveInventory', 'ran: refundPayment, releaseInventory']);
       writeFileSync(path.join(artifacts, 'web-ui-run.txt'), run);
@@ -377,7 +377,7 @@ describe('end to end on the dev server', () => {
   });
 
   it(`${MALFORMED_ORDERS.length} malformed orders through client.ts place: exit 2, the field named, 0 rows and 0 workflows`, async () => {
-    const ordersBefore = Number((await db.query('SELECT count(*) FROM orders')).rows[0].count);
+    const ordersBefore = Number((await db.query<{ count: string }>('SELECT count(*) FROM orders')).rows[0]!.count);
     const workflowsBefore = await settledCount(env);
     for (const { name, order, field } of MALFORMED_ORDERS) {
       const out: string[] = [];
@@ -387,7 +387,7 @@ describe('end to end on the dev server', () => {
       expect(err.join('\n'), name).toMatch(field);
       expect(out, name).toEqual([]);
     }
-    expect(Number((await db.query('SELECT count(*) FROM orders')).rows[0].count)).toBe(ordersBefore);
+    expect(Number((await db.query<{ count: string }>('SELECT count(*) FROM orders')).rows[0]!.count)).toBe(ordersBefore);
     expect(await settledCount(env)).toBe(workflowsBefore);
   });
 
@@ -409,9 +409,9 @@ describe('end to end on the dev server', () => {
       values: [`${orphan}:charge`, orphan],
     });
     try {
-      const before = Number((await db.query('SELECT count(*) FROM reconciliation_runs')).rows[0].count);
+      const before = Number((await db.query<{ count: string }>('SELECT count(*) FROM reconciliation_runs')).rows[0]!.count);
       await env.client.schedule.getHandle('reconcile').trigger();
-      for (let i = 0; i < 100 && Number((await db.query('SELECT count(*) FROM reconciliation_runs')).rows[0].count) === before; i++) {
+      for (let i = 0; i < 100 && Number((await db.query<{ count: string }>('SELECT count(*) FROM reconciliation_runs')).rows[0]!.count) === before; i++) {
         await new Promise((r) => setTimeout(r, 200));
       }
       const f = await cli(['findings', '--json']);

@@ -71,5 +71,5 @@ export const mockActivityEnv = (): MockActivityEnvironment =>
 
 /** Runs one activity function in a mock activity context, keeping its return type. */
 export function runActivity<A extends unknown[], R>(fn: (...args: A) => Promise<R>, ...args: A): Promise<R> {
-  return mockActivityEnv().run(fn, ...args) as Promise<R>;
+  return mockActivityEnv().run<A, R, typeof fn>(fn, ...args);
 }

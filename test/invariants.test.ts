@@ -1,7 +1,7 @@
 /** The invariant checker finds each kind of violation, with its order IDs, and passes a clean saga. */
 import type { Pool } from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { checkInvariants, RULES, type WorkflowLookup } from '../lib/invariants';
+import { checkInvariants, RULES, type WorkflowLookup } from '../db/invariants';
 import { createProduct, testPool, uid } from './helpers';
 
 let db: Pool;

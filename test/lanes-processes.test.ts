@@ -76,7 +76,7 @@ describe('serial lanes across worker processes', () => {
     for (const p of Object.values(hot)) {
       const mine = orders.map((o, i) => ({ o, r: outcomes[i]! })).filter(({ o }) => o.items[0]!.sku === p.sku);
       const statuses = mine.map(({ r }) => r.status).sort();
-      expect(statuses).toEqual([...Array(STOCK).fill('COMPLETED'), ...Array(PER_SKU - STOCK).fill('FAILED')].sort());
+      expect(statuses).toEqual([...Array<string>(STOCK).fill('COMPLETED'), ...Array<string>(PER_SKU - STOCK).fill('FAILED')].sort());
       expect((await productRow(db, p.sku)).stock).toBe(0);
       const sold = (await Promise.all(mine.map(({ o }) => reservations(db, o.orderId)))).flat();
       expect(sold.filter((r) => r.status === 'SOLD')).toHaveLength(STOCK);

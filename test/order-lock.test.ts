@@ -125,7 +125,7 @@ describe('the order state machine', () => {
 describe('one order, one owner', () => {
   it('createOrder on a settled order reports it settled and writes nothing; other contents are refused; an open order is taken over', async () => {
     const { order } = await placed();
-    const before = await db.query({ text: 'SELECT * FROM orders WHERE order_id = $1', values: [order.orderId] });
+    const before = await db.query<{ customer_id: string; total_cents: string }>({ text: 'SELECT * FROM orders WHERE order_id = $1', values: [order.orderId] });
     const other = { ...order, items: [{ ...order.items[0]!, qty: 3 }] };
     await expect(runActivity(acts.createOrder, other)).rejects.toMatchObject({ type: 'OrderMismatch', nonRetryable: true });
     // Another card is other contents too: the charge key would be reused with other parameters.
@@ -136,7 +136,7 @@ describe('one order, one owner', () => {
     expect(await runActivity(acts.createOrder, order)).toEqual({ outcome: 'settled', status: 'FAILED' });
     expect(await runActivity(acts.createOrder, other)).toEqual({ outcome: 'settled', status: 'FAILED' });
     const after = await db.query({ text: 'SELECT customer_id, items, total_cents FROM orders WHERE order_id = $1', values: [order.orderId] });
-    expect(after.rows[0]).toMatchObject({ customer_id: before.rows[0].customer_id, total_cents: before.rows[0].total_cents });
+    expect(after.rows[0]).toMatchObject({ customer_id: before.rows[0]!.customer_id, total_cents: before.rows[0]!.total_cents });
   });
 });
 

@@ -16,7 +16,7 @@ import type { Pool } from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createActivities, type OrderActivities } from '../activities';
 import { workflowIdFor, type OrderInput, type OrderResult } from '../domain/order';
-import { checkInvariants, temporalLookup } from '../lib/invariants';
+import { checkInvariants, temporalLookup } from '../db/invariants';
 import { cancelUpdate, orderSaga, resolveUpdate, stateQuery } from '../workflows';
 import { bundleWorkflows, startDevServer } from './temporal-env';
 import { createProduct, makeOrder, testPool, testProvider, uid } from './helpers';

@@ -2,7 +2,7 @@
  * What a person reads on a run's page in the Web UI (its user metadata): the static summary given at
  * start, and the current details the saga keeps up to date. Pure functions of the saga's state.
  */
-import { chargeKeyFor, refundKeyFor, TERMINAL_STATUSES, type OrderInput, type OrderStatus } from '../domain/order';
+import { chargeKeyFor, refundKeyFor, TERMINAL_STATUSES, type OrderInput } from '../domain/order';
 import type { SagaState } from './messages';
 
 const cli = (orderId: string, action: string): string => `npx tsx client.ts resolve ${orderId} --action ${action} --note "<what you checked>"`;
@@ -45,7 +45,7 @@ export function currentDetails(order: OrderInput, s: SagaState): string {
     lines.push(`### Needs attention: ${s.awaiting}`, '', help.check, '', 'Settle it with one of:', '', '```', ...help.commands, '```', '');
   }
   lines.push(
-    `- **${s.status}** · ${TERMINAL_STATUSES.includes(s.status as OrderStatus) ? 'last step' : 'step'}: ${s.step}`,
+    `- **${s.status}** · ${TERMINAL_STATUSES.includes(s.status) ? 'last step' : 'step'}: ${s.step}`,
     `- **Steps done:** ${s.stepsDone.join(' → ') || 'none yet'}`,
     `- **Compensation stack** (runs from the left): ${[...s.compensations].reverse().join(' ← ') || 'empty'}${s.compensationsRun.length ? ` · ran: ${s.compensationsRun.join(', ')}` : ''}`,
     `- **Unknown outcomes:** ${s.unknowns.length ? s.unknowns.map((u) => (u === 'charge' ? `charge \`${chargeKeyFor(order.orderId)}\` (asking the provider)` : u)).join(', ') : 'none'}`,
