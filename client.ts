@@ -209,7 +209,7 @@ async function place(opts: { file: string; json?: boolean; noWait: boolean; wait
     result = await orderOutcome(handle); // a FAILED or CANCELLED order fails its workflow: read back as a result
   } catch (err) {
     if (!(err instanceof WorkflowFailedError)) throw err;
-    const cause = err.cause as (Error & { type?: string }) | undefined;
+    const cause: (Error & { type?: string }) | undefined = err.cause;
     const reason = cause?.message ?? err.message;
     // Without DATABASE_URL the client cannot check the catalogue; the workflow's boundary did.
     if (cause?.type === 'InvalidOrder') throw new CliError(`invalid order: ${reason}`, EXIT.invalid);
@@ -291,7 +291,7 @@ async function update(orderId: string, req: UpdateRequest, opts: { json?: boolea
     // The run ended between the describe and the Update: the server answers "not found" for it.
     if (err instanceof WorkflowNotFoundError && found) throw await ended();
     if (err instanceof WorkflowNotFoundError) throw noOrder(orderId);
-    if (err instanceof WorkflowUpdateFailedError) throw new CliError(`${command} refused: ${(err.cause as Error | undefined)?.message ?? err.message}`, EXIT.notCompleted);
+    if (err instanceof WorkflowUpdateFailedError) throw new CliError(`${command} refused: ${err.cause?.message ?? err.message}`, EXIT.notCompleted);
     throw err;
   }
 }
@@ -341,6 +341,7 @@ export const RECONCILE_SCHEDULE_ID = 'reconcile';
 
 async function scheduleReconcile(opts: { every: string; json?: boolean }, cfg: CliConfig, io: Out): Promise<number> {
   const client = await connect(cfg);
+  // eslint-disable-next-line @typescript-eslint/no-unsafe-assignment -- Duration is the 'ms' package's template type, which the linter cannot resolve
   const spec = { intervals: [{ every: opts.every as Duration }] };
   let created = true;
   try {
@@ -642,5 +643,5 @@ export async function runCli(
 }
 
 if (require.main === module) {
-  runCli(process.argv.slice(2)).then((code) => process.exit(code));
+  void runCli(process.argv.slice(2)).then((code) => process.exit(code));
 }

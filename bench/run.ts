@@ -12,14 +12,14 @@ import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
-import { bundleWorkflowCode, DefaultLogger, Runtime, Worker } from '@temporalio/worker';
+import { bundleWorkflowCode, DefaultLogger, Runtime, Worker, type WorkerOptions } from '@temporalio/worker';
 import { createActivities } from '../activities';
 import { migrateAll } from '../db/migrate';
 import { createPool } from '../db/pool';
 import { ensurePostgres } from '../db/postgres';
 import { workflowIdFor, type OrderInput } from '../domain/order';
 import { percentile } from '../lib/load';
-import { startProviderProcess, stopProcess } from '../lib/processes';
+import { startProviderProcess, stopProcess } from '../platform/processes';
 import { devServerExecutable } from '../lib/temporal-servers';
 import { createProviderClient } from '../provider/client';
 import { CustomerIdKey, NeedsAttentionKey, OrderStatusKey, TotalCentsKey } from '../workflows/search-attributes';
@@ -124,7 +124,8 @@ async function p2(url: string, orders: number, concurrency: number, rounds: numb
     // One worker with the production worker's settings, serving both workflows.
     const worker = await Worker.create({
       ...WORKER_TUNING,
-      ...(process.env.BENCH_WORKER_OPTIONS ? JSON.parse(process.env.BENCH_WORKER_OPTIONS) : {}),
+      // BENCH_WORKER_OPTIONS: worker options (JSON) to measure, given to both sides alike.
+      ...(process.env.BENCH_WORKER_OPTIONS ? (JSON.parse(process.env.BENCH_WORKER_OPTIONS) as Partial<WorkerOptions>) : {}),
       connection: env.nativeConnection,
       taskQueue,
       workflowBundle,

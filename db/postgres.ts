@@ -27,7 +27,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Client } from 'pg';
-import { runProcess, startProcess, stopProcess } from '../lib/processes';
+import { runProcess, startProcess, stopProcess } from '../platform/processes';
 
 export interface PostgresHandle {
   /** Connection string of the application database. */
@@ -213,7 +213,7 @@ async function binaries(sharedBase: string | undefined): Promise<Binaries> {
   try {
     bin = (await import(pkg)) as Binaries;
   } catch (err) {
-    throw new Error(`no Postgres binaries for this platform (${pkg}): ${(err as Error).message}; set DATABASE_URL instead`);
+    throw new Error(`no Postgres binaries for this platform (${pkg}): ${(err as Error).message}; set DATABASE_URL instead`, { cause: err });
   }
   if (!sharedBase || reachableByOthers(bin.postgres)) return bin;
   // Copy the package's native tree (bin, lib, share: it finds lib and share relative to bin) once,
@@ -402,7 +402,7 @@ export async function ensurePostgres(opts: EmbeddedOptions, env = process.env): 
     throw err;
   }
   return {
-    url: `postgres://${USER}:${encodeURIComponent(password!)}@127.0.0.1:${opts.port}/${opts.database}`,
+    url: `postgres://${USER}:${encodeURIComponent(password)}@127.0.0.1:${opts.port}/${opts.database}`,
     embedded: true,
     dataDir: opts.dataDir,
     stop: async () => {

@@ -17,7 +17,7 @@ import { msToTs } from '@temporalio/common/lib/time';
 import { createPool, withTransaction } from '../db/pool';
 import { ensureLoginRole } from '../db/roles';
 import { CACHE_DIR, registerSearchAttributes } from './temporal-servers';
-import { busyPorts, startProcess, stopProcess } from './processes';
+import { busyPorts, startProcess, stopProcess } from '../platform/processes';
 import { SEARCH_ATTRIBUTES } from '../workflows/search-attributes';
 
 const ROOT = path.resolve(__dirname, '..');

@@ -33,7 +33,7 @@ import type { SagaConfig } from '../workflows/order-saga';
 import { auditOrders, readHistories } from './chaos/audit';
 import { LIMITED_SKU, makeOrders, MEDDLES, stockCatalogue, type ChaosOrder } from './chaos/orders';
 import { People } from './chaos/people';
-import { ChaosStack, OPERATOR_CLIENT, type Restart } from './chaos/stack';
+import { ChaosStack, OPERATOR_CLIENT } from './chaos/stack';
 
 const say = (s: string): void => void process.stdout.write(`[chaos] ${s}\n`);
 
@@ -270,13 +270,13 @@ async function main(): Promise<number> {
     say(`  (not counted above: ${opFaults} fault(s) met by the operators' own calls, ${[...stack.appliedToOperators].map(([k, v]) => `${k} ${v}`).join(', ') || 'none'})`);
     say(`  outage window: ${outage.ms ? `${outage.ms / 1000} s from ${new Date(outage.at!).toISOString()}` : 'did not happen'}; stuck charges (answer lost, then processing): every ${STUCK_EVERY}th order`);
     say(`worker faults: SIGKILLs per worker process ${stack.workerKills.join(' and ')} (each about every ${killEveryMs / 1000} s, restarted)`);
-    for (const r of stack.restarts as Restart[]) say(`  ${r.what} restarted in ${r.ms} ms, confirmed: ${r.evidence}`);
+    for (const r of stack.restarts) say(`  ${r.what} restarted in ${r.ms} ms, confirmed: ${r.evidence}`);
     say(`saga log (${facts.runs} runs read): ${facts.unknownPayment.size} sagas reached UNKNOWN_PAYMENT; ${facts.compensationsFaulted.size} of ${facts.compensationsRun.size} compensations met a fault (in ${facts.compensatedUnderFault.size} orders)`);
     say(`escalations:  ${people.escalated.size} orders met in NEEDS_ATTENTION by an operator; still not terminal at the end: ${stillAttention.length ? stillAttention.join(', ') : 'none'}`);
     say('people in the loop (sent / accepted / refused):');
     for (const l of fmt(people.actions)) say(l);
     say('cancels by the moment they were sent:');
-    for (const l of fmt(people.cancels as Map<string, { sent: number; accepted: number; refused: number }>)) say(l);
+    for (const l of fmt(people.cancels)) say(l);
     say(`settled:      ${running === 0 ? 'every saga closed' : `no: ${running} still running`}${unsettled.length ? `; not closed within 5 min: ${unsettled.join(', ')}` : ''}`);
     for (const line of formatReport(report)) say(line);
     for (const v of [...audit.violations, ...people.violations]) say(`  VIOLATION ${v.rule}: ${v.detail} [orders: ${v.orderIds.join(', ')}]`);

@@ -18,6 +18,8 @@ import ts from 'typescript';
 
 /**
  * The layers, lowest first; the units in one layer may import each other (but not in a loop).
+ *  - platform/: helpers over Node itself (child processes: start, wait until ready, stop). Nothing of
+ *    ours below it, so embedded Postgres (db/) and every program can use the one helper.
  *  - domain/: types, the input schema and pure rules. Depends on nothing of ours, so every layer can use it.
  *  - db/: the pool, transactions, migrations, roles, and the read-only invariant checker over the schema.
  *  - provider/: the payment provider (its server on db/, its HTTP client and wire types).
@@ -29,6 +31,7 @@ import ts from 'typescript';
  *  - test/: may import anything; nothing imports it.
  */
 const LAYERS: readonly (readonly string[])[] = [
+  ['platform'],
   ['domain'],
   ['db'],
   ['provider'],

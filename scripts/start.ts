@@ -17,7 +17,7 @@ import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { ensurePostgres } from '../db/postgres';
 import { passwordsFromEnv, prepareDatabase, ROLES } from '../db/roles';
 import { DEFAULT_PORTS, listUrl, loopbackUrl, operatorViews, readConfig, RUNTIME_FILE } from '../lib/config';
-import { startTsProcess, stopProcess } from '../lib/processes';
+import { startTsProcess, stopProcess } from '../platform/processes';
 import { startRealTemporal } from '../lib/temporal-server';
 import { devServerExecutable, fileBackedDevServer, registerSearchAttributes } from '../lib/temporal-servers';
 import { CustomerIdKey, NeedsAttentionKey, OrderStatusKey, TotalCentsKey } from '../workflows/search-attributes';

@@ -15,7 +15,7 @@ import type { Pool } from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
 import { workflowIdFor, type OrderInput } from '../domain/order';
 import { readConfig } from '../lib/config';
-import { startTsProcess, stopProcess } from '../lib/processes';
+import { startTsProcess, stopProcess } from '../platform/processes';
 import { createOrderWorkers } from '../worker';
 import { orderSaga } from '../workflows';
 import { bundleWorkflows, startE2eServer } from './temporal-env';

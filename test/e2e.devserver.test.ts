@@ -17,7 +17,7 @@ import { orderOutcome } from '../lib/order-outcome';
 import { createOrderWorkers, type OrderWorkers } from '../worker';
 import { NeedsAttentionKey, OrderStatusKey, TotalCentsKey } from '../workflows/search-attributes';
 import { runCli } from '../client';
-import { freePort, runProcess, startWorkerProcess, stopProcess } from '../lib/processes';
+import { freePort, runProcess, startWorkerProcess, stopProcess } from '../platform/processes';
 import { bundleWorkflows, startE2eServer } from './temporal-env';
 import { createProduct, ledger, makeOrder, orderRow, productRow, testAdmin, testPool, uid } from './helpers';
 import { MALFORMED_ORDERS } from './malformed-orders';

@@ -11,7 +11,7 @@ import path from 'node:path';
 import type { TestProject } from 'vitest/node' with { 'resolution-mode': 'import' };
 import { ensurePostgres, type PostgresHandle } from '../db/postgres';
 import { prepareDatabase, type RoleUrls } from '../db/roles';
-import { startProviderProcess, stopProcess } from '../lib/processes';
+import { startProviderProcess, stopProcess } from '../platform/processes';
 import { realServerPortBlock, startRealTemporal, type RealTemporal } from '../lib/temporal-server';
 
 export const TEST_PROVIDER_API_KEY = 'test-provider-key';

@@ -13,7 +13,7 @@ import net from 'node:net';
 import type { Pool } from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { InventoryMetrics } from '../activities/inventory-metrics';
-import { startProviderProcess, stopProcess } from '../lib/processes';
+import { startProviderProcess, stopProcess } from '../platform/processes';
 import { startMetricsServer } from '../worker';
 import { testPool, uid } from './helpers';
 

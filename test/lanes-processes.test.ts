@@ -16,7 +16,7 @@ import { maxOverlap } from '../activities/lane-lock';
 import { laneFor, laneTaskQueue } from '../domain/lanes';
 import { workflowIdFor } from '../domain/order';
 import { orderOutcome } from '../lib/order-outcome';
-import { startWorkerProcess, stopProcess } from '../lib/processes';
+import { startWorkerProcess, stopProcess } from '../platform/processes';
 import { DEFAULT_SAGA_CONFIG, orderSaga } from '../workflows';
 import { bundleWorkflows, startE2eServer } from './temporal-env';
 import { createProduct, makeOrder, productRow, reservations, testPool, uid } from './helpers';

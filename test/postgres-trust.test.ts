@@ -13,7 +13,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, describe, expect, inject, it } from 'vitest';
 import { Client } from 'pg';
 import { ensurePostgres, verifyCopy } from '../db/postgres';
-import { exited, freePort, startProcess, startTsProcess, stopProcess } from '../lib/processes';
+import { exited, freePort, startProcess, startTsProcess, stopProcess } from '../platform/processes';
 
 const isRoot = process.getuid?.() === 0;
 const ATTACKER = 65534; // nobody: a local user other than root and postgres

@@ -7,7 +7,7 @@ import { createHash } from 'node:crypto';
 import type { ChildProcess } from 'node:child_process';
 import type { Pool } from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { startProviderProcess, startTsProcess, stopProcess } from '../lib/processes';
+import { startProviderProcess, startTsProcess, stopProcess } from '../platform/processes';
 import { DEV_PROVIDER_ADMIN_KEY, DEV_PROVIDER_API_KEY } from '../provider/defaults';
 import { testPool } from './helpers';
 

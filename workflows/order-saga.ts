@@ -33,7 +33,7 @@ import {
   type OrderStatus,
 } from '../domain/order';
 import { currentDetails } from './details';
-import { acceptedUpdate, cancelUpdate, resolveUpdate, stateQuery, type Acceptance, type ResolveAction, type SagaState } from './messages';
+import { acceptedUpdate, cancelUpdate, resolveUpdate, stateQuery, type Acceptance, type ResolveAction, type ResolveRequest, type SagaState } from './messages';
 import {
   act,
   actLocalFirst,
@@ -717,7 +717,7 @@ class OrderSaga {
     setHandler(stateQuery, () => this.snapshot());
     setHandler(acceptedUpdate, () => this.accepted());
     setHandler(cancelUpdate, (reason) => this.cancel(reason), { validator: (reason) => this.validateCancel(reason) });
-    setHandler(resolveUpdate, (req) => this.resolve(req), { validator: (req) => this.validateResolve(req) });
+    setHandler(resolveUpdate, (req: ResolveRequest) => this.resolve(req), { validator: (req: ResolveRequest) => this.validateResolve(req) });
   }
 
   /** The early answer: reserved (or found already further along), or refused and why. */

@@ -81,7 +81,7 @@ export type Ret<K extends ActName> = Awaited<ReturnType<OrderActivities[K]>>;
 /** Runs one activity with a readable summary, shown for the activity in the Web UI. */
 export function act<K extends ActName>(opts: ActivityOptions, name: K, summary: string, ...args: Args<K>): Promise<Ret<K>> {
   const fn = proxyActivities<OrderActivities>(opts)[name] as ActivityFunctionWithOptions<OrderActivities[K]>;
-  return stopIfSettled(fn.executeWithOptions({ ...opts, summary }, args) as Promise<Ret<K>>);
+  return stopIfSettled(fn.executeWithOptions({ ...opts, summary }, args));
 }
 
 /**
@@ -94,7 +94,7 @@ export async function actLocalFirst<K extends ActName>(opts: ActivityOptions, na
   const local: LocalActivityOptions = { startToCloseTimeout: opts.startToCloseTimeout, retry: { maximumAttempts: 1 } };
   const fn = proxyLocalActivities<OrderActivities>(local)[name] as LocalActivityFunctionWithOptions<OrderActivities[K]>;
   try {
-    return await stopIfSettled(fn.executeWithOptions({ ...local, summary }, args) as Promise<Ret<K>>);
+    return await stopIfSettled(fn.executeWithOptions({ ...local, summary }, args));
   } catch (err) {
     if (isFinalFailure(err, opts)) throw err;
     log.warn('local attempt failed; the activity retries it', { activity: name, error: describe(err) });

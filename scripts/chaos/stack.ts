@@ -13,7 +13,7 @@ import type { Pool } from 'pg';
 import { createPool } from '../../db/pool';
 import { ensurePostgres, type EmbeddedOptions, type PostgresHandle } from '../../db/postgres';
 import { prepareDatabase, type RoleUrls } from '../../db/roles';
-import { freePort, startProviderProcess, startWorkerProcess, stopProcess } from '../../lib/processes';
+import { freePort, startProviderProcess, startWorkerProcess, stopProcess } from '../../platform/processes';
 import { realServerPortBlock, startRealTemporal, SERVER_VERSION, type RealTemporal } from '../../lib/temporal-server';
 import { devServerExecutable } from '../../lib/temporal-servers';
 import { createProviderAdmin, type ProviderAdmin } from '../../provider/client';

@@ -69,12 +69,12 @@ export function startProcess(
   opts.onSpawn?.(child);
   const name = processName(command, args);
   let stderr = '';
-  child.stderr!.on('data', (c: Buffer) => {
+  child.stderr.on('data', (c: Buffer) => {
     stderr = (stderr + c.toString()).slice(-4_000);
     if (opts.showStderr) process.stderr.write(c);
   });
-  eachLine(child.stderr!, (line) => child.emit('errLine', line));
-  eachLine(child.stdout!, (line) => child.emit('line', line));
+  eachLine(child.stderr, (line) => child.emit('errLine', line));
+  eachLine(child.stdout, (line) => child.emit('line', line));
   if (opts.onLine) child.on('line', opts.onLine);
   if (opts.onErrLine) child.on('errLine', opts.onErrLine);
   // What it said last, on either stream, for the error if it never gets ready (servers log to stdout).
