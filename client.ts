@@ -23,15 +23,41 @@ import {
 import { WorkflowIdConflictPolicy, WorkflowIdReusePolicy, type Duration } from '@temporalio/common';
 import type { GenericSchema, InferOutput } from 'valibot';
 import { ABORT_RATE_CRITICAL, ABORT_RATE_HEALTHY, type SkuStats } from './activities/inventory-metrics';
-import { IdSchema, ORDER_STATUSES, OrderValidationError, orderSummary, orderTotalCents, parseOrder, workflowIdFor, type OrderInput, type OrderResult } from './domain/order';
+import {
+  IdSchema,
+  ORDER_STATUSES,
+  OrderValidationError,
+  orderSummary,
+  orderTotalCents,
+  parseOrder,
+  workflowIdFor,
+  type OrderInput,
+  type OrderResult,
+} from './domain/order';
 import { parseWith, wholeNumber } from './domain/validation';
 import { listUrl, operatorViews, readConfig, runUrl, type AppConfig } from './lib/config';
 import { formatReport, RULES, temporalLookup } from './db/invariants';
-import { LoadOptionsError, parseLoadOptions, progressBar, runLoad, workerProcesses, type LoadOptions } from './lib/load';
+import {
+  LoadOptionsError,
+  parseLoadOptions,
+  progressBar,
+  runLoad,
+  workerProcesses,
+  type LoadOptions,
+} from './lib/load';
 import { orderOutcome } from './lib/order-outcome';
 import { openOrderStore, type OrderStore, type StoreRole } from './lib/order-store';
 import { DEFAULT_SAGA_CONFIG } from './workflows/order-saga';
-import { acceptedUpdate, cancelUpdate, RESOLVE_ACTIONS, resolveUpdate, stateQuery, type Acceptance, type ResolveAction, type SagaState } from './workflows/messages';
+import {
+  acceptedUpdate,
+  cancelUpdate,
+  RESOLVE_ACTIONS,
+  resolveUpdate,
+  stateQuery,
+  type Acceptance,
+  type ResolveAction,
+  type SagaState,
+} from './workflows/messages';
 import { CustomerIdKey, NeedsAttentionKey, OrderStatusKey, TotalCentsKey } from './workflows/search-attributes';
 
 export const EXIT = { ok: 0, notCompleted: 1, invalid: 2, duplicate: 3 } as const;
@@ -61,7 +87,10 @@ async function connect(cfg: CliConfig): Promise<Client> {
     const connection = await Connection.connect({ address: cfg.temporalAddress, connectTimeout: '5s' });
     return new Client({ connection, namespace: cfg.namespace });
   } catch (err) {
-    throw new CliError(`cannot reach Temporal at ${cfg.temporalAddress}: ${(err as Error).message} (is "npm start" running?)`, EXIT.notCompleted);
+    throw new CliError(
+      `cannot reach Temporal at ${cfg.temporalAddress}: ${(err as Error).message} (is "npm start" running?)`,
+      EXIT.notCompleted,
+    );
   }
 }
 
@@ -95,7 +124,10 @@ function checked<S extends GenericSchema>(schema: S, value: unknown, what = ''):
   });
 }
 
-const idArg = (what: string) => (text: string): string => checked(IdSchema, text, what);
+const idArg =
+  (what: string) =>
+  (text: string): string =>
+    checked(IdSchema, text, what);
 
 /** A Schedule interval: a whole number of s, m, h or d, at least a minute. */
 function interval(v: string): string {
@@ -109,12 +141,18 @@ function interval(v: string): string {
 const lateAfter = (ms: number): Promise<typeof LATE> => sleep(Math.max(0, ms), LATE, { ref: false });
 
 /** Reads and validates an order file. Throws CliError(2) naming the field; with a store, also checks the catalogue and duplicates (3). */
-export async function loadOrder(file: string, store?: Pick<OrderStore, 'catalogueProblem' | 'orderExists'>): Promise<OrderInput> {
+export async function loadOrder(
+  file: string,
+  store?: Pick<OrderStore, 'catalogueProblem' | 'orderExists'>,
+): Promise<OrderInput> {
   let text: string;
   try {
     text = await readFile(file, 'utf8');
   } catch (err) {
-    throw new CliError(`invalid input: file: cannot read ${file}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`, EXIT.invalid);
+    throw new CliError(
+      `invalid input: file: cannot read ${file}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`,
+      EXIT.invalid,
+    );
   }
   let raw: unknown;
   try {
@@ -132,7 +170,8 @@ export async function loadOrder(file: string, store?: Pick<OrderStore, 'catalogu
   if (store) {
     const problem = await store.catalogueProblem(order);
     if (problem) throw new CliError(`invalid order: ${problem.field}: ${problem.problem}`, EXIT.invalid);
-    if (await store.orderExists(order.orderId)) throw new CliError(`duplicate order: orderId: ${order.orderId} already exists`, EXIT.duplicate);
+    if (await store.orderExists(order.orderId))
+      throw new CliError(`duplicate order: orderId: ${order.orderId} already exists`, EXIT.duplicate);
   }
   return order;
 }
@@ -140,17 +179,36 @@ export async function loadOrder(file: string, store?: Pick<OrderStore, 'catalogu
 function printResult(
   io: Out,
   json: boolean,
-  r: { orderId: string; workflowId: string; runId?: string; status: string; reason?: string; uiUrl: string; accepted?: boolean; answerMs?: number; durationMs?: number },
+  r: {
+    orderId: string;
+    workflowId: string;
+    runId?: string;
+    status: string;
+    reason?: string;
+    uiUrl: string;
+    accepted?: boolean;
+    answerMs?: number;
+    durationMs?: number;
+  },
 ): void {
   if (json) return io.out(JSON.stringify(r));
   const early = r.accepted === undefined ? '' : r.accepted ? ' — accepted, the saga runs on' : ' — refused';
-  const took = r.answerMs !== undefined ? ` [answer in ${r.answerMs} ms]` : r.durationMs !== undefined ? ` [end to end in ${r.durationMs} ms]` : '';
+  const took =
+    r.answerMs !== undefined
+      ? ` [answer in ${r.answerMs} ms]`
+      : r.durationMs !== undefined
+        ? ` [end to end in ${r.durationMs} ms]`
+        : '';
   io.out(`order ${r.orderId}: ${r.status}${r.reason ? ` (${r.reason})` : ''}${early}${took}`);
   io.out(`  workflow: ${r.workflowId}${r.runId ? ` run ${r.runId}` : ''}`);
   io.out(`  web ui:   ${r.uiUrl}`);
 }
 
-async function place(opts: { file: string; json?: boolean; noWait: boolean; waitSeconds: number }, cfg: CliConfig, io: Out): Promise<number> {
+async function place(
+  opts: { file: string; json?: boolean; noWait: boolean; waitSeconds: number },
+  cfg: CliConfig,
+  io: Out,
+): Promise<number> {
   const store = openOrderStore(cfg, 'app'); // without DATABASE_URL the workflow's boundary checks the catalogue
   let order: OrderInput;
   try {
@@ -179,10 +237,16 @@ async function place(opts: { file: string; json?: boolean; noWait: boolean; wait
   const waitMs = opts.waitSeconds * 1000;
   let acceptance: Acceptance | typeof LATE | Error;
   try {
-    acceptance = await Promise.race([client.workflow.executeUpdateWithStart(acceptedUpdate, { startWorkflowOperation: start }), lateAfter(waitMs)]);
+    acceptance = await Promise.race([
+      client.workflow.executeUpdateWithStart(acceptedUpdate, { startWorkflowOperation: start }),
+      lateAfter(waitMs),
+    ]);
   } catch (err) {
     if (err instanceof WorkflowExecutionAlreadyStartedError) {
-      throw new CliError(`duplicate order: orderId: ${order.orderId} already has workflow ${workflowId}`, EXIT.duplicate);
+      throw new CliError(
+        `duplicate order: orderId: ${order.orderId} already has workflow ${workflowId}`,
+        EXIT.duplicate,
+      );
     }
     // The saga started but ended before it could answer (it failed at its boundary, say): its outcome says why.
     if (!(err instanceof WorkflowUpdateFailedError)) throw err;
@@ -191,16 +255,26 @@ async function place(opts: { file: string; json?: boolean; noWait: boolean; wait
   const answerMs = Date.now() - sent;
   const handle = await start.workflowHandle();
   // The start's run ID, when the server's answer carried it; else as the server describes the run.
-  const runId = (handle as Partial<WorkflowHandleWithFirstExecutionRunId>).firstExecutionRunId || (await handle.describe()).runId;
+  const runId =
+    (handle as Partial<WorkflowHandleWithFirstExecutionRunId>).firstExecutionRunId || (await handle.describe()).runId;
   const base = { orderId: order.orderId, workflowId, runId, uiUrl: runUrl(cfg, workflowId, runId) };
   if (acceptance === LATE) {
-    throw new CliError(`order ${order.orderId}: started, but no answer within ${opts.waitSeconds} s (is a worker running?); see ${base.uiUrl}`, EXIT.notCompleted);
+    throw new CliError(
+      `order ${order.orderId}: started, but no answer within ${opts.waitSeconds} s (is a worker running?); see ${base.uiUrl}`,
+      EXIT.notCompleted,
+    );
   }
   // With --no-wait, the early answer: accepted (RESERVED) and running on, or refused with the reason.
   // A saga that ended before it could answer: wait for the end, which says why (an invalid order is
   // exit 2, as if the client had caught it).
   if (opts.noWait && !(acceptance instanceof Error)) {
-    printResult(io, !!opts.json, { ...base, status: acceptance.status, ...(acceptance.reason ? { reason: acceptance.reason } : {}), accepted: acceptance.accepted, answerMs });
+    printResult(io, !!opts.json, {
+      ...base,
+      status: acceptance.status,
+      ...(acceptance.reason ? { reason: acceptance.reason } : {}),
+      accepted: acceptance.accepted,
+      answerMs,
+    });
     if (acceptance.status === 'ALREADY_SETTLED') return EXIT.duplicate;
     return acceptance.accepted ? EXIT.ok : EXIT.notCompleted;
   }
@@ -217,7 +291,12 @@ async function place(opts: { file: string; json?: boolean; noWait: boolean; wait
     return EXIT.notCompleted;
   }
   // End to end: from the start request until the saga's outcome is known.
-  printResult(io, !!opts.json, { ...base, status: result.status, ...(result.reason ? { reason: result.reason } : {}), durationMs: Date.now() - sent });
+  printResult(io, !!opts.json, {
+    ...base,
+    status: result.status,
+    ...(result.reason ? { reason: result.reason } : {}),
+    durationMs: Date.now() - sent,
+  });
   if (result.status === 'ALREADY_SETTLED') return EXIT.duplicate; // another run had settled this order
   return result.status === 'COMPLETED' ? EXIT.ok : EXIT.notCompleted;
 }
@@ -228,13 +307,22 @@ function printState(io: Out, json: boolean, cfg: AppConfig, s: SagaState): void 
   io.out(`order ${s.orderId}: ${s.status}${s.reason ? ` (${s.reason})` : ''}`);
   io.out(`  step:          ${s.step}${s.awaiting ? ` (awaiting operator: ${s.awaiting})` : ''}`);
   io.out(`  steps done:    ${s.stepsDone.join(' → ') || '-'}`);
-  io.out(`  compensations: ${s.compensations.length ? [...s.compensations].reverse().join(' ← ') : '-'}${s.compensationsRun.length ? ` (ran: ${s.compensationsRun.join(', ')})` : ''}`);
+  io.out(
+    `  compensations: ${s.compensations.length ? [...s.compensations].reverse().join(' ← ') : '-'}${s.compensationsRun.length ? ` (ran: ${s.compensationsRun.join(', ')})` : ''}`,
+  );
   io.out(`  unknowns:      ${s.unknowns.join(', ') || '-'}`);
-  io.out(`  attempts:      ${Object.entries(s.attempts).map(([k, v]) => `${k}=${v}`).join(' ') || '-'}`);
+  io.out(
+    `  attempts:      ${
+      Object.entries(s.attempts)
+        .map(([k, v]) => `${k}=${v}`)
+        .join(' ') || '-'
+    }`,
+  );
   io.out(`  web ui:        ${runUrl(cfg, workflowId)}`);
 }
 
-const noOrder = (orderId: string): CliError => new CliError(`no order ${orderId} (no workflow ${workflowIdFor(orderId)})`, EXIT.notCompleted);
+const noOrder = (orderId: string): CliError =>
+  new CliError(`no order ${orderId} (no workflow ${workflowIdFor(orderId)})`, EXIT.notCompleted);
 
 async function status(orderId: string, opts: { json?: boolean }, cfg: CliConfig, io: Out): Promise<number> {
   const client = await connect(cfg);
@@ -248,17 +336,27 @@ async function status(orderId: string, opts: { json?: boolean }, cfg: CliConfig,
   }
 }
 
-type UpdateRequest = { command: 'cancel'; reason: string } | { command: 'resolve'; action: ResolveAction; note?: string };
+type UpdateRequest =
+  { command: 'cancel'; reason: string } | { command: 'resolve'; action: ResolveAction; note?: string };
 
 /** The cancel and resolve Updates, bounded by waitSeconds. */
-async function update(orderId: string, req: UpdateRequest, opts: { json?: boolean; waitSeconds: number }, cfg: CliConfig, io: Out): Promise<number> {
+async function update(
+  orderId: string,
+  req: UpdateRequest,
+  opts: { json?: boolean; waitSeconds: number },
+  cfg: CliConfig,
+  io: Out,
+): Promise<number> {
   const { command } = req;
   const client = await connect(cfg);
   const handle = client.workflow.getHandle(workflowIdFor(orderId));
   const ended = async (): Promise<CliError> => {
     const described = await handle.describe();
     const status = described.typedSearchAttributes.get(OrderStatusKey) ?? described.status.name;
-    return new CliError(`${command} refused: order ${orderId} has ended (${status}); there is nothing to ${command}`, EXIT.notCompleted);
+    return new CliError(
+      `${command} refused: order ${orderId} has ended (${status}); there is nothing to ${command}`,
+      EXIT.notCompleted,
+    );
   };
   let found = false;
   try {
@@ -271,8 +369,15 @@ async function update(orderId: string, req: UpdateRequest, opts: { json?: boolea
     const late = <T>(p: Promise<T>): Promise<T | typeof LATE> => Promise.race([p, lateAfter(until - Date.now())]);
     const started =
       req.command === 'cancel'
-        ? await late(handle.startUpdate(cancelUpdate, { args: [req.reason], waitForStage: WorkflowUpdateStage.ACCEPTED }))
-        : await late(handle.startUpdate(resolveUpdate, { args: [{ action: req.action, ...(req.note ? { note: req.note } : {}) }], waitForStage: WorkflowUpdateStage.ACCEPTED }));
+        ? await late(
+            handle.startUpdate(cancelUpdate, { args: [req.reason], waitForStage: WorkflowUpdateStage.ACCEPTED }),
+          )
+        : await late(
+            handle.startUpdate(resolveUpdate, {
+              args: [{ action: req.action, ...(req.note ? { note: req.note } : {}) }],
+              waitForStage: WorkflowUpdateStage.ACCEPTED,
+            }),
+          );
     if (started === LATE) {
       throw new CliError(
         `${command}: no answer from order ${orderId} within ${opts.waitSeconds} s (is a worker running?); the request may still apply when it is: ` +
@@ -282,7 +387,9 @@ async function update(orderId: string, req: UpdateRequest, opts: { json?: boolea
     }
     const state = await late(started.result());
     if (state === LATE) {
-      io.out(`order ${orderId}: ${command} accepted; the saga is still working on it after ${opts.waitSeconds} s (client.ts status ${orderId})`);
+      io.out(
+        `order ${orderId}: ${command} accepted; the saga is still working on it after ${opts.waitSeconds} s (client.ts status ${orderId})`,
+      );
       return EXIT.ok;
     }
     printState(io, !!opts.json, cfg, state);
@@ -291,7 +398,8 @@ async function update(orderId: string, req: UpdateRequest, opts: { json?: boolea
     // The run ended between the describe and the Update: the server answers "not found" for it.
     if (err instanceof WorkflowNotFoundError && found) throw await ended();
     if (err instanceof WorkflowNotFoundError) throw noOrder(orderId);
-    if (err instanceof WorkflowUpdateFailedError) throw new CliError(`${command} refused: ${err.cause?.message ?? err.message}`, EXIT.notCompleted);
+    if (err instanceof WorkflowUpdateFailedError)
+      throw new CliError(`${command} refused: ${err.cause?.message ?? err.message}`, EXIT.notCompleted);
     throw err;
   }
 }
@@ -316,7 +424,11 @@ async function list(opts: { status?: string; json?: boolean }, cfg: CliConfig, i
   }
   if (opts.json) io.out(JSON.stringify(rows));
   else if (rows.length === 0) io.out('no orders');
-  else for (const r of rows) io.out(`${r.orderId.padEnd(28)} ${String(r.status).padEnd(16)} ${String(r.customerId ?? '').padEnd(16)} ${String(r.totalCents ?? '').padStart(10)}  ${r.uiUrl}`);
+  else
+    for (const r of rows)
+      io.out(
+        `${r.orderId.padEnd(28)} ${String(r.status).padEnd(16)} ${String(r.customerId ?? '').padEnd(16)} ${String(r.totalCents ?? '').padStart(10)}  ${r.uiUrl}`,
+      );
   return EXIT.ok;
 }
 
@@ -328,7 +440,10 @@ async function check(opts: { json?: boolean }, cfg: CliConfig, io: Out): Promise
       io.err(`note: ${err.message}; the rule "${RULES.closedRunTerminal}" is not checked`);
       return undefined;
     });
-    const report = await store.checkInvariants({ deadlineMs: DEFAULT_SAGA_CONFIG.deadlineMs, ...(client ? { workflows: temporalLookup(client) } : {}) });
+    const report = await store.checkInvariants({
+      deadlineMs: DEFAULT_SAGA_CONFIG.deadlineMs,
+      ...(client ? { workflows: temporalLookup(client) } : {}),
+    });
     if (opts.json) io.out(JSON.stringify(report));
     else for (const line of formatReport(report)) io.out(line);
     return report.violations.length === 0 ? EXIT.ok : EXIT.notCompleted;
@@ -348,7 +463,12 @@ async function scheduleReconcile(opts: { every: string; json?: boolean }, cfg: C
     await client.schedule.create({
       scheduleId: RECONCILE_SCHEDULE_ID,
       spec,
-      action: { type: 'startWorkflow', workflowType: 'reconcileWorkflow', taskQueue: cfg.taskQueue, workflowId: 'reconcile' },
+      action: {
+        type: 'startWorkflow',
+        workflowType: 'reconcileWorkflow',
+        taskQueue: cfg.taskQueue,
+        workflowId: 'reconcile',
+      },
       policies: { overlap: ScheduleOverlapPolicy.SKIP, catchupWindow: '1h' },
     });
   } catch (err) {
@@ -358,7 +478,10 @@ async function scheduleReconcile(opts: { every: string; json?: boolean }, cfg: C
   }
   const url = `${cfg.uiUrl}/namespaces/${encodeURIComponent(cfg.namespace)}/schedules/${RECONCILE_SCHEDULE_ID}`;
   if (opts.json) io.out(JSON.stringify({ scheduleId: RECONCILE_SCHEDULE_ID, every: opts.every, created, uiUrl: url }));
-  else io.out(`schedule ${RECONCILE_SCHEDULE_ID}: ${created ? 'created' : 'updated'}, every ${opts.every}\n  web ui: ${url}`);
+  else
+    io.out(
+      `schedule ${RECONCILE_SCHEDULE_ID}: ${created ? 'created' : 'updated'}, every ${opts.every}\n  web ui: ${url}`,
+    );
   return EXIT.ok;
 }
 
@@ -377,8 +500,11 @@ async function findings(opts: { json?: boolean }, cfg: CliConfig, io: Out): Prom
   }
   if (opts.json) io.out(JSON.stringify(last));
   else {
-    io.out(`reconciliation ${last.run.runId} at ${last.run.at}: ${last.run.orders} orders, ${last.findings.length} finding(s)`);
-    for (const f of last.findings) io.out(`  ${f.rule}: ${f.detail}${f.orderIds.length ? ` [orders: ${f.orderIds.join(', ')}]` : ''}`);
+    io.out(
+      `reconciliation ${last.run.runId} at ${last.run.at}: ${last.run.orders} orders, ${last.findings.length} finding(s)`,
+    );
+    for (const f of last.findings)
+      io.out(`  ${f.rule}: ${f.detail}${f.orderIds.length ? ` [orders: ${f.orderIds.join(', ')}]` : ''}`);
   }
   return last.findings.length === 0 ? EXIT.ok : EXIT.notCompleted;
 }
@@ -388,21 +514,30 @@ async function fetchStats(cfg: AppConfig): Promise<SkuStats[]> {
   try {
     res = await fetch(`${cfg.workerMetricsUrl}/stats`, { signal: AbortSignal.timeout(5_000) });
   } catch (err) {
-    throw new CliError(`cannot reach the worker's metrics at ${cfg.workerMetricsUrl}: ${(err as Error).message} (is the worker running?)`, EXIT.notCompleted);
+    throw new CliError(
+      `cannot reach the worker's metrics at ${cfg.workerMetricsUrl}: ${(err as Error).message} (is the worker running?)`,
+      EXIT.notCompleted,
+    );
   }
   return ((await res.json()) as { skus: SkuStats[] }).skus;
 }
 
-const band = (rate: number): string => (rate < ABORT_RATE_HEALTHY ? 'healthy' : rate > ABORT_RATE_CRITICAL ? 'CRITICAL' : 'warning');
+const band = (rate: number): string =>
+  rate < ABORT_RATE_HEALTHY ? 'healthy' : rate > ABORT_RATE_CRITICAL ? 'CRITICAL' : 'warning';
 const pct = (x: number): string => `${(x * 100).toFixed(1)} %`;
 
 async function stats(opts: { json?: boolean }, cfg: CliConfig, io: Out): Promise<number> {
   const skus = await fetchStats(cfg);
-  if (opts.json) return io.out(JSON.stringify({ skus: skus.map((s) => ({ ...s, health: band(s.abortRate) })) })), EXIT.ok;
-  if (skus.length === 0) return io.out('no reservations yet'), EXIT.ok;
-  io.out(`${'sku'.padEnd(28)} ${'attempts'.padStart(9)} ${'aborts'.padStart(8)} ${'abort rate'.padStart(11)} ${'recent'.padStart(8)} ${'fallbacks'.padStart(10)} ${'lane'.padStart(6)}  health`);
+  if (opts.json)
+    return (io.out(JSON.stringify({ skus: skus.map((s) => ({ ...s, health: band(s.abortRate) })) })), EXIT.ok);
+  if (skus.length === 0) return (io.out('no reservations yet'), EXIT.ok);
+  io.out(
+    `${'sku'.padEnd(28)} ${'attempts'.padStart(9)} ${'aborts'.padStart(8)} ${'abort rate'.padStart(11)} ${'recent'.padStart(8)} ${'fallbacks'.padStart(10)} ${'lane'.padStart(6)}  health`,
+  );
   for (const s of skus) {
-    io.out(`${s.sku.padEnd(28)} ${String(s.attempts).padStart(9)} ${String(s.aborts).padStart(8)} ${pct(s.abortRate).padStart(11)} ${pct(s.recentAbortRate).padStart(8)} ${String(s.fallbacks).padStart(10)} ${String(s.laneCommits).padStart(6)}  ${band(s.abortRate)}`);
+    io.out(
+      `${s.sku.padEnd(28)} ${String(s.attempts).padStart(9)} ${String(s.aborts).padStart(8)} ${pct(s.abortRate).padStart(11)} ${pct(s.recentAbortRate).padStart(8)} ${String(s.fallbacks).padStart(10)} ${String(s.laneCommits).padStart(6)}  ${band(s.abortRate)}`,
+    );
   }
   return EXIT.ok;
 }
@@ -443,12 +578,24 @@ async function load(opts: LoadCliOptions, cfg: CliConfig, io: Out): Promise<numb
     const { orderIds: _ids, ...printable } = summary;
     if (opts.json) io.out(JSON.stringify({ ...printable, workers: workers.length }));
     else {
-      io.out(`load ${summary.runId}: ${summary.orders} orders, concurrency ${concurrency}, ${hotSkus} hot SKU(s) taking ${pct(hotShare)}, ${workers.length} worker process(es) polling`);
+      io.out(
+        `load ${summary.runId}: ${summary.orders} orders, concurrency ${concurrency}, ${hotSkus} hot SKU(s) taking ${pct(hotShare)}, ${workers.length} worker process(es) polling`,
+      );
       io.out(`  throughput:   ${summary.ordersPerSecond} orders/s over ${summary.seconds} s`);
-      io.out(`  saga latency: p50 ${summary.latencyMs.p50} ms, p99 ${summary.latencyMs.p99} ms, max ${summary.latencyMs.max} ms`);
-      io.out(`  statuses:     ${Object.entries(summary.statuses).map(([k, v]) => `${k} ${v}`).join(', ') || '-'}${summary.errors ? `; errors ${summary.errors}` : ''}`);
+      io.out(
+        `  saga latency: p50 ${summary.latencyMs.p50} ms, p99 ${summary.latencyMs.p99} ms, max ${summary.latencyMs.max} ms`,
+      );
+      io.out(
+        `  statuses:     ${
+          Object.entries(summary.statuses)
+            .map(([k, v]) => `${k} ${v}`)
+            .join(', ') || '-'
+        }${summary.errors ? `; errors ${summary.errors}` : ''}`,
+      );
       if (summary.abortRate !== undefined) {
-        io.out(`  abort rate:   ${pct(summary.abortRate)} (${band(summary.abortRate)}) over ${summary.casAttempts} CAS attempts; ${summary.fallbacks} sent to the serial lane`);
+        io.out(
+          `  abort rate:   ${pct(summary.abortRate)} (${band(summary.abortRate)}) over ${summary.casAttempts} CAS attempts; ${summary.fallbacks} sent to the serial lane`,
+        );
       }
       for (const e of summary.firstErrors) io.err(`  error: ${e}`);
     }
@@ -502,7 +649,11 @@ failed or was refused; 2 invalid input (named on stderr; nothing started, nothin
 Exit codes: 0 COMPLETED (with --no-wait: accepted); 1 ended otherwise, or refused; 2 invalid input; 3 duplicate order ID, or ALREADY_SETTLED (an earlier run settled the order; this one changed nothing).`,
     )
     .requiredOption('--file <order.json>', 'the order, as JSON (see examples/order.json)')
-    .addOption(jsonOption('one JSON object: orderId, workflowId, runId, status, reason, uiUrl (with --no-wait also accepted and answerMs)'))
+    .addOption(
+      jsonOption(
+        'one JSON object: orderId, workflowId, runId, status, reason, uiUrl (with --no-wait also accepted and answerMs)',
+      ),
+    )
     .addOption(waitOption('seconds to wait for the early answer; with none by then (no worker?), exit 1'))
     .option('--no-wait', 'return with the early answer (status RESERVED when accepted)');
   // --wait <seconds> and --no-wait share commander's value "wait": note each as it comes.
@@ -510,12 +661,16 @@ Exit codes: 0 COMPLETED (with --no-wait: accepted); 1 ended otherwise, or refuse
   let waitSeconds = 60;
   placeCmd.on('option:no-wait', () => void (noWait = true));
   placeCmd.on('option:wait', () => void (waitSeconds = Number(placeCmd.getOptionValue('wait'))));
-  placeCmd.action(async (opts) => done(await place({ file: opts.file, json: !!opts.json, noWait, waitSeconds }, cfg, io)));
+  placeCmd.action(async (opts) =>
+    done(await place({ file: opts.file, json: !!opts.json, noWait, waitSeconds }, cfg, io)),
+  );
 
   cli
     .command('status')
     .summary("the saga's state and its Web UI link")
-    .description(`The saga's status, current step, steps done, compensation stack, unknowns and attempts (its "state" query), and its Web UI URL. Exit code 1 when there is no such order.`)
+    .description(
+      `The saga's status, current step, steps done, compensation stack, unknowns and attempts (its "state" query), and its Web UI URL. Exit code 1 when there is no such order.`,
+    )
     .argument(...orderIdArgument)
     .addOption(jsonOption())
     .action(async (orderId, opts) => done(await status(orderId, opts, cfg, io)));
@@ -523,28 +678,54 @@ Exit codes: 0 COMPLETED (with --no-wait: accepted); 1 ended otherwise, or refuse
   cli
     .command('cancel')
     .summary('cancel an order before its shipment (runs the compensations)')
-    .description(`Sends the "cancel" Update. Accepted before the pivot (the shipment): the compensations run and the order ends CANCELLED. After the pivot it is refused with the reason (exit 1).`)
+    .description(
+      `Sends the "cancel" Update. Accepted before the pivot (the shipment): the compensations run and the order ends CANCELLED. After the pivot it is refused with the reason (exit 1).`,
+    )
     .argument(...orderIdArgument)
     .option('--reason <text>', 'why, recorded with the order', 'cancelled by operator')
-    .addOption(waitOption('seconds to wait for the saga: no answer by then exits 1 (the request may still apply); accepted but still compensating exits 0'))
+    .addOption(
+      waitOption(
+        'seconds to wait for the saga: no answer by then exits 1 (the request may still apply); accepted but still compensating exits 0',
+      ),
+    )
     .addOption(jsonOption("print the saga's state as JSON"))
-    .action(async (orderId, opts) => done(await update(orderId, { command: 'cancel', reason: opts.reason }, { json: !!opts.json, waitSeconds: opts.wait }, cfg, io)));
+    .action(async (orderId, opts) =>
+      done(
+        await update(
+          orderId,
+          { command: 'cancel', reason: opts.reason },
+          { json: !!opts.json, waitSeconds: opts.wait },
+          cfg,
+          io,
+        ),
+      ),
+    );
 
   cli
     .command('resolve')
     .summary('operator action on an UNKNOWN charge or a saga that needs attention')
-    .description(`Sends the "resolve" Update to a saga that waits for an operator:
+    .description(
+      `Sends the "resolve" Update to a saga that waits for an operator:
   charge-succeeded / charge-failed   settle an UNKNOWN charge after checking with the provider
   retry                              retry the failed compensation or forward step
   mark-resolved                      the failed step was done by hand; carry on
-Exit code 1 when refused (the saga is not waiting for that action).`)
+Exit code 1 when refused (the saga is not waiting for that action).`,
+    )
     .argument(...orderIdArgument)
     .addOption(new Option('--action <action>', 'what to do').choices(RESOLVE_ACTIONS).makeOptionMandatory())
     .option('--note <text>', "the operator's note, recorded with the action")
     .addOption(waitOption('seconds to wait for the saga, as for cancel'))
     .addOption(jsonOption("print the saga's state as JSON"))
     .action(async (orderId, { action, note, wait, json }) =>
-      done(await update(orderId, { command: 'resolve', action, ...(note ? { note } : {}) }, { json: !!json, waitSeconds: wait }, cfg, io)),
+      done(
+        await update(
+          orderId,
+          { command: 'resolve', action, ...(note ? { note } : {}) },
+          { json: !!json, waitSeconds: wait },
+          cfg,
+          io,
+        ),
+      ),
     );
 
   cli
@@ -558,7 +739,9 @@ Exit code 1 when refused (the saga is not waiting for that action).`)
   cli
     .command('stats')
     .summary('per-SKU CAS attempts, aborts, abort rate, fallbacks')
-    .description(`Per-SKU inventory metrics from the worker (WORKER_METRICS_URL), counted since it started: CAS attempts, aborts, abort rate (aborted attempts over task executions), recent abort rate, fallbacks to the serial lane and lane commits, with a health band (healthy below ${ABORT_RATE_HEALTHY * 100}%, critical above ${ABORT_RATE_CRITICAL * 100}%).`)
+    .description(
+      `Per-SKU inventory metrics from the worker (WORKER_METRICS_URL), counted since it started: CAS attempts, aborts, abort rate (aborted attempts over task executions), recent abort rate, fallbacks to the serial lane and lane commits, with a health band (healthy below ${ABORT_RATE_HEALTHY * 100}%, critical above ${ABORT_RATE_CRITICAL * 100}%).`,
+    )
     .addOption(jsonOption())
     .action(async (opts) => done(await stats(opts, cfg, io)));
 
@@ -567,7 +750,9 @@ Exit code 1 when refused (the saga is not waiting for that action).`)
     .summary("invariant check of the database and the provider's ledger")
     .description(
       `Reads the application database and the provider's ledger in one snapshot, through the read-only role (READER_DATABASE_URL; else DATABASE_URL), and reports every violation with its order IDs. Exit code 0 when clean, 1 when there are violations. The rules (the last one asks Temporal):
-${Object.values(RULES).map((r) => `  - ${r}`).join('\n')}`,
+${Object.values(RULES)
+  .map((r) => `  - ${r}`)
+  .join('\n')}`,
     )
     .addOption(jsonOption())
     .action(async (opts) => done(await check(opts, cfg, io)));
@@ -578,7 +763,9 @@ ${Object.values(RULES).map((r) => `  - ${r}`).join('\n')}`,
     .description('Temporal Schedules of this application; the one there is: reconcile.')
     .command('reconcile')
     .summary('create (or update) the Schedule that runs the reconciliation')
-    .description(`Creates the Temporal Schedule "reconcile" (or updates its interval) that runs the reconciliation workflow every <duration>. Each run checks every invariant, sweeps for orphan charges and overdue sagas, and records findings (client.ts findings); it never compensates.`)
+    .description(
+      `Creates the Temporal Schedule "reconcile" (or updates its interval) that runs the reconciliation workflow every <duration>. Each run checks every invariant, sweeps for orphan charges and overdue sagas, and records findings (client.ts findings); it never compensates.`,
+    )
     .option('--every <duration>', 'how often, for example 15m, 6h, 1d (at least 60s)', interval, '1h')
     .addOption(jsonOption())
     .action(async (opts) => done(await scheduleReconcile(opts, cfg, io)));
@@ -586,28 +773,38 @@ ${Object.values(RULES).map((r) => `  - ${r}`).join('\n')}`,
   cli
     .command('findings')
     .summary("the last reconciliation run's findings")
-    .description("Prints the last reconciliation run's findings (read through the read-only role). Exit code 1 when it found any.")
+    .description(
+      "Prints the last reconciliation run's findings (read through the read-only role). Exit code 1 when it found any.",
+    )
     .addOption(jsonOption())
     .action(async (opts) => done(await findings(opts, cfg, io)));
 
   cli
     .command('load')
     .summary('a load: N orders, C in flight, K hot SKUs')
-    .description(`Places N orders (1 line, 1 unit each) with C in flight, a share of them on K hot SKUs and the rest on 50 cold ones, on products the run creates (LOAD-<run>-…, so it needs DATABASE_URL). Shows a progress bar on a terminal, then orders/s, p50/p99 saga latency, statuses, the abort rate and the worker processes polling the task queue.`)
+    .description(
+      `Places N orders (1 line, 1 unit each) with C in flight, a share of them on K hot SKUs and the rest on 50 cold ones, on products the run creates (LOAD-<run>-…, so it needs DATABASE_URL). Shows a progress bar on a terminal, then orders/s, p50/p99 saga latency, statuses, the abort rate and the worker processes polling the task queue.`,
+    )
     // Their ranges are the load options' schema's (lib/load.ts), checked before anything is reached.
     .requiredOption('--orders <N>', 'how many orders', number)
     .option('--concurrency <C>', 'orders in flight', number, 10)
     .option('--hot-skus <K>', 'how many hot SKUs', number, 1)
     .option('--hot-share <F>', 'the share of orders on the hot SKUs, 0 to 1', number, 0.3)
     .option('--decline-share <F>', 'the share of orders paid with a declined card, 0 to 1', number, 0)
-    .option('--workers <W>', 'refuse to start (exit 1, nothing written) unless W worker processes poll the task queue', whole(1, 64))
+    .option(
+      '--workers <W>',
+      'refuse to start (exit 1, nothing written) unless W worker processes poll the task queue',
+      whole(1, 64),
+    )
     .addOption(jsonOption())
     .action(async (opts) => done(await load(opts, cfg, io)));
 
   cli
     .command('views')
     .summary('the Web UI list URLs an operator uses')
-    .description(`The Web UI list views an operator uses, each as its visibility query and its URL: sagas that need attention, failed or cancelled in the last hour (times computed now), waiting on an unknown charge, and one customer's orders.`)
+    .description(
+      `The Web UI list views an operator uses, each as its visibility query and its URL: sagas that need attention, failed or cancelled in the last hour (times computed now), waiting on an unknown charge, and one customer's orders.`,
+    )
     .option('--customer <customerId>', 'the customer for the last view', idArg('a customer ID'))
     .addOption(jsonOption())
     .action((opts) => done(views(opts, cfg, io)));

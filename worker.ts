@@ -38,20 +38,34 @@ export interface OrderWorkers {
 export async function createOrderWorkers(
   cfg: AppConfig,
   connection: NativeConnection,
-  extra: { db?: Pool; workflowBundle?: { code: string } | { codePath: string }; lanes?: number; metrics?: InventoryMetrics } = {},
+  extra: {
+    db?: Pool;
+    workflowBundle?: { code: string } | { codePath: string };
+    lanes?: number;
+    metrics?: InventoryMetrics;
+  } = {},
 ): Promise<OrderWorkers> {
   if (!cfg.databaseUrl && !extra.db) throw new Error('DATABASE_URL is required');
   const db = extra.db ?? createPool(cfg.databaseUrl!, { max: 20 });
-  const reader = extra.db || !cfg.readerDatabaseUrl || cfg.readerDatabaseUrl === cfg.databaseUrl ? db : createPool(cfg.readerDatabaseUrl, { max: 2 });
+  const reader =
+    extra.db || !cfg.readerDatabaseUrl || cfg.readerDatabaseUrl === cfg.databaseUrl
+      ? db
+      : createPool(cfg.readerDatabaseUrl, { max: 2 });
   const metrics = extra.metrics ?? new InventoryMetrics();
-  const provider = createProviderClient({ baseUrl: cfg.providerUrl, apiKey: cfg.providerApiKey, timeoutMs: cfg.providerTimeoutMs });
+  const provider = createProviderClient({
+    baseUrl: cfg.providerUrl,
+    apiKey: cfg.providerApiKey,
+    timeoutMs: cfg.providerTimeoutMs,
+  });
   const activities = createActivities({ db, reader, provider, metrics, cas: { laneSkus: cfg.laneSkus } });
   const main = await Worker.create({
     ...WORKER_TUNING,
     connection,
     namespace: cfg.namespace,
     taskQueue: cfg.taskQueue,
-    ...(extra.workflowBundle ? { workflowBundle: extra.workflowBundle } : { workflowsPath: require.resolve('./workflows') }),
+    ...(extra.workflowBundle
+      ? { workflowBundle: extra.workflowBundle }
+      : { workflowsPath: require.resolve('./workflows') }),
     activities,
   });
   const lanes: Worker[] = [];
@@ -108,12 +122,28 @@ function inventoryRegistry(metrics: InventoryMetrics): Registry {
         for (const s of metrics.snapshot()) this.set({ sku: s.sku }, pick(s));
       },
     });
-  counter('order_saga_inventory_cas_attempts_total', 'Optimistic (CAS) reservation attempts per SKU.', (s) => s.attempts);
-  counter('order_saga_inventory_cas_aborts_total', 'CAS attempts aborted by a version conflict, per SKU.', (s) => s.aborts);
+  counter(
+    'order_saga_inventory_cas_attempts_total',
+    'Optimistic (CAS) reservation attempts per SKU.',
+    (s) => s.attempts,
+  );
+  counter(
+    'order_saga_inventory_cas_aborts_total',
+    'CAS attempts aborted by a version conflict, per SKU.',
+    (s) => s.aborts,
+  );
   counter('order_saga_inventory_fallbacks_total', 'Reservations sent to the serial lane, per SKU.', (s) => s.fallbacks);
-  counter('order_saga_inventory_lane_commits_total', 'Reservations committed by the serial lane, per SKU.', (s) => s.laneCommits);
+  counter(
+    'order_saga_inventory_lane_commits_total',
+    'Reservations committed by the serial lane, per SKU.',
+    (s) => s.laneCommits,
+  );
   gauge('order_saga_inventory_abort_rate', 'Aborted attempts over task executions, per SKU.', (s) => s.abortRate);
-  gauge('order_saga_inventory_recent_abort_rate', 'Abort rate over the recent window, per SKU.', (s) => s.recentAbortRate);
+  gauge(
+    'order_saga_inventory_recent_abort_rate',
+    'Abort rate over the recent window, per SKU.',
+    (s) => s.recentAbortRate,
+  );
   return registry;
 }
 
@@ -124,9 +154,18 @@ export function startMetricsServer(metrics: InventoryMetrics, port: number, host
   app.get('/metrics', async (c) => c.body(await registry.metrics(), 200, { 'content-type': registry.contentType }));
   app.get('/stats', (c) => c.json({ skus: metrics.snapshot() }));
   for (const path of ['/metrics', '/stats']) {
-    app.all(path, (c) => c.json({ error: 'method_not_allowed', message: `${c.req.method} is not allowed; use GET` }, 405, { allow: 'GET, HEAD' }));
+    app.all(path, (c) =>
+      c.json({ error: 'method_not_allowed', message: `${c.req.method} is not allowed; use GET` }, 405, {
+        allow: 'GET, HEAD',
+      }),
+    );
   }
-  app.notFound((c) => c.json({ error: 'not_found', message: `${rawPath(c).slice(0, 100)} is not an endpoint (GET /metrics, GET /stats)` }, 404));
+  app.notFound((c) =>
+    c.json(
+      { error: 'not_found', message: `${rawPath(c).slice(0, 100)} is not an endpoint (GET /metrics, GET /stats)` },
+      404,
+    ),
+  );
   const server = jsonServer(app);
   return new Promise((resolve, reject) => {
     server.once('error', reject);
@@ -137,14 +176,21 @@ export function startMetricsServer(metrics: InventoryMetrics, port: number, host
 async function main(): Promise<void> {
   const cfg = readConfig();
   const runtimeMetrics = process.env.TEMPORAL_METRICS_ADDRESS ?? `127.0.0.1:${DEFAULT_PORTS.temporalMetrics}`;
-  if (runtimeMetrics !== 'off') Runtime.install({ telemetryOptions: { metrics: { prometheus: { bindAddress: runtimeMetrics } } } });
+  if (runtimeMetrics !== 'off')
+    Runtime.install({ telemetryOptions: { metrics: { prometheus: { bindAddress: runtimeMetrics } } } });
   const connection = await NativeConnection.connect({ address: cfg.temporalAddress });
   // As many lanes as the workflows hash SKUs over (DEFAULT_SAGA_CONFIG.inventoryLanes).
   const lanes = DEFAULT_SAGA_CONFIG.inventoryLanes;
   // WORKFLOW_BUNDLE: a prebuilt workflow bundle (bundleWorkflowCode), so a restart does not bundle again.
   const bundlePath = process.env.WORKFLOW_BUNDLE;
-  const w = await createOrderWorkers(cfg, connection, { lanes, ...(bundlePath ? { workflowBundle: { codePath: bundlePath } } : {}) });
-  const server = await startMetricsServer(w.metrics, Number(process.env.WORKER_METRICS_PORT ?? DEFAULT_PORTS.workerMetrics));
+  const w = await createOrderWorkers(cfg, connection, {
+    lanes,
+    ...(bundlePath ? { workflowBundle: { codePath: bundlePath } } : {}),
+  });
+  const server = await startMetricsServer(
+    w.metrics,
+    Number(process.env.WORKER_METRICS_PORT ?? DEFAULT_PORTS.workerMetrics),
+  );
   const port = (server.address() as AddressInfo).port;
   process.stdout.write(
     `worker: polling task queue "${cfg.taskQueue}" and ${lanes} serial lane(s) on ${cfg.temporalAddress} (namespace ${cfg.namespace}); ` +

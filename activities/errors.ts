@@ -24,6 +24,17 @@ export const ErrorTypes = {
 } as const;
 export type ErrorType = (typeof ErrorTypes)[keyof typeof ErrorTypes];
 
-export function businessFailure(type: ErrorType, message: string, details?: unknown, cause?: Error): ApplicationFailure {
-  return ApplicationFailure.create({ type, message, nonRetryable: true, details: details === undefined ? [] : [details], cause });
+export function businessFailure(
+  type: ErrorType,
+  message: string,
+  details?: unknown,
+  cause?: Error,
+): ApplicationFailure {
+  return ApplicationFailure.create({
+    type,
+    message,
+    nonRetryable: true,
+    details: details === undefined ? [] : [details],
+    cause,
+  });
 }

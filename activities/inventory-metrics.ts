@@ -30,7 +30,13 @@ export class InventoryMetrics {
   private readonly hotUntil = new Map<string, number>();
 
   constructor(
-    private readonly opts: { window?: number; windowMs?: number; minSamples?: number; cooldownMs?: number; now?: () => number } = {},
+    private readonly opts: {
+      window?: number;
+      windowMs?: number;
+      minSamples?: number;
+      cooldownMs?: number;
+      now?: () => number;
+    } = {},
   ) {}
 
   private get now(): number {

@@ -28,9 +28,20 @@ export interface CasOptions {
    */
   laneAfterConflicts?: number;
 }
-export const DEFAULT_CAS: CasOptions = { maxAttempts: 8, baseMs: 5, maxMs: 250, jitterMs: 25, abortRateThreshold: ABORT_RATE_CRITICAL, laneAfterConflicts: 2 };
+export const DEFAULT_CAS: CasOptions = {
+  maxAttempts: 8,
+  baseMs: 5,
+  maxMs: 250,
+  jitterMs: 25,
+  abortRateThreshold: ABORT_RATE_CRITICAL,
+  laneAfterConflicts: 2,
+};
 
-export function backoffMs(attempt: number, o: Pick<CasOptions, 'baseMs' | 'maxMs' | 'jitterMs'>, random: () => number = Math.random): number {
+export function backoffMs(
+  attempt: number,
+  o: Pick<CasOptions, 'baseMs' | 'maxMs' | 'jitterMs'>,
+  random: () => number = Math.random,
+): number {
   return Math.min(o.maxMs, o.baseMs * 2 ** attempt) + random() * o.jitterMs;
 }
 
@@ -49,7 +60,8 @@ export type ReserveResult =
 class CasConflict extends Error {}
 class AlreadyReserved extends Error {}
 
-const sortItems = <T extends { sku: string }>(items: T[]): T[] => [...items].sort((a, b) => (a.sku < b.sku ? -1 : a.sku > b.sku ? 1 : 0));
+const sortItems = <T extends { sku: string }>(items: T[]): T[] =>
+  [...items].sort((a, b) => (a.sku < b.sku ? -1 : a.sku > b.sku ? 1 : 0));
 
 /**
  * The order row guards the reservation: a PENDING order may reserve; an order already past it whose
@@ -98,7 +110,8 @@ function checkStock(items: ReserveRequest['items'], snapshot: SnapshotRow[]): vo
 
 /** After a commit found rows of this order already there: only a real reservation counts as one. */
 async function confirmReserved(db: Pool, orderId: string): Promise<void> {
-  if ((await reserveGate(db, orderId)) === 'reserve') stateConflict(orderId, 'PENDING', 'reserve: reservation rows of this order exist already');
+  if ((await reserveGate(db, orderId)) === 'reserve')
+    stateConflict(orderId, 'PENDING', 'reserve: reservation rows of this order exist already');
 }
 
 /**
@@ -107,7 +120,12 @@ async function confirmReserved(db: Pool, orderId: string): Promise<void> {
  * one order never wait on each other in opposite orders), then the stock, then the purchase quota
  * hold and the reservation rows HELD (each recording its quota hold). All or nothing.
  */
-async function commitReservation(c: PoolClient, req: ReserveRequest, items: ReserveRequest['items'], writeStock: () => Promise<SnapshotRow[]>): Promise<void> {
+async function commitReservation(
+  c: PoolClient,
+  req: ReserveRequest,
+  items: ReserveRequest['items'],
+  writeStock: () => Promise<SnapshotRow[]>,
+): Promise<void> {
   // Another execution of this same reserve committed first (the order is RESERVED): undo ours, report theirs.
   if (!(await transition(c, req.orderId, 'RESERVED'))) throw new AlreadyReserved();
   const snapshot = await writeStock();
@@ -135,19 +153,38 @@ export interface ReserveIo {
  * the next read tells a conflict from insufficient stock. Never uses FOR UPDATE.
  * When a SKU's recent abort rate is over the threshold, it does not try: it routes to the lane.
  */
-export async function reserveOptimistic(db: Pool, req: ReserveRequest, opts: CasOptions, io: ReserveIo): Promise<ReserveResult> {
+export async function reserveOptimistic(
+  db: Pool,
+  req: ReserveRequest,
+  opts: CasOptions,
+  io: ReserveIo,
+): Promise<ReserveResult> {
   const items = sortItems(req.items);
   const skus = items.map((i) => i.sku);
   let conflicts = 0;
   for (let attempt = 0; attempt < opts.maxAttempts; attempt++) {
     io.heartbeat({ attempt, conflicts }); // every attempt: a stuck one is detected by its heartbeat timeout
-    if ((await reserveGate(db, req.orderId)) === 'already-reserved') return { outcome: 'already-reserved', path: 'cas', attempts: attempt, conflicts };
+    if ((await reserveGate(db, req.orderId)) === 'already-reserved')
+      return { outcome: 'already-reserved', path: 'cas', attempts: attempt, conflicts };
     const pinned = skus.find((s) => opts.laneSkus?.includes(s));
-    if (pinned) return { outcome: 'route-to-lane', path: 'cas', attempts: attempt, conflicts, reason: `${pinned} is pinned to the serial lane` };
+    if (pinned)
+      return {
+        outcome: 'route-to-lane',
+        path: 'cas',
+        attempts: attempt,
+        conflicts,
+        reason: `${pinned} is pinned to the serial lane`,
+      };
     const hot = io.metrics && skus.find((s) => io.metrics!.useLane(s, opts.abortRateThreshold));
     if (hot) {
       io.metrics!.recordFallback(skus);
-      return { outcome: 'route-to-lane', path: 'cas', attempts: attempt, conflicts, reason: `${hot} abort rate over ${(opts.abortRateThreshold * 100).toFixed(0)} %` };
+      return {
+        outcome: 'route-to-lane',
+        path: 'cas',
+        attempts: attempt,
+        conflicts,
+        reason: `${hot} abort rate over ${(opts.abortRateThreshold * 100).toFixed(0)} %`,
+      };
     }
 
     const snapshot = await readSnapshot(db, skus);
@@ -182,10 +219,21 @@ export async function reserveOptimistic(db: Pool, req: ReserveRequest, opts: Cas
       io.metrics?.recordAttempt(skus, true);
       if (io.metrics && opts.laneAfterConflicts !== undefined && conflicts >= opts.laneAfterConflicts) {
         io.metrics.recordFallback(skus);
-        return { outcome: 'route-to-lane', path: 'cas', attempts: attempt + 1, conflicts, reason: `${conflicts} conflicts on ${err.message}` };
+        return {
+          outcome: 'route-to-lane',
+          path: 'cas',
+          attempts: attempt + 1,
+          conflicts,
+          reason: `${conflicts} conflicts on ${err.message}`,
+        };
       }
       const wait = backoffMs(attempt, opts);
-      log.debug('CAS conflict, retrying', { orderId: req.orderId, sku: err.message, attempt, waitMs: Math.round(wait) });
+      log.debug('CAS conflict, retrying', {
+        orderId: req.orderId,
+        sku: err.message,
+        attempt,
+        waitMs: Math.round(wait),
+      });
       await io.sleep(wait);
     }
   }
@@ -201,11 +249,16 @@ export async function reserveOptimistic(db: Pool, req: ReserveRequest, opts: Cas
  * transaction that locks the rows with SELECT … FOR UPDATE in primary-key order, checks and writes.
  * No business logic runs while the locks are held. One lane runs one of these at a time.
  */
-export async function reserveSerial(db: Pool, req: ReserveRequest, io: Pick<ReserveIo, 'logic' | 'metrics' | 'heartbeat'>): Promise<ReserveResult> {
+export async function reserveSerial(
+  db: Pool,
+  req: ReserveRequest,
+  io: Pick<ReserveIo, 'logic' | 'metrics' | 'heartbeat'>,
+): Promise<ReserveResult> {
   const items = sortItems(req.items);
   const skus = items.map((i) => i.sku);
   io.heartbeat({ lane: true });
-  if ((await reserveGate(db, req.orderId)) === 'already-reserved') return { outcome: 'already-reserved', path: 'lane', attempts: 0, conflicts: 0 };
+  if ((await reserveGate(db, req.orderId)) === 'already-reserved')
+    return { outcome: 'already-reserved', path: 'lane', attempts: 0, conflicts: 0 };
   const undo = new UndoLog();
   try {
     const snapshot = await readSnapshot(db, skus);
@@ -216,7 +269,10 @@ export async function reserveSerial(db: Pool, req: ReserveRequest, io: Pick<Rese
         const locked = await readSnapshot(c, skus, true);
         checkStock(items, locked);
         for (const item of items) {
-          await c.query({ text: 'UPDATE products SET stock = stock - $2, version = version + 1 WHERE sku = $1', values: [item.sku, item.qty] });
+          await c.query({
+            text: 'UPDATE products SET stock = stock - $2, version = version + 1 WHERE sku = $1',
+            values: [item.sku, item.qty],
+          });
         }
         return locked;
       }),
@@ -239,11 +295,15 @@ export async function reserveSerial(db: Pool, req: ReserveRequest, io: Pick<Rese
  * stock and exactly the purchase quota those rows held go back. A second release, or a release with
  * nothing reserved, changes nothing. Refused once the order has shipped: the pivot is never undone.
  */
-export async function releaseReservation(db: Pool, orderId: string): Promise<{ released: { sku: string; qty: number }[] }> {
+export async function releaseReservation(
+  db: Pool,
+  orderId: string,
+): Promise<{ released: { sku: string; qty: number }[] }> {
   return withTransaction(db, async (c) => {
     const order = await readOrder(c, orderId, true);
     if (!order) return { released: [] }; // never created: nothing to undo
-    if (order.status === 'SHIPPED' || order.status === 'COMPLETED') stateConflict(orderId, order.status, 'release inventory after the pivot');
+    if (order.status === 'SHIPPED' || order.status === 'COMPLETED')
+      stateConflict(orderId, order.status, 'release inventory after the pivot');
     if (order.status !== 'FAILED' && order.status !== 'CANCELLED') await transition(c, orderId, 'COMPENSATING');
     const { rows } = await c.query<{ sku: string; qty: number; quota_qty: number }>({
       text: `UPDATE reservations SET status = 'RELEASED', updated_at = now() WHERE order_id = $1 AND status = 'HELD' RETURNING sku, qty, quota_qty`,
@@ -251,7 +311,10 @@ export async function releaseReservation(db: Pool, orderId: string): Promise<{ r
     });
     rows.sort((a, b) => (a.sku < b.sku ? -1 : 1));
     for (const r of rows) {
-      await c.query({ text: 'UPDATE products SET stock = stock + $2, version = version + 1 WHERE sku = $1', values: [r.sku, r.qty] });
+      await c.query({
+        text: 'UPDATE products SET stock = stock + $2, version = version + 1 WHERE sku = $1',
+        values: [r.sku, r.qty],
+      });
       if (r.quota_qty > 0) {
         await c.query({
           text: 'UPDATE purchase_quota SET held = GREATEST(held - $3, 0) WHERE customer_id = $1 AND sku = $2',
@@ -291,7 +354,13 @@ export function inventoryActivities(deps: InventoryDeps) {
     async reserveInventorySerial(req: ReserveRequest): Promise<ReserveResult> {
       const ctx = Context.current();
       const lane = ctx.info.taskQueue;
-      const io = { heartbeat: () => ctx.heartbeat({ waiting: lane }), signal: ctx.cancellationSignal, log: (m: string, f: Record<string, unknown>) => { log.warn(m, f); } };
+      const io = {
+        heartbeat: () => ctx.heartbeat({ waiting: lane }),
+        signal: ctx.cancellationSignal,
+        log: (m: string, f: Record<string, unknown>) => {
+          log.warn(m, f);
+        },
+      };
       const result = await withLaneLock(deps.db, lane, req.orderId, io, () =>
         reserveSerial(deps.db, req, { logic, metrics: deps.metrics, heartbeat: (d) => ctx.heartbeat(d) }),
       );

@@ -21,7 +21,13 @@ export interface LaneIo {
   log?: (message: string, fields: Record<string, unknown>) => void;
 }
 
-export async function withLaneLock<T>(db: Pool, lane: string, orderId: string, io: LaneIo, fn: () => Promise<T>): Promise<T> {
+export async function withLaneLock<T>(
+  db: Pool,
+  lane: string,
+  orderId: string,
+  io: LaneIo,
+  fn: () => Promise<T>,
+): Promise<T> {
   const c = await db.connect();
   let broken = false;
   const lost = (): void => void (broken = true);
@@ -31,13 +37,20 @@ export async function withLaneLock<T>(db: Pool, lane: string, orderId: string, i
     // If this worker's host dies, Postgres finds out within about 25 s (not the kernel's two hours)
     // and ends the session, which frees the lane. And wait for the lock in steps, heartbeating in
     // between, so a long queue is not mistaken for a stuck task. One round trip for all of it.
-    await c.query(`SET tcp_keepalives_idle = 10; SET tcp_keepalives_interval = 5; SET tcp_keepalives_count = 3; SET lock_timeout = '${LOCK_WAIT}'`);
+    await c.query(
+      `SET tcp_keepalives_idle = 10; SET tcp_keepalives_interval = 5; SET tcp_keepalives_count = 3; SET lock_timeout = '${LOCK_WAIT}'`,
+    );
     let started: Date;
     for (;;) {
       if (io.signal?.aborted) throw io.signal.reason ?? new Error('lane task cancelled while waiting for the lane');
       try {
         // The start is read on the database's clock in the same statement that takes the lock.
-        started = (await c.query<{ t: Date }>({ text: 'SELECT pg_advisory_lock(hashtext($1)), clock_timestamp() AS t', values: [key] })).rows[0]!.t;
+        started = (
+          await c.query<{ t: Date }>({
+            text: 'SELECT pg_advisory_lock(hashtext($1)), clock_timestamp() AS t',
+            values: [key],
+          })
+        ).rows[0]!.t;
         break;
       } catch (err) {
         if ((err as { code?: string }).code !== '55P03') throw err; // lock_not_available: still queued

@@ -41,7 +41,9 @@ export async function readOrder(db: Db, orderId: string, forUpdate = false): Pro
 export function stateConflict(orderId: string, status: OrderStatus | undefined, wanted: string): never {
   throw businessFailure(
     ErrorTypes.OrderStateConflict,
-    status === undefined ? `order ${orderId} does not exist (wanted: ${wanted})` : `order ${orderId} is ${status}; refused: ${wanted}`,
+    status === undefined
+      ? `order ${orderId} does not exist (wanted: ${wanted})`
+      : `order ${orderId} is ${status}; refused: ${wanted}`,
     { orderId, status: status ?? null, wanted },
   );
 }
@@ -58,7 +60,12 @@ const isPast = (current: OrderStatus, to: OrderStatus): boolean =>
  * run owns: a second run must not act on a settled order. The writing run becomes the owner.
  * Returns whether the status changed.
  */
-export async function transition(db: Db, orderId: string, to: OrderStatus, opts: { reason?: string; runId?: string } = {}): Promise<boolean> {
+export async function transition(
+  db: Db,
+  orderId: string,
+  to: OrderStatus,
+  opts: { reason?: string; runId?: string } = {},
+): Promise<boolean> {
   const runId = opts.runId ?? callerRunId() ?? null;
   const res = await db.query({
     name: 'order-transition',

@@ -20,7 +20,10 @@ export interface ProductRow {
  * Returns the field and problem of the first mismatch, or undefined. Shared by the client (before it
  * starts a workflow) and by createOrder (the workflow boundary).
  */
-export async function checkAgainstCatalogue(db: Pool, order: OrderInput): Promise<{ field: string; problem: string } | undefined> {
+export async function checkAgainstCatalogue(
+  db: Pool,
+  order: OrderInput,
+): Promise<{ field: string; problem: string } | undefined> {
   const { rows } = await db.query<Pick<ProductRow, 'sku' | 'price_cents' | 'currency'>>({
     text: 'SELECT sku, price_cents, currency FROM products WHERE sku = ANY($1::text[])',
     values: [order.items.map((i) => i.sku)],
@@ -30,11 +33,17 @@ export async function checkAgainstCatalogue(db: Pool, order: OrderInput): Promis
     const row = bySku.get(item.sku);
     if (row === undefined) return { field: `items[${i}].sku`, problem: `unknown SKU ${item.sku}` };
     if (row.currency !== order.currency) {
-      return { field: 'currency', problem: `the catalogue prices ${item.sku} in ${row.currency}, not ${order.currency}` };
+      return {
+        field: 'currency',
+        problem: `the catalogue prices ${item.sku} in ${row.currency}, not ${order.currency}`,
+      };
     }
     const price = Number(row.price_cents);
     if (price !== item.unitPriceCents) {
-      return { field: `items[${i}].unitPriceCents`, problem: `catalogue price of ${item.sku} is ${price}, not ${item.unitPriceCents}` };
+      return {
+        field: `items[${i}].unitPriceCents`,
+        problem: `catalogue price of ${item.sku} is ${price}, not ${item.unitPriceCents}`,
+      };
     }
   }
   return undefined;
@@ -54,7 +63,8 @@ function sameOrder(row: OrderLockRow, order: OrderInput): boolean {
 }
 
 /** What createOrder found: a new row, an open order this run now owns, or an order already settled. */
-export type CreateOrderResult = { outcome: 'created' | 'owned'; status: OrderStatus } | { outcome: 'settled'; status: OrderStatus };
+export type CreateOrderResult =
+  { outcome: 'created' | 'owned'; status: OrderStatus } | { outcome: 'settled'; status: OrderStatus };
 
 export function orderActivities({ db }: { db: Pool }) {
   const activities = {
@@ -73,8 +83,16 @@ export function orderActivities({ db }: { db: Pool }) {
         const res = await db.query({
           text: `INSERT INTO orders (order_id, customer_id, status, currency, total_cents, items, payment_method, workflow_id, owner_run_id)
                  VALUES ($1, $2, 'PENDING', $3, $4, $5, $6, $7, $8) ON CONFLICT (order_id) DO NOTHING`,
-          values: [order.orderId, order.customerId, order.currency, orderTotalCents(order), JSON.stringify(order.items),
-            order.paymentMethod, workflowIdFor(order.orderId), callerRunId() ?? null],
+          values: [
+            order.orderId,
+            order.customerId,
+            order.currency,
+            orderTotalCents(order),
+            JSON.stringify(order.items),
+            order.paymentMethod,
+            workflowIdFor(order.orderId),
+            callerRunId() ?? null,
+          ],
         });
         if (res.rowCount === 1) {
           log.info('order row written', { orderId: order.orderId });
@@ -83,21 +101,32 @@ export function orderActivities({ db }: { db: Pool }) {
         return activities.createOrder(input); // another writer inserted it meanwhile: decide on its row
       }
       if (isTerminal(existing.status)) {
-        log.warn('order already settled; this run changes nothing', { orderId: order.orderId, status: existing.status });
-        return { outcome: 'settled', status: existing.status };
-      }
-      if (!sameOrder(existing, order)) {
-        throw businessFailure(ErrorTypes.OrderMismatch, `order ${order.orderId} exists (${existing.status}) with other contents; this run changed nothing`, {
+        log.warn('order already settled; this run changes nothing', {
           orderId: order.orderId,
           status: existing.status,
         });
+        return { outcome: 'settled', status: existing.status };
+      }
+      if (!sameOrder(existing, order)) {
+        throw businessFailure(
+          ErrorTypes.OrderMismatch,
+          `order ${order.orderId} exists (${existing.status}) with other contents; this run changed nothing`,
+          {
+            orderId: order.orderId,
+            status: existing.status,
+          },
+        );
       }
       const claimed = await db.query({
         text: 'UPDATE orders SET owner_run_id = $2, updated_at = now() WHERE order_id = $1 AND status = $3',
         values: [order.orderId, callerRunId() ?? null, existing.status],
       });
       if (claimed.rowCount !== 1) return activities.createOrder(input); // it moved meanwhile: decide again
-      log.warn('open order taken over by this run', { orderId: order.orderId, status: existing.status, previousOwner: existing.owner_run_id });
+      log.warn('open order taken over by this run', {
+        orderId: order.orderId,
+        status: existing.status,
+        previousOwner: existing.owner_run_id,
+      });
       return { outcome: 'owned', status: existing.status };
     },
 
@@ -105,7 +134,12 @@ export function orderActivities({ db }: { db: Pool }) {
      * Writes the saga's status (and reason) onto the order row: a guarded transition, refused if
      * illegal. `resume`: leave NEEDS_ATTENTION for the status the row escalated from (returned).
      */
-    async setOrderStatus(req: { orderId: string; status: OrderStatus; reason?: string; resume?: boolean }): Promise<OrderStatus> {
+    async setOrderStatus(req: {
+      orderId: string;
+      status: OrderStatus;
+      reason?: string;
+      resume?: boolean;
+    }): Promise<OrderStatus> {
       if (req.resume) return resumeFromAttention(db, req.orderId, req.reason);
       await transition(db, req.orderId, req.status, { reason: req.reason });
       if (req.status === 'NEEDS_ATTENTION') {

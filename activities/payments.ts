@@ -25,7 +25,10 @@ export interface ChargeRequest {
 function keyOf(given: string | undefined, orderId: string, own: (orderId: string) => string, field: string): string {
   const key = own(orderId);
   if (given !== undefined && given !== key) {
-    throw businessFailure(ErrorTypes.OrderMismatch, `${field} ${given} is not order ${orderId}'s (${key})`, { orderId, field });
+    throw businessFailure(ErrorTypes.OrderMismatch, `${field} ${given} is not order ${orderId}'s (${key})`, {
+      orderId,
+      field,
+    });
   }
   return key;
 }
@@ -47,7 +50,10 @@ export type RefundResult =
   | { outcome: 'nothing-to-refund'; chargeStatus: 'not_found' | 'failed' };
 
 /** 4xx answers other than 409 are final: retrying the same request cannot change them. */
-function rethrowProviderError(err: unknown, type: typeof ErrorTypes.PaymentRejected | typeof ErrorTypes.RefundRejected): never {
+function rethrowProviderError(
+  err: unknown,
+  type: typeof ErrorTypes.PaymentRejected | typeof ErrorTypes.RefundRejected,
+): never {
   if (err instanceof ProviderHttpError && err.status >= 400 && err.status < 500 && err.status !== 409) {
     throw businessFailure(type, err.message, { status: err.status, error: err.body.error });
   }
@@ -70,12 +76,18 @@ export function paymentActivities({ db, provider }: { db: Pool; provider: Provid
       const order = await readOrder(db, req.orderId);
       if (!order || !CHARGEABLE.includes(order.status)) stateConflict(req.orderId, order?.status, 'charge');
       if (Number(order.total_cents) !== req.amountCents || order.currency !== req.currency) {
-        throw businessFailure(ErrorTypes.OrderMismatch, `charge of ${req.amountCents} ${req.currency} does not match order ${req.orderId} (${order.total_cents} ${order.currency})`);
+        throw businessFailure(
+          ErrorTypes.OrderMismatch,
+          `charge of ${req.amountCents} ${req.currency} does not match order ${req.orderId} (${order.total_cents} ${order.currency})`,
+        );
       }
       // A request that would go out late (the attempt stalled before sending) is not sent at all: the
       // saga may already have timed this attempt out, inquired, and moved on (cancelled, say).
       if (Date.now() - started > SEND_BUDGET_MS) {
-        throw ApplicationFailure.retryable(`charge ${key} not sent: the attempt stalled ${Date.now() - started} ms before sending`, 'ChargeNotSent');
+        throw ApplicationFailure.retryable(
+          `charge ${key} not sent: the attempt stalled ${Date.now() - started} ms before sending`,
+          'ChargeNotSent',
+        );
       }
       let amountCents: number;
       try {
@@ -91,9 +103,13 @@ export function paymentActivities({ db, provider }: { db: Pool; provider: Provid
           });
         }
         if (r.charge.refundedCents > 0) {
-          throw businessFailure(ErrorTypes.ChargeRefunded, `charge ${key} was refunded (${r.charge.refundedCents} of ${r.charge.amountCents}); it does not count as paid`, {
-            refundedCents: r.charge.refundedCents,
-          });
+          throw businessFailure(
+            ErrorTypes.ChargeRefunded,
+            `charge ${key} was refunded (${r.charge.refundedCents} of ${r.charge.amountCents}); it does not count as paid`,
+            {
+              refundedCents: r.charge.refundedCents,
+            },
+          );
         }
         log.info('charge succeeded', { key, amountCents: r.charge.amountCents, replayed: r.replayed });
         amountCents = r.charge.amountCents;
@@ -142,7 +158,10 @@ export function paymentActivities({ db, provider }: { db: Pool; provider: Provid
         if (!charge) return { outcome: 'nothing-to-refund', chargeStatus: 'not_found' };
         if (charge.status === 'failed') return { outcome: 'nothing-to-refund', chargeStatus: 'failed' };
         if (charge.status === 'processing') {
-          throw businessFailure(ErrorTypes.ChargeProcessing, `charge ${chargeKey} is still processing at the provider; not refunding blindly`);
+          throw businessFailure(
+            ErrorTypes.ChargeProcessing,
+            `charge ${chargeKey} is still processing at the provider; not refunding blindly`,
+          );
         }
         const r = await provider.refund(refundKey, { chargeKey, amountCents: charge.amountCents });
         log.info('refund succeeded', { chargeKey, amountCents: r.refund.amountCents, replayed: r.replayed });

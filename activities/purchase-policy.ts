@@ -9,7 +9,11 @@ import type { ReserveRequest, SnapshotRow } from './reserve-types';
  * at all. A crash between the two cannot leak a hold or lock the customer out. Returns the quantity
  * held per SKU.
  */
-export async function holdPurchaseQuota(c: PoolClient, req: ReserveRequest, snapshot: SnapshotRow[]): Promise<Map<string, number>> {
+export async function holdPurchaseQuota(
+  c: PoolClient,
+  req: ReserveRequest,
+  snapshot: SnapshotRow[],
+): Promise<Map<string, number>> {
   const held = new Map<string, number>();
   for (const row of snapshot) {
     if (row.max_per_customer === null) continue;
@@ -21,10 +25,14 @@ export async function holdPurchaseQuota(c: PoolClient, req: ReserveRequest, snap
       values: [req.customerId, row.sku, qty, row.max_per_customer],
     });
     if (res.rowCount !== 1) {
-      throw businessFailure(ErrorTypes.PurchaseLimitExceeded, `${row.sku}: at most ${row.max_per_customer} per customer`, {
-        sku: row.sku,
-        limit: row.max_per_customer,
-      });
+      throw businessFailure(
+        ErrorTypes.PurchaseLimitExceeded,
+        `${row.sku}: at most ${row.max_per_customer} per customer`,
+        {
+          sku: row.sku,
+          limit: row.max_per_customer,
+        },
+      );
     }
     held.set(row.sku, qty);
   }

@@ -37,7 +37,12 @@ export function reconciliationActivities({ db, reader = db }: { db: Pool; reader
       const rules: Record<string, number> = {};
       for (const v of report.violations) {
         rules[v.rule] = (rules[v.rule] ?? 0) + 1;
-        log.error('ALERT reconciliation finding', { runId: req.runId, rule: v.rule, orderIds: v.orderIds, detail: v.detail });
+        log.error('ALERT reconciliation finding', {
+          runId: req.runId,
+          rule: v.rule,
+          orderIds: v.orderIds,
+          detail: v.detail,
+        });
       }
       log.info('reconciliation done', { runId: req.runId, orders: report.orders, findings: report.violations.length });
       return { runId: req.runId, orders: report.orders, findings: report.violations.length, rules };

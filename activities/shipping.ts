@@ -22,9 +22,16 @@ export function shippingActivities({ db }: { db: Pool }) {
       const trackingNumber = (req.byOperator ? 'MANUAL-' : '') + trackingNumberFor(req.orderId);
       const shipped = await withTransaction(db, async (c) => {
         if (!(await transition(c, req.orderId, 'SHIPPED'))) {
-          const prior = await c.query<{ tracking_number: string }>({ text: 'SELECT tracking_number FROM shipments WHERE order_id = $1', values: [req.orderId] });
+          const prior = await c.query<{ tracking_number: string }>({
+            text: 'SELECT tracking_number FROM shipments WHERE order_id = $1',
+            values: [req.orderId],
+          });
           if (prior.rows[0]) return prior.rows[0].tracking_number;
-          stateConflict(req.orderId, (await readOrder(c, req.orderId))?.status, 'ship: the order is past SHIPPED with no shipment');
+          stateConflict(
+            req.orderId,
+            (await readOrder(c, req.orderId))?.status,
+            'ship: the order is past SHIPPED with no shipment',
+          );
         }
         const lines = await c.query<{ lines: number; sold: string }>({
           text: `WITH sold AS (UPDATE reservations SET status = 'SOLD', updated_at = now() WHERE order_id = $1 AND status = 'HELD' RETURNING sku)
@@ -33,7 +40,11 @@ export function shippingActivities({ db }: { db: Pool }) {
         });
         const { lines: wanted, sold } = lines.rows[0]!;
         if (Number(sold) !== wanted) {
-          throw businessFailure(ErrorTypes.ShipmentRejected, `order ${req.orderId}: ${sold} of ${wanted} line(s) held; nothing shipped`, { held: Number(sold), lines: wanted });
+          throw businessFailure(
+            ErrorTypes.ShipmentRejected,
+            `order ${req.orderId}: ${sold} of ${wanted} line(s) held; nothing shipped`,
+            { held: Number(sold), lines: wanted },
+          );
         }
         await c.query({
           text: 'INSERT INTO shipments (order_id, tracking_number) VALUES ($1, $2) ON CONFLICT (order_id) DO NOTHING',

@@ -32,12 +32,17 @@ const INITIAL = 1_000_000_000;
 
 export async function setupBenchTable(db: Pool): Promise<void> {
   await db.query('CREATE SCHEMA IF NOT EXISTS bench');
-  await db.query('CREATE TABLE IF NOT EXISTS bench.stock (id integer PRIMARY KEY, stock bigint NOT NULL CHECK (stock >= 0), version bigint NOT NULL DEFAULT 0)');
+  await db.query(
+    'CREATE TABLE IF NOT EXISTS bench.stock (id integer PRIMARY KEY, stock bigint NOT NULL CHECK (stock >= 0), version bigint NOT NULL DEFAULT 0)',
+  );
 }
 
 async function resetStock(db: Pool, skus: number): Promise<void> {
   await db.query('TRUNCATE bench.stock');
-  await db.query({ text: 'INSERT INTO bench.stock (id, stock) SELECT g, $2 FROM generate_series(1, $1) g', values: [skus, INITIAL] });
+  await db.query({
+    text: 'INSERT INTO bench.stock (id, stock) SELECT g, $2 FROM generate_series(1, $1) g',
+    values: [skus, INITIAL],
+  });
   await db.query('VACUUM ANALYZE bench.stock');
 }
 
@@ -54,9 +59,17 @@ class SerialLane {
 /** The lane's commit: a short SELECT … FOR UPDATE transaction with no business logic inside. */
 async function lockedCommit(db: Pool, id: number): Promise<boolean> {
   return withTransaction(db, async (c: PoolClient) => {
-    const { rows } = await c.query<{ stock: string }>({ name: 'bench-q1', text: 'SELECT stock FROM bench.stock WHERE id = $1 FOR UPDATE', values: [id] });
+    const { rows } = await c.query<{ stock: string }>({
+      name: 'bench-q1',
+      text: 'SELECT stock FROM bench.stock WHERE id = $1 FOR UPDATE',
+      values: [id],
+    });
     if (Number(rows[0]!.stock) < 1) return false;
-    await c.query({ name: 'bench-lock-update', text: 'UPDATE bench.stock SET stock = stock - 1, version = version + 1 WHERE id = $1', values: [id] });
+    await c.query({
+      name: 'bench-lock-update',
+      text: 'UPDATE bench.stock SET stock = stock - 1, version = version + 1 WHERE id = $1',
+      values: [id],
+    });
     return true;
   });
 }
@@ -68,13 +81,23 @@ interface Counters {
 }
 
 /** Builds the per-task operation of a strategy. Returns true when one unit was taken. */
-function operation(strategy: Strategy, db: Pool, logicMs: number, counters: Counters, lanes: number): (id: number) => Promise<boolean> {
+function operation(
+  strategy: Strategy,
+  db: Pool,
+  logicMs: number,
+  counters: Counters,
+  lanes: number,
+): (id: number) => Promise<boolean> {
   const logic = (): Promise<void> => sleep(logicMs);
   const cas = DEFAULT_CAS;
   /** One optimistic attempt: snapshot read, the logic, then the version-guarded write. */
   const casAttempt = async (id: number): Promise<boolean> => {
     counters.attempts++;
-    const { rows } = await db.query<{ version: string }>({ name: 'bench-read', text: 'SELECT stock, version FROM bench.stock WHERE id = $1', values: [id] });
+    const { rows } = await db.query<{ version: string }>({
+      name: 'bench-read',
+      text: 'SELECT stock, version FROM bench.stock WHERE id = $1',
+      values: [id],
+    });
     await logic();
     const res = await db.query({
       name: 'bench-cas',
@@ -89,18 +112,34 @@ function operation(strategy: Strategy, db: Pool, logicMs: number, counters: Coun
     case 'naive':
       return async (id) => {
         counters.attempts++;
-        const { rows } = await db.query<{ stock: string }>({ name: 'bench-q2', text: 'SELECT stock FROM bench.stock WHERE id = $1', values: [id] });
+        const { rows } = await db.query<{ stock: string }>({
+          name: 'bench-q2',
+          text: 'SELECT stock FROM bench.stock WHERE id = $1',
+          values: [id],
+        });
         await logic();
-        await db.query({ name: 'bench-q3', text: 'UPDATE bench.stock SET stock = $2 WHERE id = $1', values: [id, Number(rows[0]!.stock) - 1] });
+        await db.query({
+          name: 'bench-q3',
+          text: 'UPDATE bench.stock SET stock = $2 WHERE id = $1',
+          values: [id, Number(rows[0]!.stock) - 1],
+        });
         return true;
       };
     case 'for-update-logic-in-tx':
       return (id) =>
         withTransaction(db, async (c) => {
           counters.attempts++;
-          await c.query({ name: 'bench-q4', text: 'SELECT stock FROM bench.stock WHERE id = $1 FOR UPDATE', values: [id] });
+          await c.query({
+            name: 'bench-q4',
+            text: 'SELECT stock FROM bench.stock WHERE id = $1 FOR UPDATE',
+            values: [id],
+          });
           await logic(); // the anti-pattern: the lock is held while the logic runs
-          await c.query({ name: 'bench-lock-update', text: 'UPDATE bench.stock SET stock = stock - 1, version = version + 1 WHERE id = $1', values: [id] });
+          await c.query({
+            name: 'bench-lock-update',
+            text: 'UPDATE bench.stock SET stock = stock - 1, version = version + 1 WHERE id = $1',
+            values: [id],
+          });
           return true;
         });
     case 'for-update-short':
@@ -173,7 +212,10 @@ export async function runCell(
     } else gaveUp++;
   });
   const seconds = (Date.now() - started) / 1000;
-  const { rows } = await db.query<{ taken: string }>({ text: 'SELECT ($1::bigint * count(*) - sum(stock))::bigint AS taken FROM bench.stock', values: [INITIAL] });
+  const { rows } = await db.query<{ taken: string }>({
+    text: 'SELECT ($1::bigint * count(*) - sum(stock))::bigint AS taken FROM bench.stock',
+    values: [INITIAL],
+  });
   latencies.sort((a, b) => a - b);
   const executions = counters.attempts + counters.laneCommits;
   return {
@@ -210,7 +252,13 @@ export interface BurstResult {
  * Seed 003's arithmetic: `requests` arrive at once for one row, each with `logicMs` of logic. Every
  * request gets its own connection, so the only queue is the row lock (or the lane).
  */
-export async function runBurst(db: Pool, strategy: Strategy, requests: number, logicMs: number, lanes: number): Promise<BurstResult> {
+export async function runBurst(
+  db: Pool,
+  strategy: Strategy,
+  requests: number,
+  logicMs: number,
+  lanes: number,
+): Promise<BurstResult> {
   await resetStock(db, 1);
   const counters: Counters = { attempts: 0, aborts: 0, laneCommits: 0 };
   const op = operation(strategy, db, logicMs, counters, lanes);
@@ -226,18 +274,34 @@ export async function runBurst(db: Pool, strategy: Strategy, requests: number, l
   );
   const makespanMs = Date.now() - started;
   latencies.sort((a, b) => a - b);
-  return { strategy, requests, logicMs, makespanMs, p50: percentile(latencies, 50), p99: percentile(latencies, 99), taken, laneCommits: counters.laneCommits };
+  return {
+    strategy,
+    requests,
+    logicMs,
+    makespanMs,
+    p50: percentile(latencies, 50),
+    p99: percentile(latencies, 99),
+    taken,
+    laneCommits: counters.laneCommits,
+  };
 }
 
 /** P3's CAS commit path with no logic: read the version, then the conditional single-row UPDATE. */
-export async function casCommitThroughput(db: Pool, opts: { clients: number; keys: number; durationMs: number }): Promise<{ tps: number; done: number; aborts: number }> {
+export async function casCommitThroughput(
+  db: Pool,
+  opts: { clients: number; keys: number; durationMs: number },
+): Promise<{ tps: number; done: number; aborts: number }> {
   await resetStock(db, opts.keys);
   let done = 0;
   let aborts = 0;
   const started = Date.now();
   await concurrentLoops(opts.clients, started + opts.durationMs, async () => {
     const id = 1 + Math.floor(Math.random() * opts.keys);
-    const { rows } = await db.query<{ version: string }>({ name: 'bench-read-version', text: 'SELECT version FROM bench.stock WHERE id = $1', values: [id] });
+    const { rows } = await db.query<{ version: string }>({
+      name: 'bench-read-version',
+      text: 'SELECT version FROM bench.stock WHERE id = $1',
+      values: [id],
+    });
     const res = await db.query({
       name: 'bench-cas',
       text: 'UPDATE bench.stock SET stock = stock - 1, version = version + 1 WHERE id = $1 AND version = $2 AND stock >= 1',

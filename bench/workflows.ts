@@ -4,7 +4,13 @@ import { proxyActivities } from '@temporalio/workflow';
 export { orderSaga } from '../workflows';
 
 /** The work an order really needs, and nothing of our own: create, reserve, charge, ship, confirm. */
-export const ESSENTIAL_STEPS = ['createOrder', 'reserveInventory', 'chargePayment', 'createShipment', 'sendConfirmation'] as const;
+export const ESSENTIAL_STEPS = [
+  'createOrder',
+  'reserveInventory',
+  'chargePayment',
+  'createShipment',
+  'sendConfirmation',
+] as const;
 
 const { noop } = proxyActivities<{ noop(step: string): Promise<void> }>({ startToCloseTimeout: '10s' });
 

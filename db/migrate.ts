@@ -53,10 +53,14 @@ export async function assertMigrated(pool: Pool, dir: string, table: string): Pr
   try {
     versions = (await pool.query<{ version: number }>(`SELECT version FROM ${table}`)).rows.map((r) => r.version);
   } catch (err) {
-    throw new Error(`cannot read ${table} (${(err as Error).message}): run the migrations as the database owner first (npm run migrate)`, { cause: err });
+    throw new Error(
+      `cannot read ${table} (${(err as Error).message}): run the migrations as the database owner first (npm run migrate)`,
+      { cause: err },
+    );
   }
   const missing = files.filter((f) => !versions.includes(Number(f.slice(0, 4))));
-  if (missing.length) throw new Error(`migrations not applied: ${missing.join(', ')}; run them as the database owner (npm run migrate)`);
+  if (missing.length)
+    throw new Error(`migrations not applied: ${missing.join(', ')}; run them as the database owner (npm run migrate)`);
 }
 
 /** Both schemas: the application's and the payment provider's (kept in its own schema). */

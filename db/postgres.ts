@@ -58,7 +58,8 @@ const USER = 'postgres';
 const LEGACY_PASSWORD = 'order-saga-dev';
 
 /** Where a data directory's superuser password is kept: beside it, readable by its owner only. */
-const secretFile = (dataDir: string): string => path.join(path.dirname(dataDir), `.${path.basename(dataDir)}.superuser`);
+const secretFile = (dataDir: string): string =>
+  path.join(path.dirname(dataDir), `.${path.basename(dataDir)}.superuser`);
 
 /**
  * Writes the password beside `file`, in a new file of its own (never through an existing file or a
@@ -87,7 +88,8 @@ function readSecret(file: string): string | undefined {
   const fix = 'make it a regular file of yours, mode 0600 (chown, chmod 600)';
   if (!st.isFile()) throw new UntrustedPathError(file, 'it is not a regular file', fix);
   if (st.uid !== process.getuid?.()) throw new UntrustedPathError(file, `it is owned by uid ${st.uid}`, fix);
-  if ((st.mode & 0o077) !== 0) throw new UntrustedPathError(file, `others may read or write it (mode ${octal(st.mode)})`, fix);
+  if ((st.mode & 0o077) !== 0)
+    throw new UntrustedPathError(file, `others may read or write it (mode ${octal(st.mode)})`, fix);
   return readFileSync(file, 'utf8').trim();
 }
 
@@ -134,13 +136,17 @@ const octal = (mode: number): string => (mode & 0o7777).toString(8).padStart(4, 
 export function ownedDir(dir: string, mode: number, owner: { uid: number; gid?: number }): string {
   const parent = lstatSync(path.dirname(dir));
   if ((parent.mode & 0o022) !== 0 && (parent.mode & 0o1000) === 0) {
-    throw new UntrustedPathError(dir, `its parent ${path.dirname(dir)} is writable by others and not sticky`, 'choose another place');
+    throw new UntrustedPathError(
+      dir,
+      `its parent ${path.dirname(dir)} is writable by others and not sticky`,
+      'choose another place',
+    );
   }
   if (parent.uid !== 0 && parent.uid !== process.getuid?.()) {
     throw new UntrustedPathError(
       dir,
       `its parent ${path.dirname(dir)} belongs to uid ${parent.uid}, who could move it (this runs as uid ${process.getuid?.()})`,
-      'choose a place whose parent is yours or root\'s (PG_DATA_DIR, PG_SHARED_DIR)',
+      "choose a place whose parent is yours or root's (PG_DATA_DIR, PG_SHARED_DIR)",
     );
   }
   const fix = `remove it if you did not create it (rm -rf ${dir}), then start again`;
@@ -155,7 +161,8 @@ export function ownedDir(dir: string, mode: number, owner: { uid: number; gid?: 
   if (st.isSymbolicLink()) throw new UntrustedPathError(dir, 'it is a symbolic link', fix);
   if (!st.isDirectory()) throw new UntrustedPathError(dir, 'it is not a directory', fix);
   if (st.uid !== owner.uid) throw new UntrustedPathError(dir, `it is owned by uid ${st.uid}, not ${owner.uid}`, fix);
-  if ((st.mode & 0o7777) !== mode) throw new UntrustedPathError(dir, `its mode is ${octal(st.mode)}, not ${octal(mode)}`, fix);
+  if ((st.mode & 0o7777) !== mode)
+    throw new UntrustedPathError(dir, `its mode is ${octal(st.mode)}, not ${octal(mode)}`, fix);
   return dir;
 }
 
@@ -179,7 +186,13 @@ function tree(root: string): Map<string, string> {
       else if (st.isDirectory()) {
         out.set(r, 'dir');
         walk(r);
-      } else if (st.isFile()) out.set(r, `file ${createHash('sha256').update(readFileSync(path.join(root, r))).digest('hex')}`);
+      } else if (st.isFile())
+        out.set(
+          r,
+          `file ${createHash('sha256')
+            .update(readFileSync(path.join(root, r)))
+            .digest('hex')}`,
+        );
       else out.set(r, 'other');
     }
   };
@@ -197,13 +210,21 @@ export function verifyCopy(source: string, copy: string, ownerUid?: number): voi
   const got = tree(copy);
   const fix = `remove ${copy} and start again (it is copied anew)`;
   for (const [rel, kind] of want) {
-    if (got.get(rel) !== kind) throw new UntrustedPathError(`the Postgres copy in ${copy}`, `${rel} ${got.has(rel) ? 'differs from' : 'is missing in'} the package's`, fix);
+    if (got.get(rel) !== kind)
+      throw new UntrustedPathError(
+        `the Postgres copy in ${copy}`,
+        `${rel} ${got.has(rel) ? 'differs from' : 'is missing in'} the package's`,
+        fix,
+      );
   }
   for (const rel of got.keys()) {
-    if (!want.has(rel)) throw new UntrustedPathError(`the Postgres copy in ${copy}`, `${rel} is not in the package`, fix);
+    if (!want.has(rel))
+      throw new UntrustedPathError(`the Postgres copy in ${copy}`, `${rel} is not in the package`, fix);
     const st = lstatSync(path.join(copy, rel));
-    if (!st.isSymbolicLink() && (st.mode & 0o022) !== 0) throw new UntrustedPathError(`the Postgres copy in ${copy}`, `${rel} is writable by others`, fix);
-    if (ownerUid !== undefined && st.uid !== ownerUid) throw new UntrustedPathError(`the Postgres copy in ${copy}`, `${rel} belongs to uid ${st.uid}`, fix);
+    if (!st.isSymbolicLink() && (st.mode & 0o022) !== 0)
+      throw new UntrustedPathError(`the Postgres copy in ${copy}`, `${rel} is writable by others`, fix);
+    if (ownerUid !== undefined && st.uid !== ownerUid)
+      throw new UntrustedPathError(`the Postgres copy in ${copy}`, `${rel} belongs to uid ${st.uid}`, fix);
   }
 }
 
@@ -213,13 +234,17 @@ async function binaries(sharedBase: string | undefined): Promise<Binaries> {
   try {
     bin = (await import(pkg)) as Binaries;
   } catch (err) {
-    throw new Error(`no Postgres binaries for this platform (${pkg}): ${(err as Error).message}; set DATABASE_URL instead`, { cause: err });
+    throw new Error(
+      `no Postgres binaries for this platform (${pkg}): ${(err as Error).message}; set DATABASE_URL instead`,
+      { cause: err },
+    );
   }
   if (!sharedBase || reachableByOthers(bin.postgres)) return bin;
   // Copy the package's native tree (bin, lib, share: it finds lib and share relative to bin) once,
   // into a directory of root's own, and check the copy against the package before every use.
   const native = path.resolve(path.dirname(bin.postgres), '..');
-  const version = (JSON.parse(readFileSync(path.join(native, '..', 'package.json'), 'utf8')) as { version: string }).version;
+  const version = (JSON.parse(readFileSync(path.join(native, '..', 'package.json'), 'utf8')) as { version: string })
+    .version;
   const copy = path.join(sharedDir(sharedBase), `${os.platform()}-${os.arch()}-${version}`);
   const fresh = !existsSync(copy);
   ownedDir(copy, 0o755, ROOT);
@@ -229,7 +254,10 @@ async function binaries(sharedBase: string | undefined): Promise<Binaries> {
     execFileSync('chmod', ['-R', 'u+rwX,go+rX,go-w', copy]);
   }
   verifyCopy(native, copy, 0);
-  return { initdb: path.join(copy, 'bin', path.basename(bin.initdb)), postgres: path.join(copy, 'bin', path.basename(bin.postgres)) };
+  return {
+    initdb: path.join(copy, 'bin', path.basename(bin.initdb)),
+    postgres: path.join(copy, 'bin', path.basename(bin.postgres)),
+  };
 }
 
 /** Postgres refuses to run as root: as root, run it as the `postgres` system user (created if missing). */
@@ -280,7 +308,12 @@ function describeProcess(pid: number): { uid: number; exe: string; args: string[
  * a data directory checked by ownedDir) and only when it names a live server of this binary on this
  * data directory; the signal is sent as the server's user. Anything else is refused, unsignalled.
  */
-async function stopStalePostmaster(bin: Binaries, dataDir: string, owner: { uid: number; gid: number }, user: { uid: number; gid: number } | undefined): Promise<void> {
+async function stopStalePostmaster(
+  bin: Binaries,
+  dataDir: string,
+  owner: { uid: number; gid: number },
+  user: { uid: number; gid: number } | undefined,
+): Promise<void> {
   const pidFile = path.join(dataDir, 'postmaster.pid');
   let st;
   try {
@@ -290,7 +323,8 @@ async function stopStalePostmaster(bin: Binaries, dataDir: string, owner: { uid:
   }
   const fix = `if no Postgres server runs on ${dataDir}, remove ${pidFile} and start again`;
   if (!st.isFile()) throw new UntrustedPathError(pidFile, 'it is not a regular file', fix);
-  if (st.uid !== owner.uid) throw new UntrustedPathError(pidFile, `it is owned by uid ${st.uid}, not the server's (${owner.uid})`, fix);
+  if (st.uid !== owner.uid)
+    throw new UntrustedPathError(pidFile, `it is owned by uid ${st.uid}, not the server's (${owner.uid})`, fix);
   const pid = Number(readFileSync(pidFile, 'utf8').split('\n')[0]);
   if (!Number.isInteger(pid) || pid <= 0) return; // postgres itself rejects a malformed file
   const proc = describeProcess(pid);
@@ -302,7 +336,11 @@ async function stopStalePostmaster(bin: Binaries, dataDir: string, owner: { uid:
     d >= 0 &&
     path.resolve(proc.args[d + 1] ?? '') === path.resolve(dataDir);
   if (!ours) {
-    throw new UntrustedPathError(pidFile, `it names process ${pid} (${proc.exe || 'unknown'}, uid ${proc.uid}), which is not a Postgres server of this data directory; it was not signalled`, fix);
+    throw new UntrustedPathError(
+      pidFile,
+      `it names process ${pid} (${proc.exe || 'unknown'}, uid ${proc.uid}), which is not a Postgres server of this data directory; it was not signalled`,
+      fix,
+    );
   }
   if (user) spawnSync('kill', ['-INT', String(pid)], { ...user, stdio: 'ignore' });
   else process.kill(pid, 'SIGINT');
@@ -310,14 +348,39 @@ async function stopStalePostmaster(bin: Binaries, dataDir: string, owner: { uid:
 }
 
 /** Starts the server on an initialised data directory; resolves once it accepts connections. */
-export async function startServer(bin: Binaries, opts: EmbeddedOptions, user: { uid: number; gid: number } | undefined): Promise<ChildProcess> {
-  await stopStalePostmaster(bin, opts.dataDir, user ?? { uid: process.getuid?.() ?? -1, gid: process.getgid?.() ?? -1 }, user);
+export async function startServer(
+  bin: Binaries,
+  opts: EmbeddedOptions,
+  user: { uid: number; gid: number } | undefined,
+): Promise<ChildProcess> {
+  await stopStalePostmaster(
+    bin,
+    opts.dataDir,
+    user ?? { uid: process.getuid?.() ?? -1, gid: process.getgid?.() ?? -1 },
+    user,
+  );
   const { child } = await startProcess(
     bin.postgres,
-    ['-D', opts.dataDir, '-p', String(opts.port), '-c', 'listen_addresses=127.0.0.1', '-c', "unix_socket_directories=", '-c', 'max_connections=200'],
+    [
+      '-D',
+      opts.dataDir,
+      '-p',
+      String(opts.port),
+      '-c',
+      'listen_addresses=127.0.0.1',
+      '-c',
+      'unix_socket_directories=',
+      '-c',
+      'max_connections=200',
+    ],
     { LC_ALL: 'C' },
     /ready to accept connections/,
-    { readyOn: 'stderr', readyTimeoutMs: 120_000, ...(user ? { user } : {}), ...(opts.log ? { onErrLine: opts.log } : {}) },
+    {
+      readyOn: 'stderr',
+      readyTimeoutMs: 120_000,
+      ...(user ? { user } : {}),
+      ...(opts.log ? { onErrLine: opts.log } : {}),
+    },
   );
   return child;
 }
@@ -350,7 +413,10 @@ export async function ensurePostgres(opts: EmbeddedOptions, env = process.env): 
   if (!existsSync(path.join(opts.dataDir, 'PG_VERSION'))) {
     password = randomBytes(24).toString('base64url');
     stageSecret(secret, password).commit();
-    const pwfile = path.join(shared ? sharedDir(shared) : os.tmpdir(), `order-saga-pw-${randomBytes(8).toString('hex')}`);
+    const pwfile = path.join(
+      shared ? sharedDir(shared) : os.tmpdir(),
+      `order-saga-pw-${randomBytes(8).toString('hex')}`,
+    );
     const fd = openSync(pwfile, 'wx', 0o600); // never an existing file, nor a planted link
     try {
       writeSync(fd, `${password}\n`);
@@ -359,7 +425,19 @@ export async function ensurePostgres(opts: EmbeddedOptions, env = process.env): 
       closeSync(fd);
     }
     try {
-      await run(bin.initdb, ['--pgdata', opts.dataDir, '--auth=scram-sha-256', `--username=${USER}`, `--pwfile=${pwfile}`, '--encoding=UTF8', '--no-locale'], user);
+      await run(
+        bin.initdb,
+        [
+          '--pgdata',
+          opts.dataDir,
+          '--auth=scram-sha-256',
+          `--username=${USER}`,
+          `--pwfile=${pwfile}`,
+          '--encoding=UTF8',
+          '--no-locale',
+        ],
+        user,
+      );
     } finally {
       rmSync(pwfile, { force: true });
     }
@@ -392,7 +470,10 @@ export async function ensurePostgres(opts: EmbeddedOptions, env = process.env): 
       staged.commit();
     }
     try {
-      const found = await admin.query({ text: 'SELECT 1 FROM pg_database WHERE datname = $1', values: [opts.database] });
+      const found = await admin.query({
+        text: 'SELECT 1 FROM pg_database WHERE datname = $1',
+        values: [opts.database],
+      });
       if (!found.rowCount) await admin.query(`CREATE DATABASE "${opts.database.replace(/"/g, '')}"`);
     } finally {
       await admin.end();

@@ -43,7 +43,10 @@ export function passwordsFromEnv(env: NodeJS.ProcessEnv): RolePasswords | undefi
   for (const k of kinds) {
     const name = ROLE_PASSWORD_VARS[k];
     const value = env[name];
-    if (value === undefined) throw new Error(`${name} is not set (the roles' passwords come together: ${kinds.map((x) => ROLE_PASSWORD_VARS[x]).join(', ')})`);
+    if (value === undefined)
+      throw new Error(
+        `${name} is not set (the roles' passwords come together: ${kinds.map((x) => ROLE_PASSWORD_VARS[x]).join(', ')})`,
+      );
     if (!PASSWORD_SHAPE.test(value)) throw new Error(`${name}: must be 16 to 200 printable characters, without spaces`);
     out[k] = value;
   }
@@ -74,9 +77,13 @@ export async function ensureLoginRole(c: PoolClient, role: string, password: str
     await c.query(`CREATE ROLE ${role}`);
     await c.query(`COMMENT ON ROLE ${role} IS ${c.escapeLiteral(ROLE_MARK)}`);
   } else if (found.rows[0]!.mark !== ROLE_MARK) {
-    throw new Error(`role ${role} already exists on this server and was not created by order-saga; refusing to take it over (use another server, or drop that role)`);
+    throw new Error(
+      `role ${role} already exists on this server and was not created by order-saga; refusing to take it over (use another server, or drop that role)`,
+    );
   }
-  await c.query(`ALTER ROLE ${role} WITH LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS PASSWORD ${c.escapeLiteral(password)}`);
+  await c.query(
+    `ALTER ROLE ${role} WITH LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS PASSWORD ${c.escapeLiteral(password)}`,
+  );
 }
 
 /**
@@ -89,7 +96,10 @@ export async function rolesExist(owner: Pool): Promise<boolean> {
     values: [Object.values(ROLES)],
   });
   const foreign = rows.filter((r) => r.mark !== ROLE_MARK).map((r) => r.rolname);
-  if (foreign.length) throw new Error(`role(s) ${foreign.join(', ')} exist on this server and were not created by order-saga; refusing to grant them anything`);
+  if (foreign.length)
+    throw new Error(
+      `role(s) ${foreign.join(', ')} exist on this server and were not created by order-saga; refusing to grant them anything`,
+    );
   return rows.length === Object.keys(ROLES).length;
 }
 
@@ -99,7 +109,10 @@ export async function rolesExist(owner: Pool): Promise<boolean> {
  */
 export async function setUpRoles(owner: Pool, ownerUrl: string, passwords: RolePasswords): Promise<RoleUrls> {
   for (const [kind, value] of Object.entries(passwords)) {
-    if (!PASSWORD_SHAPE.test(value)) throw new Error(`${ROLE_PASSWORD_VARS[kind as RoleKind]}: must be 16 to 200 printable characters, without spaces`);
+    if (!PASSWORD_SHAPE.test(value))
+      throw new Error(
+        `${ROLE_PASSWORD_VARS[kind as RoleKind]}: must be 16 to 200 printable characters, without spaces`,
+      );
   }
   await withTransaction(owner, async (c) => {
     // Roles are per cluster: two setups at once (two test runs on one server) must not race.
@@ -149,7 +162,10 @@ async function grant(c: PoolClient): Promise<void> {
 }
 
 /** Migrations then roles, as the owner: what npm start, the tests, the soak and the bench do first. */
-export async function prepareDatabase(ownerUrl: string, passwords: RolePasswords = randomPasswords()): Promise<{ applied: string[]; urls: RoleUrls }> {
+export async function prepareDatabase(
+  ownerUrl: string,
+  passwords: RolePasswords = randomPasswords(),
+): Promise<{ applied: string[]; urls: RoleUrls }> {
   const owner = createPool(ownerUrl, { max: 1 });
   try {
     const applied = await migrateAll(owner);

@@ -94,7 +94,8 @@ const OrderSchema = v.pipe(
           if (!dataset.typed) return;
           const seen = new Set<string>();
           dataset.value.forEach((item, i) => {
-            if (seen.has(item.sku)) addIssue({ message: `duplicate line for ${item.sku}`, path: [at(dataset.value, i), at(item, 'sku')] });
+            if (seen.has(item.sku))
+              addIssue({ message: `duplicate line for ${item.sku}`, path: [at(dataset.value, i), at(item, 'sku')] });
             seen.add(item.sku);
           });
         }),
@@ -103,7 +104,10 @@ const OrderSchema = v.pipe(
     'must be a JSON object',
   ),
   v.forward(
-    v.check((order) => orderTotalCents(order) <= LIMITS.maxTotalCents, `order total must be at most ${LIMITS.maxTotalCents} cents`),
+    v.check(
+      (order) => orderTotalCents(order) <= LIMITS.maxTotalCents,
+      `order total must be at most ${LIMITS.maxTotalCents} cents`,
+    ),
     ['items'],
   ),
   v.forward(
@@ -117,9 +121,14 @@ export type OrderItem = OrderInput['items'][number];
 
 /** Validates untrusted input and returns a clean copy. Throws OrderValidationError naming the field. */
 export function parseOrder(raw: unknown): OrderInput {
-  return parseWith(OrderSchema, raw, (field, problem) => {
-    throw new OrderValidationError(field, problem);
-  }, 'order');
+  return parseWith(
+    OrderSchema,
+    raw,
+    (field, problem) => {
+      throw new OrderValidationError(field, problem);
+    },
+    'order',
+  );
 }
 
 export function orderTotalCents(order: { items: readonly { qty: number; unitPriceCents: number }[] }): number {

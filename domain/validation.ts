@@ -22,11 +22,20 @@ export const wholeNumber = (min: number, max: number, message = `must be a whole
 
 /** A path item for an issue a check adds below the value it checks (`items[1].sku`). */
 export const at = (input: unknown, key: string | number): v.IssuePathItem =>
-  ({ type: typeof key === 'number' ? 'array' : 'object', origin: 'value', input, key, value: undefined }) as unknown as v.IssuePathItem;
+  ({
+    type: typeof key === 'number' ? 'array' : 'object',
+    origin: 'value',
+    input,
+    key,
+    value: undefined,
+  }) as unknown as v.IssuePathItem;
 
 /** `items`, `1`, `qty` → `items[1].qty`. */
 function fieldPath(path: readonly v.IssuePathItem[] | undefined): string {
-  return (path ?? []).reduce<string>((s, { key }) => (typeof key === 'number' ? `${s}[${key}]` : s ? `${s}.${String(key)}` : String(key)), '');
+  return (path ?? []).reduce<string>(
+    (s, { key }) => (typeof key === 'number' ? `${s}[${key}]` : s ? `${s}.${String(key)}` : String(key)),
+    '',
+  );
 }
 
 /** What a strict object's own issue means: a key it does not know, or one it misses. */
@@ -39,7 +48,12 @@ function problemOf(issue: v.BaseIssue<unknown>): string {
  * Parses `raw`, or calls `fail` with the first problem: its field (`top` when the value itself is
  * wrong) and what is wrong with it.
  */
-export function parseWith<S extends v.GenericSchema>(schema: S, raw: unknown, fail: (field: string, problem: string) => never, top = ''): v.InferOutput<S> {
+export function parseWith<S extends v.GenericSchema>(
+  schema: S,
+  raw: unknown,
+  fail: (field: string, problem: string) => never,
+  top = '',
+): v.InferOutput<S> {
   const r = v.safeParse(schema, raw, { abortEarly: true });
   if (r.success) return r.output;
   const issue = r.issues[0];

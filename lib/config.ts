@@ -70,8 +70,13 @@ export function readConfig(processEnv: NodeJS.ProcessEnv = process.env): AppConf
     providerUrl: env.PROVIDER_URL ?? loopbackUrl(DEFAULT_PORTS.provider),
     providerApiKey: env.PROVIDER_API_KEY ?? DEV_PROVIDER_API_KEY,
     providerTimeoutMs: Number(env.PROVIDER_TIMEOUT_MS ?? 10_000),
-    laneSkus: (env.INVENTORY_LANE_SKUS ?? '').split(',').map((s) => s.trim()).filter(Boolean),
-    workerMetricsUrl: (env.WORKER_METRICS_URL ?? loopbackUrl(env.WORKER_METRICS_PORT ?? DEFAULT_PORTS.workerMetrics)).replace(/\/$/, ''),
+    laneSkus: (env.INVENTORY_LANE_SKUS ?? '')
+      .split(',')
+      .map((s) => s.trim())
+      .filter(Boolean),
+    workerMetricsUrl: (
+      env.WORKER_METRICS_URL ?? loopbackUrl(env.WORKER_METRICS_PORT ?? DEFAULT_PORTS.workerMetrics)
+    ).replace(/\/$/, ''),
   };
 }
 
@@ -90,9 +95,18 @@ export function listUrl(cfg: Pick<AppConfig, 'uiUrl' | 'namespace'>, query: stri
 export function operatorViews(now: Date, customerId = '<customerId>'): { name: string; query: string }[] {
   const hourAgo = new Date(now.getTime() - 3_600_000).toISOString();
   return [
-    { name: 'needs attention', query: `WorkflowType = 'orderSaga' AND ExecutionStatus = 'Running' AND NeedsAttention = true` },
-    { name: 'failed in the last hour', query: `WorkflowType = 'orderSaga' AND ExecutionStatus = 'Failed' AND CloseTime > '${hourAgo}'` },
-    { name: 'cancelled (Temporal cancellation) in the last hour', query: `WorkflowType = 'orderSaga' AND ExecutionStatus = 'Canceled' AND CloseTime > '${hourAgo}'` },
+    {
+      name: 'needs attention',
+      query: `WorkflowType = 'orderSaga' AND ExecutionStatus = 'Running' AND NeedsAttention = true`,
+    },
+    {
+      name: 'failed in the last hour',
+      query: `WorkflowType = 'orderSaga' AND ExecutionStatus = 'Failed' AND CloseTime > '${hourAgo}'`,
+    },
+    {
+      name: 'cancelled (Temporal cancellation) in the last hour',
+      query: `WorkflowType = 'orderSaga' AND ExecutionStatus = 'Canceled' AND CloseTime > '${hourAgo}'`,
+    },
     { name: 'waiting on an unknown charge', query: `WorkflowType = 'orderSaga' AND OrderStatus = 'UNKNOWN_PAYMENT'` },
     { name: `a customer's orders`, query: `WorkflowType = 'orderSaga' AND CustomerId = '${customerId}'` },
   ];

@@ -16,7 +16,13 @@ import { orderOutcome } from './order-outcome';
 import type { OrderStore } from './order-store';
 
 /** The CLI flag each option comes from, for the error a person sees. */
-const FLAGS: Record<string, string> = { orders: '--orders', concurrency: '--concurrency', hotSkus: '--hot-skus', hotShare: '--hot-share', declineShare: '--decline-share' };
+const FLAGS: Record<string, string> = {
+  orders: '--orders',
+  concurrency: '--concurrency',
+  hotSkus: '--hot-skus',
+  hotShare: '--hot-share',
+  declineShare: '--decline-share',
+};
 const SHARE = 'must be a number from 0 to 1';
 const share = v.pipe(v.number(SHARE), v.minValue(0, SHARE), v.maxValue(1, SHARE));
 const fn = <F>() => v.custom<F>((x) => typeof x === 'function', 'must be a function');
@@ -99,7 +105,12 @@ export function percentile(sorted: number[], p: number): number {
  * `deadline` (a Date.now() time) passes or `more()` says there is no work left. The load generator's
  * lanes, the chaos soak's and the bench's workers.
  */
-export async function concurrentLoops(loops: number, deadline: number, task: () => Promise<void>, more: () => boolean = () => true): Promise<void> {
+export async function concurrentLoops(
+  loops: number,
+  deadline: number,
+  task: () => Promise<void>,
+  more: () => boolean = () => true,
+): Promise<void> {
   await Promise.all(
     Array.from({ length: loops }, async () => {
       while (more() && Date.now() < deadline) await task();
@@ -108,15 +119,28 @@ export async function concurrentLoops(loops: number, deadline: number, task: () 
 }
 
 /** Creates the run's own products (plenty of stock), so a load never starves the demo catalogue. */
-async function loadProducts(store: Pick<OrderStore, 'createProducts'>, runId: string, opts: LoadOptions): Promise<{ hot: string[]; cold: string[] }> {
+async function loadProducts(
+  store: Pick<OrderStore, 'createProducts'>,
+  runId: string,
+  opts: LoadOptions,
+): Promise<{ hot: string[]; cold: string[] }> {
   const tag = runId.toUpperCase();
   const hot = Array.from({ length: opts.hotSkus }, (_, i) => `LOAD-${tag}-HOT-${i}`);
   const cold = Array.from({ length: 50 }, (_, i) => `LOAD-${tag}-COLD-${i}`);
-  await store.createProducts({ skus: [...hot, ...cold], name: 'load test product', priceCents: 990, stock: Math.max(1000, opts.orders * 4) });
+  await store.createProducts({
+    skus: [...hot, ...cold],
+    name: 'load test product',
+    priceCents: 990,
+    stock: Math.max(1000, opts.orders * 4),
+  });
   return { hot, cold };
 }
 
-export async function runLoad(client: Client, store: Pick<OrderStore, 'createProducts'>, opts: LoadOptions): Promise<LoadSummary> {
+export async function runLoad(
+  client: Client,
+  store: Pick<OrderStore, 'createProducts'>,
+  opts: LoadOptions,
+): Promise<LoadSummary> {
   opts = parseLoadOptions(opts);
   const runId = randomUUID().slice(0, 8);
   const { hot, cold } = await loadProducts(store, runId, opts);
@@ -146,7 +170,12 @@ export async function runLoad(client: Client, store: Pick<OrderStore, 'createPro
     const order = orders[next++]!;
     const t = Date.now();
     try {
-      const handle = await client.workflow.start(orderSaga, { taskQueue: opts.taskQueue, workflowId: workflowIdFor(order.orderId), args: [order], staticSummary: orderSummary(order) });
+      const handle = await client.workflow.start(orderSaga, {
+        taskQueue: opts.taskQueue,
+        workflowId: workflowIdFor(order.orderId),
+        args: [order],
+        staticSummary: orderSummary(order),
+      });
       let timer: NodeJS.Timeout | undefined;
       const timeout = opts.resultTimeoutMs
         ? new Promise<'UNSETTLED'>((r) => (timer = setTimeout(() => r('UNSETTLED'), opts.resultTimeoutMs)))
@@ -177,7 +206,11 @@ export async function runLoad(client: Client, store: Pick<OrderStore, 'createPro
     placed: next,
     seconds: Math.round(seconds * 10) / 10,
     ordersPerSecond: Math.round((done / seconds) * 10) / 10,
-    latencyMs: { p50: percentile(latencies, 50), p99: percentile(latencies, 99), max: latencies[latencies.length - 1] ?? 0 },
+    latencyMs: {
+      p50: percentile(latencies, 50),
+      p99: percentile(latencies, 99),
+      max: latencies[latencies.length - 1] ?? 0,
+    },
     statuses,
     reasons,
     errors,
@@ -201,7 +234,9 @@ export async function runLoad(client: Client, store: Pick<OrderStore, 'createPro
 }
 
 /** A one-line progress bar on a TTY (stderr), nothing elsewhere. */
-export function progressBar(stream: NodeJS.WriteStream = process.stderr): ((done: number, total: number) => void) & { end(): void } {
+export function progressBar(
+  stream: NodeJS.WriteStream = process.stderr,
+): ((done: number, total: number) => void) & { end(): void } {
   const started = Date.now();
   let last = 0;
   const draw = (done: number, total: number): void => {
@@ -212,7 +247,9 @@ export function progressBar(stream: NodeJS.WriteStream = process.stderr): ((done
     const width = 30;
     const filled = Math.round((done / total) * width);
     const rate = done / Math.max(0.001, (now - started) / 1000);
-    stream.write(`\r[${'#'.repeat(filled)}${'.'.repeat(width - filled)}] ${done}/${total}  ${rate.toFixed(1)} orders/s `);
+    stream.write(
+      `\r[${'#'.repeat(filled)}${'.'.repeat(width - filled)}] ${done}/${total}  ${rate.toFixed(1)} orders/s `,
+    );
   };
   return Object.assign(draw, { end: () => void (stream.isTTY && stream.write('\n')) });
 }
@@ -228,6 +265,8 @@ export async function workerProcesses(client: Client, taskQueue: string): Promis
     taskQueueType: temporal.api.enums.v1.TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
   });
   const since = Date.now() - 90_000;
-  const seen = (res.pollers ?? []).filter((p) => p.identity && tsToMs(p.lastAccessTime) >= since).map((p) => p.identity!);
+  const seen = (res.pollers ?? [])
+    .filter((p) => p.identity && tsToMs(p.lastAccessTime) >= since)
+    .map((p) => p.identity!);
   return [...new Set(seen)].sort();
 }

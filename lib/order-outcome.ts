@@ -9,7 +9,10 @@ import { ApplicationFailure, CancelledFailure } from '@temporalio/common';
 import type { OrderResult } from '../domain/order';
 
 const isResult = (v: unknown): v is OrderResult =>
-  typeof v === 'object' && v !== null && typeof (v as OrderResult).orderId === 'string' && ['FAILED', 'CANCELLED'].includes((v as OrderResult).status);
+  typeof v === 'object' &&
+  v !== null &&
+  typeof (v as OrderResult).orderId === 'string' &&
+  ['FAILED', 'CANCELLED'].includes((v as OrderResult).status);
 
 /** The OrderResult an ended saga's workflow failure stands for, or undefined for any other failure. */
 export function outcomeOf(err: unknown, workflowId: string): OrderResult | undefined {
@@ -17,7 +20,11 @@ export function outcomeOf(err: unknown, workflowId: string): OrderResult | undef
   const cause = err.cause;
   if (cause instanceof ApplicationFailure && isResult(cause.details?.[0])) return cause.details[0];
   if (cause instanceof CancelledFailure) {
-    return { orderId: workflowId.replace(/^order:/, ''), status: 'CANCELLED', reason: 'cancelled by a Temporal cancellation request' };
+    return {
+      orderId: workflowId.replace(/^order:/, ''),
+      status: 'CANCELLED',
+      reason: 'cancelled by a Temporal cancellation request',
+    };
   }
   return undefined;
 }

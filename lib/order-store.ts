@@ -43,12 +43,19 @@ export interface OrderStore {
 }
 
 /** The URL of a role from the configuration (the reader falls back to DATABASE_URL there). */
-export function roleUrl(cfg: Pick<AppConfig, 'databaseUrl' | 'readerDatabaseUrl'>, role: StoreRole): string | undefined {
+export function roleUrl(
+  cfg: Pick<AppConfig, 'databaseUrl' | 'readerDatabaseUrl'>,
+  role: StoreRole,
+): string | undefined {
   return role === 'app' ? cfg.databaseUrl : cfg.readerDatabaseUrl;
 }
 
 /** Opens a store as `role`; undefined when the configuration has no URL for it. */
-export function openOrderStore(cfg: Pick<AppConfig, 'databaseUrl' | 'readerDatabaseUrl'>, role: StoreRole, opts: { max?: number } = {}): OrderStore | undefined {
+export function openOrderStore(
+  cfg: Pick<AppConfig, 'databaseUrl' | 'readerDatabaseUrl'>,
+  role: StoreRole,
+  opts: { max?: number } = {},
+): OrderStore | undefined {
   const url = roleUrl(cfg, role);
   return url ? orderStore(createPool(url, { max: opts.max ?? 1 })) : undefined;
 }
@@ -82,7 +89,12 @@ export function orderStore(db: Pool): OrderStore {
         values: [last.run_id],
       });
       return {
-        run: { runId: last.run_id, at: last.started_at.toISOString(), orders: last.orders, violations: last.violations },
+        run: {
+          runId: last.run_id,
+          at: last.started_at.toISOString(),
+          orders: last.orders,
+          violations: last.violations,
+        },
         findings: rows.rows.map((r) => ({ rule: r.rule, orderIds: r.order_ids, detail: r.detail })),
       };
     },

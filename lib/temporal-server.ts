@@ -52,7 +52,8 @@ export interface RealTemporal {
 
 function binary(name: string): string {
   const p = path.join(CACHE_DIR, 'bin', name);
-  if (!existsSync(p)) throw new Error(`${p} is missing: build it with "bash scripts/ensure-servers.sh server" (go install, once)`);
+  if (!existsSync(p))
+    throw new Error(`${p} is missing: build it with "bash scripts/ensure-servers.sh server" (go install, once)`);
   return p;
 }
 
@@ -70,7 +71,10 @@ async function prepareDatabases(ownerUrl: string, password: string): Promise<voi
         values: [db],
       });
       if (!found.rowCount) await owner.query(`CREATE DATABASE ${db} OWNER ${ROLE}`);
-      else if (found.rows[0]!.owner !== ROLE) throw new Error(`database ${db} already exists and belongs to ${found.rows[0]!.owner}, not ${ROLE}; refusing to use it`);
+      else if (found.rows[0]!.owner !== ROLE)
+        throw new Error(
+          `database ${db} already exists and belongs to ${found.rows[0]!.owner}, not ${ROLE}; refusing to use it`,
+        );
     }
   } finally {
     await owner.end();
@@ -83,9 +87,21 @@ async function applySchemas(ownerUrl: string, password: string): Promise<void> {
   const schema = path.join(CACHE_DIR, `temporal-schema-${SERVER_VERSION}`, 'postgresql', 'v12');
   const tool = binary(`temporal-sql-tool-${SERVER_VERSION}`);
   const run = promisify(execFile);
-  for (const [dir, db] of [['temporal', DATABASES.temporal], ['visibility', DATABASES.visibility]] as const) {
+  for (const [dir, db] of [
+    ['temporal', DATABASES.temporal],
+    ['visibility', DATABASES.visibility],
+  ] as const) {
     // The password goes by environment, not argv (which other users may read); nothing else of ours.
-    const env = { PATH: process.env.PATH, HOME: process.env.HOME, SQL_PLUGIN: 'postgres12', SQL_HOST: u.hostname, SQL_PORT: u.port || '5432', SQL_USER: ROLE, SQL_PASSWORD: password, SQL_DATABASE: db };
+    const env = {
+      PATH: process.env.PATH,
+      HOME: process.env.HOME,
+      SQL_PLUGIN: 'postgres12',
+      SQL_HOST: u.hostname,
+      SQL_PORT: u.port || '5432',
+      SQL_USER: ROLE,
+      SQL_PASSWORD: password,
+      SQL_DATABASE: db,
+    };
     try {
       // Not --quiet: with it the tool exits 0 even when it failed.
       await run(tool, ['setup-schema', '-v', '0.0'], { env });
@@ -103,11 +119,12 @@ async function applySchemas(ownerUrl: string, password: string): Promise<void> {
  */
 export async function prepareNamespace(address: string, namespace: string, waitMs = 30_000): Promise<void> {
   let connection: Connection | undefined;
-  for (const until = Date.now() + waitMs; !connection; ) {
+  for (const until = Date.now() + waitMs; !connection;) {
     try {
       connection = await Connection.connect({ address, connectTimeout: 2_000 });
     } catch (err) {
-      if (Date.now() > until) throw new Error(`cannot reach Temporal at ${address}: ${(err as Error).message}`, { cause: err });
+      if (Date.now() > until)
+        throw new Error(`cannot reach Temporal at ${address}: ${(err as Error).message}`, { cause: err });
       await sleep(1_000);
     }
   }
@@ -129,7 +146,8 @@ export async function prepareNamespace(address: string, namespace: string, waitM
         const known = (await connection.operatorService.listSearchAttributes({ namespace })).customAttributes ?? {};
         if (Object.keys(SEARCH_ATTRIBUTES).every((k) => k in known)) break;
       } catch (err) {
-        if (Date.now() > deadline) throw new Error(`namespace ${namespace} not ready on ${address}: ${(err as Error).message}`, { cause: err });
+        if (Date.now() > deadline)
+          throw new Error(`namespace ${namespace} not ready on ${address}: ${(err as Error).message}`, { cause: err });
       }
       if (Date.now() > deadline) throw new Error(`the search attributes did not appear on ${address}`);
       await sleep(250);
@@ -160,7 +178,10 @@ export function realServerPortBlock(seed = process.pid): number {
 }
 
 export async function startRealTemporal(opts: RealTemporalOptions): Promise<RealTemporal> {
-  if (opts.port + 13 > 32_767) throw new Error(`port ${opts.port}: the Temporal server's ports (up to +13) must stay below 32768 (it stores membership ports as smallint)`);
+  if (opts.port + 13 > 32_767)
+    throw new Error(
+      `port ${opts.port}: the Temporal server's ports (up to +13) must stay below 32768 (it stores membership ports as smallint)`,
+    );
   const namespace = opts.namespace ?? 'default';
   const say = opts.log ?? (() => undefined);
   const server = binary(`temporal-server-${SERVER_VERSION}`);
@@ -169,7 +190,10 @@ export async function startRealTemporal(opts: RealTemporalOptions): Promise<Real
   // First, before anything changes: a server already on these ports (another run) is left alone.
   const ports = [0, 1, 2, 3, 10, 11, 12, 13, 20].map((d) => opts.port + d).concat(opts.uiPort, opts.metricsPort);
   const busy = await busyPorts(ports);
-  if (busy.length) throw new Error(`ports ${busy.join(', ')} are in use: the Temporal server needs ${opts.port}–${opts.port + 3}, ${opts.port + 10}–${opts.port + 13}, ${opts.port + 20}, ${opts.uiPort} and ${opts.metricsPort} (TEMPORAL_PORT, TEMPORAL_UI_PORT, TEMPORAL_SERVER_METRICS_PORT)`);
+  if (busy.length)
+    throw new Error(
+      `ports ${busy.join(', ')} are in use: the Temporal server needs ${opts.port}–${opts.port + 3}, ${opts.port + 10}–${opts.port + 13}, ${opts.port + 20}, ${opts.uiPort} and ${opts.metricsPort} (TEMPORAL_PORT, TEMPORAL_UI_PORT, TEMPORAL_SERVER_METRICS_PORT)`,
+    );
   const password = randomBytes(18).toString('base64url');
   const u = new URL(opts.ownerUrl);
   await prepareDatabases(opts.ownerUrl, password);
@@ -178,7 +202,9 @@ export async function startRealTemporal(opts: RealTemporalOptions): Promise<Real
 
   // The settings temporal/config and temporal/ui read that a user may set; none of our secrets.
   const passThrough = Object.fromEntries(
-    ['TEMPORAL_LOG_LEVEL', 'TEMPORAL_BIND_IP', 'TEMPORAL_BROADCAST_ADDRESS', 'TEMPORAL_UI_HOST'].filter((k) => process.env[k]).map((k) => [k, process.env[k]]),
+    ['TEMPORAL_LOG_LEVEL', 'TEMPORAL_BIND_IP', 'TEMPORAL_BROADCAST_ADDRESS', 'TEMPORAL_UI_HOST']
+      .filter((k) => process.env[k])
+      .map((k) => [k, process.env[k]]),
   );
   const serverEnv: NodeJS.ProcessEnv = {
     TEMPORAL_DB_HOST: u.hostname,
@@ -195,16 +221,23 @@ export async function startRealTemporal(opts: RealTemporalOptions): Promise<Real
   let closed = false;
   let restarting: Promise<unknown> | undefined;
   /** Reports an exit nobody asked for. */
-  const onExit = (what: string) => (code: number | null, signal: string | null) => void (!stopping && opts.onExit?.(what, code, signal));
+  const onExit = (what: string) => (code: number | null, signal: string | null) =>
+    void (!stopping && opts.onExit?.(what, code, signal));
   // The servers get only the variables they need: none of our database URLs or keys.
   const startServer = async (): Promise<ChildProcess> =>
     (
-      await startProcess(server, ['--root', ROOT, '--config', 'temporal/config', '--env', 'order-saga', '--allow-no-auth', 'start'], serverEnv, () => frontendServing(address), {
-        readyTimeoutMs: 90_000,
-        cleanEnv: true,
-        onSpawn: opts.onSpawn,
-        onExit: onExit('the Temporal server'),
-      })
+      await startProcess(
+        server,
+        ['--root', ROOT, '--config', 'temporal/config', '--env', 'order-saga', '--allow-no-auth', 'start'],
+        serverEnv,
+        () => frontendServing(address),
+        {
+          readyTimeoutMs: 90_000,
+          cleanEnv: true,
+          onSpawn: opts.onSpawn,
+          onExit: onExit('the Temporal server'),
+        },
+      )
     ).child;
   let serverChild = await startServer();
   let uiChild: ChildProcess | undefined;
@@ -215,7 +248,13 @@ export async function startRealTemporal(opts: RealTemporalOptions): Promise<Real
       await startProcess(
         ui,
         ['--root', ROOT, '--config', 'temporal/ui', '--env', 'order-saga', 'start'],
-        { TEMPORAL_ADDRESS: address, TEMPORAL_UI_PORT: String(opts.uiPort), TEMPORAL_UI_ORIGIN: uiUrl, TEMPORAL_NAMESPACE: namespace, ...passThrough },
+        {
+          TEMPORAL_ADDRESS: address,
+          TEMPORAL_UI_PORT: String(opts.uiPort),
+          TEMPORAL_UI_ORIGIN: uiUrl,
+          TEMPORAL_NAMESPACE: namespace,
+          ...passThrough,
+        },
         async () => (await fetch(uiUrl, { signal: AbortSignal.timeout(1_000) })).ok,
         { cleanEnv: true, onSpawn: opts.onSpawn, onExit: onExit('the Temporal Web UI server') },
       )

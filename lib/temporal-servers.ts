@@ -49,7 +49,12 @@ export async function registerSearchAttributes(connection: Connection, namespace
   const types = temporal.api.enums.v1.IndexedValueType;
   const searchAttributes: Record<string, temporal.api.enums.v1.IndexedValueType> = {};
   for (const [name, type] of Object.entries(SEARCH_ATTRIBUTES)) {
-    searchAttributes[name] = type === 'Keyword' ? types.INDEXED_VALUE_TYPE_KEYWORD : type === 'Bool' ? types.INDEXED_VALUE_TYPE_BOOL : types.INDEXED_VALUE_TYPE_INT;
+    searchAttributes[name] =
+      type === 'Keyword'
+        ? types.INDEXED_VALUE_TYPE_KEYWORD
+        : type === 'Bool'
+          ? types.INDEXED_VALUE_TYPE_BOOL
+          : types.INDEXED_VALUE_TYPE_INT;
   }
   let known: Record<string, unknown> = {};
   try {

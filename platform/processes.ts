@@ -65,7 +65,12 @@ export function startProcess(
   ready: RegExp | (() => Promise<boolean>),
   opts: StartOptions = {},
 ): Promise<{ child: ChildProcess; match?: RegExpExecArray }> {
-  const child = spawn(command, args, { cwd: opts.cwd ?? ROOT, env: childEnv(env, opts.cleanEnv), stdio: ['ignore', 'pipe', 'pipe'], ...opts.user });
+  const child = spawn(command, args, {
+    cwd: opts.cwd ?? ROOT,
+    env: childEnv(env, opts.cleanEnv),
+    stdio: ['ignore', 'pipe', 'pipe'],
+    ...opts.user,
+  });
   opts.onSpawn?.(child);
   const name = processName(command, args);
   let stderr = '';
@@ -98,7 +103,13 @@ export function startProcess(
       finish(new Error(`${name} was not ready within ${timeoutMs} ms: ${tail()}`));
     }, timeoutMs);
     const early = (code: number | null, signal: string | null): void =>
-      finish(new Error(`${name} exited (${code ?? signal}) before it was ready: ${stderr.trim()}\n${said.trim()}`.trim().slice(-2_500)));
+      finish(
+        new Error(
+          `${name} exited (${code ?? signal}) before it was ready: ${stderr.trim()}\n${said.trim()}`
+            .trim()
+            .slice(-2_500),
+        ),
+      );
     child.once('exit', early);
     child.once('error', (err) => finish(new Error(`${name} could not be started: ${err.message}`)));
     if (ready instanceof RegExp) {
@@ -114,7 +125,8 @@ export function startProcess(
       void (async () => {
         while (!settled) {
           // Ready only while it still runs: a probe may reach another process on a port it failed to take.
-          if ((await ready().catch(() => false)) && child.exitCode === null && child.signalCode === null) return finish();
+          if ((await ready().catch(() => false)) && child.exitCode === null && child.signalCode === null)
+            return finish();
           await sleep(250);
         }
       })();
@@ -132,7 +144,13 @@ export async function startTsProcess(
   ready: RegExp,
   opts: StartOptions = {},
 ): Promise<{ child: ChildProcess; match: RegExpExecArray }> {
-  const { child, match } = await startProcess(process.execPath, ['--import', 'tsx', path.join(ROOT, entry)], env, ready, opts);
+  const { child, match } = await startProcess(
+    process.execPath,
+    ['--import', 'tsx', path.join(ROOT, entry)],
+    env,
+    ready,
+    opts,
+  );
   return { child, match: match! };
 }
 
@@ -140,8 +158,16 @@ export async function startTsProcess(
  * Starts provider/server.ts as its own process; resolves with its payment and admin URLs once it
  * listens. `onLine` receives every line it writes on stdout (its JSON log).
  */
-export async function startProviderProcess(env: NodeJS.ProcessEnv, onLine?: (line: string) => void): Promise<{ child: ChildProcess; url: string; adminUrl: string }> {
-  const { child, match } = await startTsProcess('provider/server.ts', env, /"event":"listening","url":"([^"]+)","adminUrl":"([^"]+)"/, { onLine, showStderr: true });
+export async function startProviderProcess(
+  env: NodeJS.ProcessEnv,
+  onLine?: (line: string) => void,
+): Promise<{ child: ChildProcess; url: string; adminUrl: string }> {
+  const { child, match } = await startTsProcess(
+    'provider/server.ts',
+    env,
+    /"event":"listening","url":"([^"]+)","adminUrl":"([^"]+)"/,
+    { onLine, showStderr: true },
+  );
   return { child, url: match[1]!, adminUrl: match[2]! };
 }
 
@@ -178,7 +204,8 @@ export function freePort(): Promise<number> {
 
 /** Resolves once `child` has exited (at once if it already has), with its exit code or signal. */
 export function exited(child: ChildProcess): Promise<{ code: number | null; signal: NodeJS.Signals | null }> {
-  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve({ code: child.exitCode, signal: child.signalCode });
+  if (child.exitCode !== null || child.signalCode !== null)
+    return Promise.resolve({ code: child.exitCode, signal: child.signalCode });
   return new Promise((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })));
 }
 
@@ -186,7 +213,11 @@ export function exited(child: ChildProcess): Promise<{ code: number | null; sign
  * Sends `signal`, and SIGKILL after `graceMs` if it has not exited; resolves once it has. With
  * SIGKILL as `signal`, it kills at once and waits for the exit.
  */
-export async function stopProcess(child: ChildProcess | undefined, signal: NodeJS.Signals = 'SIGTERM', graceMs = 10_000): Promise<void> {
+export async function stopProcess(
+  child: ChildProcess | undefined,
+  signal: NodeJS.Signals = 'SIGTERM',
+  graceMs = 10_000,
+): Promise<void> {
   if (!child || child.exitCode !== null || child.signalCode !== null) return;
   const exit = exited(child);
   child.kill(signal);
@@ -206,13 +237,20 @@ export function runProcess(
   opts: Pick<StartOptions, 'cwd' | 'user' | 'cleanEnv'> = {},
 ): Promise<{ code: number | null; signal: NodeJS.Signals | null; stdout: string; stderr: string; output: string }> {
   return new Promise((resolve, reject) => {
-    const child = spawn(command, args, { cwd: opts.cwd ?? ROOT, env: childEnv(env, opts.cleanEnv), stdio: ['ignore', 'pipe', 'pipe'], ...opts.user });
+    const child = spawn(command, args, {
+      cwd: opts.cwd ?? ROOT,
+      env: childEnv(env, opts.cleanEnv),
+      stdio: ['ignore', 'pipe', 'pipe'],
+      ...opts.user,
+    });
     let stdout = '';
     let stderr = '';
     let output = '';
     child.stdout.on('data', (c: Buffer) => void ((stdout += c.toString()), (output += c.toString())));
     child.stderr.on('data', (c: Buffer) => void ((stderr += c.toString()), (output += c.toString())));
-    child.once('error', (err) => reject(new Error(`${processName(command, args)} could not be started: ${err.message}`)));
+    child.once('error', (err) =>
+      reject(new Error(`${processName(command, args)} could not be started: ${err.message}`)),
+    );
     // 'close', not 'exit': by then both streams have ended, so nothing it wrote is missed.
     child.once('close', (code, signal) => resolve({ code, signal, stdout, stderr, output }));
   });

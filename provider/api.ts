@@ -7,8 +7,13 @@ export type ChargeStatus = 'processing' | 'succeeded' | 'failed';
 /** A non-empty string of at most `max` characters, none of them a control character. */
 const printable = (max = 200) => {
   const message = `must be a non-empty string of at most ${max} printable characters`;
-  // eslint-disable-next-line no-control-regex
-  return v.pipe(v.string(message), v.minLength(1, message), v.maxLength(max, message), v.regex(/^[^\u0000-\u001f]*$/, message));
+  return v.pipe(
+    v.string(message),
+    v.minLength(1, message),
+    v.maxLength(max, message),
+    // eslint-disable-next-line no-control-regex -- refusing control characters is the point
+    v.regex(/^[^\u0000-\u001f]*$/, message),
+  );
 };
 
 /** An Idempotency-Key, as a header or as the path segment of an inquiry. */

@@ -1,6 +1,14 @@
 /** A small typed HTTP client for the payment provider. worker.ts builds it; activities receive it. */
 import type { FaultCounts, FaultRequest } from './faults';
-import { IDEMPOTENCY_HEADER, REPLAY_HEADER, type ApiError, type Charge, type ChargeRequest, type Refund, type RefundRequest } from './api';
+import {
+  IDEMPOTENCY_HEADER,
+  REPLAY_HEADER,
+  type ApiError,
+  type Charge,
+  type ChargeRequest,
+  type Refund,
+  type RefundRequest,
+} from './api';
 
 export interface ProviderClientOptions {
   baseUrl: string;
@@ -24,7 +32,10 @@ export class ProviderHttpError extends Error {
 
 /** No answer: connection refused or reset, or the request timed out. The outcome is unknown. */
 export class ProviderUnreachableError extends Error {
-  constructor(message: string, readonly timedOut: boolean) {
+  constructor(
+    message: string,
+    readonly timedOut: boolean,
+  ) {
     super(message);
     this.name = 'ProviderUnreachableError';
   }
@@ -41,7 +52,12 @@ export interface ProviderClient {
 
 export function createProviderClient(opts: ProviderClientOptions): ProviderClient {
   const timeoutMs = opts.timeoutMs ?? 10_000;
-  async function call(method: string, path: string, key?: string, body?: unknown): Promise<{ status: number; json: unknown; replayed: boolean }> {
+  async function call(
+    method: string,
+    path: string,
+    key?: string,
+    body?: unknown,
+  ): Promise<{ status: number; json: unknown; replayed: boolean }> {
     const headers: Record<string, string> = { authorization: `Bearer ${opts.apiKey}` };
     if (opts.clientName) headers['x-client-name'] = opts.clientName;
     if (key) headers[IDEMPOTENCY_HEADER] = key;
@@ -57,20 +73,27 @@ export function createProviderClient(opts: ProviderClientOptions): ProviderClien
     } catch (err) {
       const e = err as Error;
       const timedOut = e.name === 'TimeoutError' || e.name === 'AbortError';
-      throw new ProviderUnreachableError(`provider ${method} ${path}: ${timedOut ? `no answer in ${timeoutMs} ms` : e.message}`, timedOut);
+      throw new ProviderUnreachableError(
+        `provider ${method} ${path}: ${timedOut ? `no answer in ${timeoutMs} ms` : e.message}`,
+        timedOut,
+      );
     }
     let json: unknown;
     try {
       json = await res.json();
     } catch (err) {
-      throw new ProviderUnreachableError(`provider ${method} ${path}: response lost (${(err as Error).message})`, false);
+      throw new ProviderUnreachableError(
+        `provider ${method} ${path}: response lost (${(err as Error).message})`,
+        false,
+      );
     }
     return { status: res.status, json, replayed: res.headers.get(REPLAY_HEADER) === 'true' };
   }
   return {
     async charge(key, req) {
       const r = await call('POST', '/v1/charges', key, req);
-      if (r.status === 201 || r.status === 402) return { http: r.status, charge: r.json as Charge, replayed: r.replayed };
+      if (r.status === 201 || r.status === 402)
+        return { http: r.status, charge: r.json as Charge, replayed: r.replayed };
       throw new ProviderHttpError(r.status, r.json as ApiError);
     },
     async getCharge(key) {

@@ -8,7 +8,13 @@
 import * as v from 'valibot';
 import { parseWith, record, wholeNumber } from '../domain/validation';
 
-export const FAULT_KINDS = ['lose-response-after-commit', 'fail-before-commit', 'delay', 'processing', 'outage'] as const;
+export const FAULT_KINDS = [
+  'lose-response-after-commit',
+  'fail-before-commit',
+  'delay',
+  'processing',
+  'outage',
+] as const;
 export type FaultKind = (typeof FAULT_KINDS)[number];
 export const FAULT_TARGETS = ['charges', 'refunds', 'inquiries'] as const;
 export type FaultTarget = (typeof FAULT_TARGETS)[number];
@@ -58,18 +64,45 @@ const FaultRequestSchema = v.pipe(
       count: v.optional(wholeNumber(1, 1_000_000)),
       rate: v.optional(v.pipe(v.number(rateMessage), v.gtValue(0, rateMessage), v.maxValue(1, rateMessage))),
       forMs: v.optional(wholeNumber(1, 86_400_000)),
-      keyPrefix: v.optional(v.pipe(v.string('must be a non-empty string'), v.minLength(1, 'must be a non-empty string'), v.maxLength(200, 'must be a non-empty string'))),
+      keyPrefix: v.optional(
+        v.pipe(
+          v.string('must be a non-empty string'),
+          v.minLength(1, 'must be a non-empty string'),
+          v.maxLength(200, 'must be a non-empty string'),
+        ),
+      ),
       exceptClient: v.optional(ClientNameSchema),
       delayMs: v.optional(wholeNumber(1, 600_000)),
       mode: v.optional(v.picklist(['drop', 'hang'], modeMessage)),
     },
     'must be a JSON object',
   ),
-  v.forward(v.check((r) => r.kind !== 'processing' || (r.target ?? 'inquiries') === 'inquiries', 'processing applies to inquiries'), ['target']),
-  v.forward(v.check((r) => r.count !== undefined || r.rate !== undefined || r.forMs !== undefined, 'give count, rate or forMs'), ['count']),
-  v.forward(v.check((r) => r.kind !== 'delay' || r.delayMs !== undefined, 'is required for kind delay (a whole number from 1 to 600000)'), ['delayMs']),
-  v.forward(v.check((r) => r.kind === 'delay' || r.delayMs === undefined, 'only for kind delay'), ['delayMs']),
-  v.forward(v.check((r) => r.kind === 'lose-response-after-commit' || r.mode === undefined, modeMessage), ['mode']),
+  v.forward(
+    v.check(
+      (r) => r.kind !== 'processing' || (r.target ?? 'inquiries') === 'inquiries',
+      'processing applies to inquiries',
+    ),
+    ['target'],
+  ),
+  v.forward(
+    v.check((r) => r.count !== undefined || r.rate !== undefined || r.forMs !== undefined, 'give count, rate or forMs'),
+    ['count'],
+  ),
+  v.forward(
+    v.check(
+      (r) => r.kind !== 'delay' || r.delayMs !== undefined,
+      'is required for kind delay (a whole number from 1 to 600000)',
+    ),
+    ['delayMs'],
+  ),
+  v.forward(
+    v.check((r) => r.kind === 'delay' || r.delayMs === undefined, 'only for kind delay'),
+    ['delayMs'],
+  ),
+  v.forward(
+    v.check((r) => r.kind === 'lose-response-after-commit' || r.mode === undefined, modeMessage),
+    ['mode'],
+  ),
   v.transform((r) => ({ ...r, target: r.target ?? DEFAULT_TARGET[r.kind] })),
 );
 export type FaultRequest = v.InferOutput<typeof FaultRequestSchema>;
@@ -78,7 +111,10 @@ export type FaultRequest = v.InferOutput<typeof FaultRequestSchema>;
  * Validates an admin request; calls `fail` with the field and the problem, by default throwing an
  * Error naming the field (`field: problem`, and a `field` property).
  */
-export function parseFaultRequest(body: unknown, fail: (field: string, problem: string) => never = failWithError): FaultRequest {
+export function parseFaultRequest(
+  body: unknown,
+  fail: (field: string, problem: string) => never = failWithError,
+): FaultRequest {
   return parseWith(FaultRequestSchema, body, fail, 'body');
 }
 
@@ -86,7 +122,8 @@ function failWithError(field: string, problem: string): never {
   throw Object.assign(new Error(`${field}: ${problem}`), { field });
 }
 
-const inForce = (r: FaultRule, now: number): boolean => (r.remaining === undefined || r.remaining > 0) && (r.until === undefined || r.until > now);
+const inForce = (r: FaultRule, now: number): boolean =>
+  (r.remaining === undefined || r.remaining > 0) && (r.until === undefined || r.until > now);
 
 export class FaultBook {
   private rules: FaultRule[] = [];
@@ -96,7 +133,9 @@ export class FaultBook {
 
   /** Faults applied, per kind (all targets). */
   get injected(): Record<FaultKind, number> {
-    return Object.fromEntries(FAULT_KINDS.map((k) => [k, FAULT_TARGETS.reduce((n, t) => n + this.applied[t][k], 0)])) as Record<FaultKind, number>;
+    return Object.fromEntries(
+      FAULT_KINDS.map((k) => [k, FAULT_TARGETS.reduce((n, t) => n + this.applied[t][k], 0)]),
+    ) as Record<FaultKind, number>;
   }
 
   /** Records a fault as applied: the caller has delayed, failed, or dropped the call. */
@@ -135,7 +174,12 @@ export class FaultBook {
    * not counted as applied here: the caller calls `apply` for each one it applies, and `release` for
    * each one it did not (a call refused before it, or a replay), which gives the call back to the rule.
    */
-  take(target: FaultTarget, key: string, client?: string, random: () => number = Math.random): Map<FaultKind, FaultRule> {
+  take(
+    target: FaultTarget,
+    key: string,
+    client?: string,
+    random: () => number = Math.random,
+  ): Map<FaultKind, FaultRule> {
     const fired = new Map<FaultKind, FaultRule>();
     const now = Date.now();
     this.rules = this.rules.filter((r) => r.until === undefined || r.until > now);

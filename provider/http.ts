@@ -46,7 +46,11 @@ export function jsonBody(maxBytes: number): MiddlewareHandler {
   return async (c, next) => {
     const type = (c.req.header('content-type') ?? '').split(';')[0]!.trim().toLowerCase();
     if (type !== 'application/json') {
-      throw new HttpError(415, { error: 'unsupported_media_type', field: 'Content-Type', message: 'Content-Type: must be application/json' });
+      throw new HttpError(415, {
+        error: 'unsupported_media_type',
+        field: 'Content-Type',
+        message: 'Content-Type: must be application/json',
+      });
     }
     return size(c, next);
   };
@@ -74,7 +78,10 @@ function sendJson(res: ServerResponse, status: number, body: ApiError): void {
 }
 
 const invalidPath = (): Response =>
-  new Response(JSON.stringify({ error: 'invalid_path', message: 'the request target is not a valid path' }), { status: 400, headers: { 'content-type': 'application/json' } });
+  new Response(JSON.stringify({ error: 'invalid_path', message: 'the request target is not a valid path' }), {
+    status: 400,
+    headers: { 'content-type': 'application/json' },
+  });
 
 /**
  * Node's HTTP server running `app`, whose answer to a request Node cannot even parse (a bad request
@@ -100,11 +107,15 @@ export function jsonServer<E extends JsonEnv>(app: Hono<E>): http.Server {
     socket.end(rawJson(status, { error: 'bad_request', message: 'malformed HTTP request' }));
   });
   // An Expect header other than 100-continue, and CONNECT, never reach the app: answer them here.
-  server.on('checkExpectation', (_req, res: ServerResponse) => sendJson(res, 417, { error: 'expectation_failed', message: 'only Expect: 100-continue is supported' }));
+  server.on('checkExpectation', (_req, res: ServerResponse) =>
+    sendJson(res, 417, { error: 'expectation_failed', message: 'only Expect: 100-continue is supported' }),
+  );
   server.on('connect', (_req, socket) => {
     // Node has taken its own handlers off this socket: a reset must not become an uncaught error.
     socket.on('error', () => socket.destroy());
-    socket.end(rawJson(405, { error: 'method_not_allowed', message: 'CONNECT is not allowed' }), () => socket.destroy());
+    socket.end(rawJson(405, { error: 'method_not_allowed', message: 'CONNECT is not allowed' }), () =>
+      socket.destroy(),
+    );
   });
   return server;
 }

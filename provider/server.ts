@@ -51,7 +51,9 @@ export function keysFromEnv(env: NodeJS.ProcessEnv, name: string, fallback: stri
   const keys = list !== undefined ? list.split(',').map((k) => k.trim()) : [env[name] ?? fallback];
   for (const k of keys) {
     if (!/^[\x21-\x7e]{8,200}$/.test(k) || k.includes(',')) {
-      throw new Error(`${list !== undefined ? `${name}S` : name}: each key must be 8 to 200 printable characters, without spaces or commas`);
+      throw new Error(
+        `${list !== undefined ? `${name}S` : name}: each key must be 8 to 200 printable characters, without spaces or commas`,
+      );
     }
   }
   return keys;
@@ -105,7 +107,11 @@ function pathKey(c: Context, prefix: string): string {
   try {
     key = decodeURIComponent(rawPath(c).slice(prefix.length));
   } catch {
-    throw new HttpError(400, { error: 'invalid_path', field: 'key', message: 'key: the path has a malformed % escape' });
+    throw new HttpError(400, {
+      error: 'invalid_path',
+      field: 'key',
+      message: 'key: the path has a malformed % escape',
+    });
   }
   return parseWith(IdempotencyKeySchema, key, bad, 'key');
 }
@@ -174,13 +180,18 @@ function callFaults(book: FaultBook, target: FaultTarget, key: string, c: Contex
       }
       if (fired.has('fail-before-commit')) {
         applied('fail-before-commit');
-        throw new HttpError(503, { error: 'unavailable', message: 'injected fault: failed before commit, nothing written' });
+        throw new HttpError(503, {
+          error: 'unavailable',
+          message: 'injected fault: failed before commit, nothing written',
+        });
       }
     },
     /** A charge's delay: applied by createCharge, only when it inserted the charge and waits. */
     chargeDelay(): { ms: number; applied: () => void } | undefined {
       const delay = fired.get('delay');
-      return delay?.delayMs ? { ms: delay.delayMs, applied: () => applied('delay', { delayMs: delay.delayMs }) } : undefined;
+      return delay?.delayMs
+        ? { ms: delay.delayMs, applied: () => applied('delay', { delayMs: delay.delayMs }) }
+        : undefined;
     },
     processing(): boolean {
       if (!fired.has('processing')) return false;
@@ -243,9 +254,17 @@ function createLedger(pool: Pool) {
   }
 
   /** `delay`: how long a new charge stays `processing` (a slow gateway) before it is decided. */
-  async function createCharge(key: string, body: ChargeRequest, delay?: { ms: number; applied: () => void }): Promise<{ status: 201 | 402; charge: Charge; replayed: boolean }> {
+  async function createCharge(
+    key: string,
+    body: ChargeRequest,
+    delay?: { ms: number; applied: () => void },
+  ): Promise<{ status: 201 | 402; charge: Charge; replayed: boolean }> {
     const hash = sha256(JSON.stringify([body.amountCents, body.currency, body.paymentMethod, body.reference ?? null]));
-    if (inFlight.has(key)) throw new HttpError(409, { error: 'request_in_flight', message: 'a request with this Idempotency-Key is in flight' });
+    if (inFlight.has(key))
+      throw new HttpError(409, {
+        error: 'request_in_flight',
+        message: 'a request with this Idempotency-Key is in flight',
+      });
     inFlight.add(key);
     try {
       const inserted = await pool.query({
@@ -256,7 +275,10 @@ function createLedger(pool: Pool) {
       if (!inserted.rowCount) {
         const { rows } = await pool.query<ChargeRow>({ text: CHARGE_SELECT, values: [key] });
         if (rows[0] && rows[0].request_hash !== hash) {
-          throw new HttpError(422, { error: 'idempotency_key_reused', message: 'this Idempotency-Key was used with other parameters' });
+          throw new HttpError(422, {
+            error: 'idempotency_key_reused',
+            message: 'this Idempotency-Key was used with other parameters',
+          });
         }
         inFlight.delete(key); // the row is not ours to decide: recover it if it was cut off
         const row = await recover(rows[0]);
@@ -278,7 +300,10 @@ function createLedger(pool: Pool) {
     return { status: chargeHttpStatus(charge), charge, replayed: false };
   }
 
-  async function createRefund(key: string, body: RefundRequest): Promise<{ status: 201; refund: Refund; replayed: boolean }> {
+  async function createRefund(
+    key: string,
+    body: RefundRequest,
+  ): Promise<{ status: 201; refund: Refund; replayed: boolean }> {
     const hash = sha256(JSON.stringify([body.chargeKey, body.amountCents]));
     return withTransaction(pool, async (c) => {
       // Serialise refunds of one charge, so their sum can never pass the charge's amount.
@@ -293,22 +318,39 @@ function createLedger(pool: Pool) {
       const prior = existing.rows[0];
       if (prior) {
         if (prior.request_hash !== hash) {
-          throw new HttpError(422, { error: 'idempotency_key_reused', message: 'this Idempotency-Key was used with other parameters' });
+          throw new HttpError(422, {
+            error: 'idempotency_key_reused',
+            message: 'this Idempotency-Key was used with other parameters',
+          });
         }
-        const refund: Refund = { idempotencyKey: key, chargeKey: prior.charge_key, amountCents: Number(prior.amount_cents), status: 'succeeded' };
+        const refund: Refund = {
+          idempotencyKey: key,
+          chargeKey: prior.charge_key,
+          amountCents: Number(prior.amount_cents),
+          status: 'succeeded',
+        };
         return { status: 201 as const, refund, replayed: true };
       }
       const row = charge.rows[0];
-      if (!row) throw new HttpError(404, { error: 'charge_not_found', field: 'chargeKey', message: 'no charge with that key' });
+      if (!row)
+        throw new HttpError(404, { error: 'charge_not_found', field: 'chargeKey', message: 'no charge with that key' });
       if (row.status !== 'succeeded') {
-        throw new HttpError(422, { error: 'charge_not_refundable', field: 'chargeKey', message: `charge is ${row.status}` });
+        throw new HttpError(422, {
+          error: 'charge_not_refundable',
+          field: 'chargeKey',
+          message: `charge is ${row.status}`,
+        });
       }
       const refunded = await c.query<{ sum: string }>({
         text: 'SELECT COALESCE(sum(amount_cents), 0) AS sum FROM provider.refunds WHERE charge_key = $1',
         values: [body.chargeKey],
       });
       if (Number(refunded.rows[0]!.sum) + body.amountCents > Number(row.amount_cents)) {
-        throw new HttpError(422, { error: 'refund_exceeds_charge', field: 'amountCents', message: 'refunds would exceed the charge' });
+        throw new HttpError(422, {
+          error: 'refund_exceeds_charge',
+          field: 'amountCents',
+          message: 'refunds would exceed the charge',
+        });
       }
       try {
         await c.query({
@@ -318,12 +360,19 @@ function createLedger(pool: Pool) {
       } catch (err) {
         // The same key, for another charge, committed meanwhile: like a charge in flight, retry to see it.
         if ((err as { code?: string }).code === '23505') {
-          throw new HttpError(409, { error: 'request_in_flight', message: 'a request with this Idempotency-Key is in flight' });
+          throw new HttpError(409, {
+            error: 'request_in_flight',
+            message: 'a request with this Idempotency-Key is in flight',
+          });
         }
         throw err;
       }
       log('refund', { key, chargeKey: body.chargeKey, amountCents: body.amountCents });
-      return { status: 201 as const, refund: { idempotencyKey: key, chargeKey: body.chargeKey, amountCents: body.amountCents, status: 'succeeded' }, replayed: false };
+      return {
+        status: 201 as const,
+        refund: { idempotencyKey: key, chargeKey: body.chargeKey, amountCents: body.amountCents, status: 'succeeded' },
+        replayed: false,
+      };
     });
   }
 
@@ -336,7 +385,14 @@ export function createProviderApp(ledger: Ledger, faults: FaultBook, apiKeys: st
   const app = jsonApp<KeyedEnv>((err) => log('error', { message: err.message }));
   app.get('/healthz', (c) => c.json({ ok: true }));
   // Exactly the keys configured now: a key removed from the configuration stops working at restart.
-  app.use('*', bearer(apiKeys.map((k) => Buffer.from(sha256(k))), 'missing API key (Authorization: Bearer …)', 'unknown API key'));
+  app.use(
+    '*',
+    bearer(
+      apiKeys.map((k) => Buffer.from(sha256(k))),
+      'missing API key (Authorization: Bearer …)',
+      'unknown API key',
+    ),
+  );
   const replayed = (yes: boolean): Record<string, string> => (yes ? { [REPLAY_HEADER]: 'true' } : {});
 
   app.post('/v1/charges', requireIdempotencyKey, jsonBody(MAX_BODY), async (c) => {
@@ -356,10 +412,22 @@ export function createProviderApp(ledger: Ledger, faults: FaultBook, apiKeys: st
     return f.run(async () => {
       await f.before();
       if (f.processing()) {
-        return c.json({ idempotencyKey: key, status: 'processing', amountCents: 0, currency: '', refundedCents: 0 } satisfies Charge, 200);
+        return c.json(
+          {
+            idempotencyKey: key,
+            status: 'processing',
+            amountCents: 0,
+            currency: '',
+            refundedCents: 0,
+          } satisfies Charge,
+          200,
+        );
       }
       const charge = await ledger.getCharge(key);
-      return f.loseResponse() ?? (charge ? c.json(charge, 200) : c.json({ error: 'not_found', message: 'no charge with that key' }, 404));
+      return (
+        f.loseResponse() ??
+        (charge ? c.json(charge, 200) : c.json({ error: 'not_found', message: 'no charge with that key' }, 404))
+      );
     });
   });
 
@@ -382,7 +450,14 @@ export function createProviderApp(ledger: Ledger, faults: FaultBook, apiKeys: st
 export function createAdminApp(faults: FaultBook, adminKeys: string[]) {
   const app = jsonApp();
   const message = 'missing or wrong admin key';
-  app.use('*', bearer(adminKeys.map((k) => Buffer.from(sha256(k))), message, message));
+  app.use(
+    '*',
+    bearer(
+      adminKeys.map((k) => Buffer.from(sha256(k))),
+      message,
+      message,
+    ),
+  );
   app.get('/admin/faults', (c) => c.json({ rules: faults.list(), injected: faults.injected, applied: faults.applied }));
   app.delete('/admin/faults', (c) => {
     faults.clear();
@@ -399,18 +474,25 @@ export function createAdminApp(faults: FaultBook, adminKeys: string[]) {
     log('fault set', { ...rule });
     return c.json(rule, 201);
   });
-  app.all('/admin/faults', (c) => c.json({ error: 'method_not_allowed', message: `${c.req.method} is not allowed` }, 405));
+  app.all('/admin/faults', (c) =>
+    c.json({ error: 'method_not_allowed', message: `${c.req.method} is not allowed` }, 405),
+  );
   app.notFound((c) => c.json({ error: 'not_found', message: 'only /admin/faults' }, 404));
   return app;
 }
 
-export async function startProvider(cfg: ProviderConfig): Promise<{ server: http.Server; admin: http.Server; port: number; adminPort: number; pool: Pool }> {
+export async function startProvider(
+  cfg: ProviderConfig,
+): Promise<{ server: http.Server; admin: http.Server; port: number; adminPort: number; pool: Pool }> {
   const pool = createPool(cfg.databaseUrl);
   // It runs with its own role, which may write its ledger but not change the schema: the owner migrates.
   await assertMigrated(pool, PROVIDER_MIGRATIONS, 'provider.schema_migrations');
   // The table records the keys in force (hashed), the ones of the provider that started last.
   await withTransaction(pool, async (c) => {
-    await c.query({ text: 'DELETE FROM provider.api_keys WHERE key_hash <> ALL($1::text[])', values: [cfg.apiKeys.map(sha256)] });
+    await c.query({
+      text: 'DELETE FROM provider.api_keys WHERE key_hash <> ALL($1::text[])',
+      values: [cfg.apiKeys.map(sha256)],
+    });
     for (const k of cfg.apiKeys) {
       await c.query({
         text: `INSERT INTO provider.api_keys (key_hash, label) VALUES ($1, $2) ON CONFLICT (key_hash) DO NOTHING`,

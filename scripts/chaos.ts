@@ -49,7 +49,10 @@ const SAGA_CONFIG: Partial<SagaConfig> = {
 
 /** Every fault kind that applies to a target (the outage window is one, over all targets). */
 const APPLICABLE = FAULT_TARGETS.flatMap((target) =>
-  FAULT_KINDS.filter((kind) => kind !== 'outage' && (kind !== 'processing' || target === 'inquiries')).map((kind) => ({ target, kind })),
+  FAULT_KINDS.filter((kind) => kind !== 'outage' && (kind !== 'processing' || target === 'inquiries')).map((kind) => ({
+    target,
+    kind,
+  })),
 );
 
 /** Every `1 in STUCK_EVERY` order: the charge's answer is lost, then the provider says `processing` for a while. */
@@ -93,13 +96,16 @@ async function main(): Promise<number> {
     },
   });
   if (values.help) {
-    say('usage: npm run chaos [-- --quick] [-- --orders N] [-- --max-minutes M] [-- --temporal dev|server] [-- --workers N]');
+    say(
+      'usage: npm run chaos [-- --quick] [-- --orders N] [-- --max-minutes M] [-- --temporal dev|server] [-- --workers N]',
+    );
     return 0;
   }
   const temporal = values.temporal ?? 'dev';
   if (temporal !== 'dev' && temporal !== 'server') throw new Error(`--temporal: dev or server, not "${temporal}"`);
   const workerCount = Number(values.workers ?? '2');
-  if (!Number.isInteger(workerCount) || workerCount < 1 || workerCount > 8) throw new Error('--workers: a whole number from 1 to 8');
+  if (!Number.isInteger(workerCount) || workerCount < 1 || workerCount > 8)
+    throw new Error('--workers: a whole number from 1 to 8');
   Runtime.install({ logger: new DefaultLogger('ERROR') });
   const quick = !!values.quick;
   const count = Number(values.orders ?? (quick ? 70 : 500));
@@ -112,7 +118,10 @@ async function main(): Promise<number> {
   const started = Date.now();
   const tmp = mkdtempSync(path.join(os.tmpdir(), 'order-saga-chaos-'));
   chmodSync(tmp, 0o755);
-  const stack = new ChaosStack({ dataDir: path.join(tmp, 'pg'), port: 56000 + (process.pid % 900), database: 'chaos', persistent: true }, temporal);
+  const stack = new ChaosStack(
+    { dataDir: path.join(tmp, 'pg'), port: 56000 + (process.pid % 900), database: 'chaos', persistent: true },
+    temporal,
+  );
   let people: People | undefined;
   let cleaned: Promise<void> | undefined;
   const cleanup = (): Promise<void> =>
@@ -130,7 +139,9 @@ async function main(): Promise<number> {
     });
   }
   try {
-    say(`starting: Postgres, ${stack.temporalName}, provider, ${workerCount} worker processes; ${count} orders, ${concurrency} in flight`);
+    say(
+      `starting: Postgres, ${stack.temporalName}, provider, ${workerCount} worker processes; ${count} orders, ${concurrency} in flight`,
+    );
     await stack.start(workerCount);
     const tag = randomUUID().slice(0, 6);
     const catalogue = await stockCatalogue(stack.db, tag, count);
@@ -205,14 +216,18 @@ async function main(): Promise<number> {
     const settleUntil = Date.now() + 3 * 60_000;
     let running = -1;
     while (Date.now() < settleUntil) {
-      running = (await stack.env.client.workflow.count(`WorkflowType = 'orderSaga' AND ExecutionStatus = 'Running'`)).count;
+      running = (await stack.env.client.workflow.count(`WorkflowType = 'orderSaga' AND ExecutionStatus = 'Running'`))
+        .count;
       if (running === 0) break;
       await sleep(1_000);
     }
     people.stop();
     await operators;
 
-    const report = await checkInvariants(stack.reader, { deadlineMs: SAGA_CONFIG.deadlineMs!, workflows: temporalLookup(stack.env.client) });
+    const report = await checkInvariants(stack.reader, {
+      deadlineMs: SAGA_CONFIG.deadlineMs!,
+      workflows: temporalLookup(stack.env.client),
+    });
     const audit = await auditOrders(stack.reader, placed, people);
     const historyBar = progressBar();
     const facts = await readHistories(stack.env.client, new Set(placed.map((o) => o.input.orderId)), historyBar);
@@ -225,34 +240,59 @@ async function main(): Promise<number> {
 
     // ---- Coverage: what the soak promises to exercise --------------------------------------------
     const missing: string[] = [];
-    for (const { target, kind } of APPLICABLE) if (!stack.applied.get(`${target} ${kind}`)) missing.push(`fault ${kind} on ${target}`);
+    for (const { target, kind } of APPLICABLE)
+      if (!stack.applied.get(`${target} ${kind}`)) missing.push(`fault ${kind} on ${target}`);
     if (!FAULT_TARGETS.some((t) => stack.applied.get(`${t} outage`))) missing.push('a call refused by the outage');
-    const mustAct = ['cancel', 'resolve charge-succeeded', 'resolve charge-failed', 'resolve retry', 'resolve mark-resolved', 'reset an open run',
-      'reset a closed run', 'start again, same input', 'start again, other input', 'place again (client.ts)'];
+    const mustAct = [
+      'cancel',
+      'resolve charge-succeeded',
+      'resolve charge-failed',
+      'resolve retry',
+      'resolve mark-resolved',
+      'reset an open run',
+      'reset a closed run',
+      'start again, same input',
+      'start again, other input',
+      'place again (client.ts)',
+    ];
     for (const a of mustAct) if (!people.actions.get(a)?.sent) missing.push(`operator action ${a}`);
     if (!people.actions.get('cancel')?.accepted) missing.push('an accepted cancel');
     if (!people.cancels.get('after the pivot')?.sent) missing.push('a cancel after the pivot');
-    if (stack.restarts.length < (temporal === 'server' ? 3 : 2)) missing.push(`the Postgres, provider${temporal === 'server' ? ' and Temporal server' : ''} restarts`);
+    if (stack.restarts.length < (temporal === 'server' ? 3 : 2))
+      missing.push(`the Postgres, provider${temporal === 'server' ? ' and Temporal server' : ''} restarts`);
     const fullTargets = !quick && count >= 500;
-    if (fullTargets && facts.unknownPayment.size < 20) missing.push(`20 sagas in UNKNOWN_PAYMENT (${facts.unknownPayment.size})`);
-    if (fullTargets && facts.compensationsFaulted.size < 20) missing.push(`20 compensations meeting a fault (${facts.compensationsFaulted.size})`);
+    if (fullTargets && facts.unknownPayment.size < 20)
+      missing.push(`20 sagas in UNKNOWN_PAYMENT (${facts.unknownPayment.size})`);
+    if (fullTargets && facts.compensationsFaulted.size < 20)
+      missing.push(`20 compensations meeting a fault (${facts.compensationsFaulted.size})`);
 
     const violations = [...report.violations, ...audit.violations, ...people.violations];
     const stillAttention = audit.notTerminal;
     const seconds = Math.round((Date.now() - started) / 1000);
     const fmt = (m: Map<string, { sent: number; accepted: number; refused: number }>): string[] =>
-      [...m].map(([k, t]) => `  ${k.padEnd(30)} sent ${String(t.sent).padStart(4)}, accepted ${String(t.accepted).padStart(4)}, refused ${String(t.refused).padStart(4)}`);
+      [...m].map(
+        ([k, t]) =>
+          `  ${k.padEnd(30)} sent ${String(t.sent).padStart(4)}, accepted ${String(t.accepted).padStart(4)}, refused ${String(t.refused).padStart(4)}`,
+      );
     const lines = placed.map((o) => o.input.items.length);
     latencies.sort((a, b) => a - b);
 
     say('');
     say(`== chaos soak summary (${quick ? 'quick' : 'full'}) ==`);
-    say(`orders:       ${placed.length} placed of ${count} (${concurrency} in flight); ${[1, 2, 3, 4, 5].map((n) => `${lines.filter((l) => l === n).length}×${n} line(s)`).join(', ')}; ` +
-      `${placed.filter((o) => o.input.items.some((i) => i.sku === LIMITED_SKU)).length} with ${LIMITED_SKU}; ${placed.filter((o) => o.input.paymentMethod === 'tok_declined').length} declined cards; ` +
-      `${new Set(placed.map((o) => o.input.customerId)).size} customers`);
-    say(`final status: ${Object.entries(audit.statuses).map(([k, v]) => `${k} ${v}`).join(', ')}`);
+    say(
+      `orders:       ${placed.length} placed of ${count} (${concurrency} in flight); ${[1, 2, 3, 4, 5].map((n) => `${lines.filter((l) => l === n).length}×${n} line(s)`).join(', ')}; ` +
+        `${placed.filter((o) => o.input.items.some((i) => i.sku === LIMITED_SKU)).length} with ${LIMITED_SKU}; ${placed.filter((o) => o.input.paymentMethod === 'tok_declined').length} declined cards; ` +
+        `${new Set(placed.map((o) => o.input.customerId)).size} customers`,
+    );
+    say(
+      `final status: ${Object.entries(audit.statuses)
+        .map(([k, v]) => `${k} ${v}`)
+        .join(', ')}`,
+    );
     say(`not completed, by reason: ${reasons.rows.map((r) => `${r.reason} × ${r.n}`).join('; ') || '-'}`);
-    say(`throughput:   ${Math.round((placed.length / loadSeconds) * 10) / 10} orders/s over ${Math.round(loadSeconds)} s of load; per order (start to last run closed) p50 ${percentile(latencies, 50)} ms, p99 ${percentile(latencies, 99)} ms`);
+    say(
+      `throughput:   ${Math.round((placed.length / loadSeconds) * 10) / 10} orders/s over ${Math.round(loadSeconds)} s of load; per order (start to last run closed) p50 ${percentile(latencies, 50)} ms, p99 ${percentile(latencies, 99)} ms`,
+    );
     const slow = slowest.sort((a, b) => b.ms - a.ms).slice(0, 3);
     const slowRows = await stack.reader.query<{ order_id: string; status: string; reason: string | null }>({
       text: 'SELECT order_id, status, reason FROM orders WHERE order_id = ANY($1::text[])',
@@ -260,31 +300,60 @@ async function main(): Promise<number> {
     });
     for (const s of slow) {
       const row = slowRows.rows.find((r) => r.order_id === s.id);
-      say(`  slowest: ${s.id} ${Math.round(s.ms / 1000)} s, ${row?.status ?? '?'}${row?.reason ? ` (${row.reason.slice(0, 160)})` : ''}`);
+      say(
+        `  slowest: ${s.id} ${Math.round(s.ms / 1000)} s, ${row?.status ?? '?'}${row?.reason ? ` (${row.reason.slice(0, 160)})` : ''}`,
+      );
     }
-    say("faults applied by the provider to the workers' calls (counted where applied, from its log, across its restart):");
+    say(
+      "faults applied by the provider to the workers' calls (counted where applied, from its log, across its restart):",
+    );
     for (const target of FAULT_TARGETS) {
-      say(`  ${target.padEnd(10)} ${FAULT_KINDS.filter((k) => k !== 'processing' || target === 'inquiries').map((k) => `${k} ${stack.applied.get(`${target} ${k}`) ?? 0}`).join(', ')}`);
+      say(
+        `  ${target.padEnd(10)} ${FAULT_KINDS.filter((k) => k !== 'processing' || target === 'inquiries')
+          .map((k) => `${k} ${stack.applied.get(`${target} ${k}`) ?? 0}`)
+          .join(', ')}`,
+      );
     }
     const opFaults = [...stack.appliedToOperators.values()].reduce((a, b) => a + b, 0);
-    say(`  (not counted above: ${opFaults} fault(s) met by the operators' own calls, ${[...stack.appliedToOperators].map(([k, v]) => `${k} ${v}`).join(', ') || 'none'})`);
-    say(`  outage window: ${outage.ms ? `${outage.ms / 1000} s from ${new Date(outage.at!).toISOString()}` : 'did not happen'}; stuck charges (answer lost, then processing): every ${STUCK_EVERY}th order`);
-    say(`worker faults: SIGKILLs per worker process ${stack.workerKills.join(' and ')} (each about every ${killEveryMs / 1000} s, restarted)`);
+    say(
+      `  (not counted above: ${opFaults} fault(s) met by the operators' own calls, ${[...stack.appliedToOperators].map(([k, v]) => `${k} ${v}`).join(', ') || 'none'})`,
+    );
+    say(
+      `  outage window: ${outage.ms ? `${outage.ms / 1000} s from ${new Date(outage.at!).toISOString()}` : 'did not happen'}; stuck charges (answer lost, then processing): every ${STUCK_EVERY}th order`,
+    );
+    say(
+      `worker faults: SIGKILLs per worker process ${stack.workerKills.join(' and ')} (each about every ${killEveryMs / 1000} s, restarted)`,
+    );
     for (const r of stack.restarts) say(`  ${r.what} restarted in ${r.ms} ms, confirmed: ${r.evidence}`);
-    say(`saga log (${facts.runs} runs read): ${facts.unknownPayment.size} sagas reached UNKNOWN_PAYMENT; ${facts.compensationsFaulted.size} of ${facts.compensationsRun.size} compensations met a fault (in ${facts.compensatedUnderFault.size} orders)`);
-    say(`escalations:  ${people.escalated.size} orders met in NEEDS_ATTENTION by an operator; still not terminal at the end: ${stillAttention.length ? stillAttention.join(', ') : 'none'}`);
+    say(
+      `saga log (${facts.runs} runs read): ${facts.unknownPayment.size} sagas reached UNKNOWN_PAYMENT; ${facts.compensationsFaulted.size} of ${facts.compensationsRun.size} compensations met a fault (in ${facts.compensatedUnderFault.size} orders)`,
+    );
+    say(
+      `escalations:  ${people.escalated.size} orders met in NEEDS_ATTENTION by an operator; still not terminal at the end: ${stillAttention.length ? stillAttention.join(', ') : 'none'}`,
+    );
     say('people in the loop (sent / accepted / refused):');
     for (const l of fmt(people.actions)) say(l);
     say('cancels by the moment they were sent:');
     for (const l of fmt(people.cancels)) say(l);
-    say(`settled:      ${running === 0 ? 'every saga closed' : `no: ${running} still running`}${unsettled.length ? `; not closed within 5 min: ${unsettled.join(', ')}` : ''}`);
+    say(
+      `settled:      ${running === 0 ? 'every saga closed' : `no: ${running} still running`}${unsettled.length ? `; not closed within 5 min: ${unsettled.join(', ')}` : ''}`,
+    );
     for (const line of formatReport(report)) say(line);
-    for (const v of [...audit.violations, ...people.violations]) say(`  VIOLATION ${v.rule}: ${v.detail} [orders: ${v.orderIds.join(', ')}]`);
-    say(`coverage:     ${missing.length ? `MISSING ${missing.join('; ')}` : `every fault kind on every target, every operator action (${MEDDLES.length} meddles)`}`);
+    for (const v of [...audit.violations, ...people.violations])
+      say(`  VIOLATION ${v.rule}: ${v.detail} [orders: ${v.orderIds.join(', ')}]`);
+    say(
+      `coverage:     ${missing.length ? `MISSING ${missing.join('; ')}` : `every fault kind on every target, every operator action (${MEDDLES.length} meddles)`}`,
+    );
     say(`violations:   ${violations.length}`);
     say(`time:         ${seconds} s`);
     for (const e of errors.slice(0, 5)) say(`driver error: ${e}`);
-    const ok = violations.length === 0 && running === 0 && stillAttention.length === 0 && unsettled.length === 0 && errors.length === 0 && missing.length === 0;
+    const ok =
+      violations.length === 0 &&
+      running === 0 &&
+      stillAttention.length === 0 &&
+      unsettled.length === 0 &&
+      errors.length === 0 &&
+      missing.length === 0;
     return ok ? 0 : 1;
   } finally {
     await cleanup();

@@ -27,7 +27,10 @@ async function main(): Promise<number> {
   if (!cfg.databaseUrl) throw new Error('needs DATABASE_URL (or a running "npm start")');
   const db = createPool(cfg.databaseUrl, { max: 1 });
   const tag = `EA-${Date.now().toString(36).toUpperCase()}`;
-  await db.query({ text: `INSERT INTO products (sku, name, price_cents, stock, initial_stock) VALUES ($1, 'early-answer product', 500, $2, $2)`, values: [tag, orders] });
+  await db.query({
+    text: `INSERT INTO products (sku, name, price_cents, stock, initial_stock) VALUES ($1, 'early-answer product', 500, $2, $2)`,
+    values: [tag, orders],
+  });
   await db.end();
   const tmp = mkdtempSync(path.join(os.tmpdir(), 'order-saga-early-'));
   const answer: number[] = [];
@@ -36,10 +39,22 @@ async function main(): Promise<number> {
   try {
     for (let i = 0; i < orders; i++) {
       const file = path.join(tmp, `${i}.json`);
-      writeFileSync(file, JSON.stringify({ orderId: `${tag.toLowerCase()}-${i}`, customerId: `ea-${i}`, currency: 'USD', paymentMethod: 'tok_visa', items: [{ sku: tag, qty: 1, unitPriceCents: 500 }] }));
+      writeFileSync(
+        file,
+        JSON.stringify({
+          orderId: `${tag.toLowerCase()}-${i}`,
+          customerId: `ea-${i}`,
+          currency: 'USD',
+          paymentMethod: 'tok_visa',
+          items: [{ sku: tag, qty: 1, unitPriceCents: 500 }],
+        }),
+      );
       const out: string[] = [];
       const t = Date.now();
-      const code = await runCli(['place', '--file', file, '--no-wait', '--json'], cfg, { out: (l) => out.push(l), err: (l) => out.push(l) });
+      const code = await runCli(['place', '--file', file, '--no-wait', '--json'], cfg, {
+        out: (l) => out.push(l),
+        err: (l) => out.push(l),
+      });
       command.push(Date.now() - t);
       if (code !== 0) throw new Error(`order ${i}: client.ts place exited ${code}: ${out.join(' ')}`);
       answer.push((JSON.parse(out[0]!) as { answerMs: number }).answerMs);
@@ -53,7 +68,9 @@ async function main(): Promise<number> {
     const s = [...xs].sort((a, b) => a - b);
     return `${name}: p50 ${percentile(s, 50)} ms, p99 ${percentile(s, 99)} ms, max ${s[s.length - 1]} ms`;
   };
-  process.stdout.write(`early answer over ${orders} orders, one at a time\n  ${row('Update-with-Start to the answer', answer)}\n  ${row('whole command (validation, catalogue check, answer)', command)}\n`);
+  process.stdout.write(
+    `early answer over ${orders} orders, one at a time\n  ${row('Update-with-Start to the answer', answer)}\n  ${row('whole command (validation, catalogue check, answer)', command)}\n`,
+  );
   return 0;
 }
 

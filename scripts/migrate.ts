@@ -25,7 +25,9 @@ async function main(): Promise<void> {
       await grantRoles(pool); // new tables of this migration get their grants too
       process.stdout.write(`migrate: grants of roles ${Object.values(ROLES).join(', ')} brought up to date\n`);
     } else {
-      process.stdout.write(`migrate: roles not set up (set ${Object.values(ROLE_PASSWORD_VARS).join(', ')} to create them)\n`);
+      process.stdout.write(
+        `migrate: roles not set up (set ${Object.values(ROLE_PASSWORD_VARS).join(', ')} to create them)\n`,
+      );
     }
   } finally {
     await pool.end();
@@ -34,7 +36,9 @@ async function main(): Promise<void> {
     // It may run while the server starts (docker compose): wait for it, up to two minutes.
     const namespace = process.env.TEMPORAL_NAMESPACE ?? 'default';
     await prepareNamespace(process.env.TEMPORAL_ADDRESS, namespace, 120_000);
-    process.stdout.write(`migrate: namespace ${namespace} and its search attributes ready on ${process.env.TEMPORAL_ADDRESS}\n`);
+    process.stdout.write(
+      `migrate: namespace ${namespace} and its search attributes ready on ${process.env.TEMPORAL_ADDRESS}\n`,
+    );
   }
 }
 

@@ -37,7 +37,10 @@ Environment: see the README (TEMPORAL_ADDRESS skips starting a Temporal server).
 function options(argv: string[], env: NodeJS.ProcessEnv): { temporal: 'dev' | 'server'; workers: number } {
   let values;
   try {
-    ({ values } = parseArgs({ args: argv, options: { temporal: { type: 'string' }, workers: { type: 'string' }, help: { type: 'boolean' } } }));
+    ({ values } = parseArgs({
+      args: argv,
+      options: { temporal: { type: 'string' }, workers: { type: 'string' }, help: { type: 'boolean' } },
+    }));
   } catch (err) {
     process.stderr.write(`${(err as Error).message}\n${USAGE}\n`);
     process.exit(2);
@@ -104,15 +107,20 @@ async function main(): Promise<void> {
     cleanups.push(() => pg.stop());
     // With DATABASE_URL the roles' passwords may come from APP_/PROVIDER_/READER_ROLE_PASSWORD; else new ones.
     const { applied, urls } = await prepareDatabase(pg.url, passwordsFromEnv(env));
-    say(`postgres: ${pg.embedded ? `embedded, data in ${pg.dataDir!.startsWith(ROOT) ? path.relative(ROOT, pg.dataDir!) : pg.dataDir}` : 'DATABASE_URL'}; migrations applied now: ${applied.length ? applied.join(', ') : 'none (up to date)'}`);
+    say(
+      `postgres: ${pg.embedded ? `embedded, data in ${pg.dataDir!.startsWith(ROOT) ? path.relative(ROOT, pg.dataDir!) : pg.dataDir}` : 'DATABASE_URL'}; migrations applied now: ${applied.length ? applied.join(', ') : 'none (up to date)'}`,
+    );
 
     // ---- Temporal ----
     let temporalAddress = env.TEMPORAL_ADDRESS;
     let uiUrl = env.TEMPORAL_UI_URL ?? loopbackUrl(DEFAULT_PORTS.temporalUi);
     const namespace = env.TEMPORAL_NAMESPACE ?? 'default';
     if (!temporalAddress && opts.temporal === 'server') {
-      const built = spawnSync('bash', [path.join(ROOT, 'scripts', 'ensure-servers.sh'), 'server'], { stdio: 'inherit' });
-      if (built.status !== 0) throw new Error('could not build the Temporal server (scripts/ensure-servers.sh server failed)');
+      const built = spawnSync('bash', [path.join(ROOT, 'scripts', 'ensure-servers.sh'), 'server'], {
+        stdio: 'inherit',
+      });
+      if (built.status !== 0)
+        throw new Error('could not build the Temporal server (scripts/ensure-servers.sh server failed)');
       say('starting the Temporal server on Postgres (databases temporal and temporal_visibility) and its Web UI…');
       const real = await startRealTemporal({
         ownerUrl: pg.url,
@@ -123,7 +131,10 @@ async function main(): Promise<void> {
         log: say,
         onSpawn: (child) => children.push(child),
         onExit: (what, code, signal) => {
-          if (!stopping) { say(`${what} exited (code ${code}, signal ${signal}); stopping everything`); void shutdown(1); }
+          if (!stopping) {
+            say(`${what} exited (code ${code}, signal ${signal}); stopping everything`);
+            void shutdown(1);
+          }
         },
       });
       cleanups.push(() => real.stop());
@@ -133,7 +144,9 @@ async function main(): Promise<void> {
       const built = spawnSync('bash', [path.join(ROOT, 'scripts', 'ensure-servers.sh'), 'cli'], { stdio: 'inherit' });
       if (built.status !== 0) throw new Error('could not obtain the Temporal CLI (scripts/ensure-servers.sh failed)');
       const executable = devServerExecutable();
-      say(`starting the Temporal dev server${executable ? ` (${path.basename(executable.type === 'existing-path' ? executable.path : '')})` : ' (SDK download)'}…`);
+      say(
+        `starting the Temporal dev server${executable ? ` (${path.basename(executable.type === 'existing-path' ? executable.path : '')})` : ' (SDK download)'}…`,
+      );
       const tenv = await TestWorkflowEnvironment.createLocal({
         server: {
           ...(executable ? { executable } : {}),
@@ -167,14 +180,18 @@ async function main(): Promise<void> {
     };
     /** Starts a child with its output prefixed by its name; its exit after it was ready stops everything. */
     const launch = async (name: string, script: string, ready: RegExp, roleEnv: NodeJS.ProcessEnv): Promise<void> => {
-      const prefix = (stream: NodeJS.WriteStream) => (line: string) => void (line.trim() && stream.write(`[${name}] ${line}\n`));
+      const prefix = (stream: NodeJS.WriteStream) => (line: string) =>
+        void (line.trim() && stream.write(`[${name}] ${line}\n`));
       await startTsProcess(script, { ...childEnv, ...roleEnv }, ready, {
         onLine: prefix(process.stdout),
         onErrLine: prefix(process.stderr),
         readyTimeoutMs: 120_000,
         onSpawn: (c) => children.push(c), // a stop during the start reaches it too
         onExit: (code, signal) => {
-          if (!stopping) { say(`${name} exited (code ${code}, signal ${signal}); stopping everything`); void shutdown(1); }
+          if (!stopping) {
+            say(`${name} exited (code ${code}, signal ${signal}); stopping everything`);
+            void shutdown(1);
+          }
         },
       });
     };
@@ -207,10 +224,18 @@ async function main(): Promise<void> {
     say(`Temporal:  ${cfg.temporalAddress} (namespace ${cfg.namespace})`);
     say(`Web UI:    ${cfg.uiUrl}/namespaces/${cfg.namespace}/workflows`);
     say(`  needs attention: ${listUrl(cfg, operatorViews(new Date())[0]!.query)}   (more: npx tsx client.ts views)`);
-    say(`Postgres:  ${pg.url.replace(/\/\/[^@/]*@/, '//')} as ${ROLES.app} (worker, client.ts), ${ROLES.provider} (provider), ${ROLES.reader} (checks, read-only)`);
-    say(`Provider:  ${cfg.providerUrl} (admin API ${loopbackUrl(env.PROVIDER_ADMIN_PORT ?? DEFAULT_PORTS.providerAdmin)})`);
-    say(`Workers:   ${opts.workers} process${opts.workers > 1 ? 'es' : ''} (metrics ${opts.workers > 1 ? `ports ${metricsPort}–${metricsPort + opts.workers - 1}` : `port ${metricsPort}`})`);
-    say(`Metrics:   ${cfg.workerMetricsUrl}/metrics (inventory), ${loopbackUrl(DEFAULT_PORTS.temporalMetrics)}/metrics (Temporal runtime)`);
+    say(
+      `Postgres:  ${pg.url.replace(/\/\/[^@/]*@/, '//')} as ${ROLES.app} (worker, client.ts), ${ROLES.provider} (provider), ${ROLES.reader} (checks, read-only)`,
+    );
+    say(
+      `Provider:  ${cfg.providerUrl} (admin API ${loopbackUrl(env.PROVIDER_ADMIN_PORT ?? DEFAULT_PORTS.providerAdmin)})`,
+    );
+    say(
+      `Workers:   ${opts.workers} process${opts.workers > 1 ? 'es' : ''} (metrics ${opts.workers > 1 ? `ports ${metricsPort}–${metricsPort + opts.workers - 1}` : `port ${metricsPort}`})`,
+    );
+    say(
+      `Metrics:   ${cfg.workerMetricsUrl}/metrics (inventory), ${loopbackUrl(DEFAULT_PORTS.temporalMetrics)}/metrics (Temporal runtime)`,
+    );
     say(`READY — try: npx tsx client.ts place --file examples/order.json   (Ctrl-C to stop)`);
   } catch (err) {
     say(`failed: ${(err as Error).message}`);

@@ -14,7 +14,16 @@ import { DEV_PROVIDER_API_KEY as DEFAULTS_KEY, PROVIDER_PORT } from '../provider
 const cfg = { ...readConfig({ TEMPORAL_ADDRESS: '127.0.0.1:1', WORKER_METRICS_URL: 'http://127.0.0.1:1' }) };
 const tmp = mkdtempSync(path.join(os.tmpdir(), 'order-saga-cli-'));
 const orderFile = path.join(tmp, 'order.json');
-writeFileSync(orderFile, JSON.stringify({ orderId: 'cli-1', customerId: 'c-1', currency: 'USD', paymentMethod: 'tok_visa', items: [{ sku: 'SKU-MUG', qty: 1, unitPriceCents: 1299 }] }));
+writeFileSync(
+  orderFile,
+  JSON.stringify({
+    orderId: 'cli-1',
+    customerId: 'c-1',
+    currency: 'USD',
+    paymentMethod: 'tok_visa',
+    items: [{ sku: 'SKU-MUG', qty: 1, unitPriceCents: 1299 }],
+  }),
+);
 
 async function run(...argv: string[]): Promise<{ code: number; out: string; err: string }> {
   const out: string[] = [];
@@ -23,7 +32,19 @@ async function run(...argv: string[]): Promise<{ code: number; out: string; err:
   return { code, out: out.join('\n'), err: err.join('\n') };
 }
 
-const COMMANDS = ['place', 'status', 'cancel', 'resolve', 'list', 'stats', 'check', 'schedule', 'findings', 'load', 'views'];
+const COMMANDS = [
+  'place',
+  'status',
+  'cancel',
+  'resolve',
+  'list',
+  'stats',
+  'check',
+  'schedule',
+  'findings',
+  'load',
+  'views',
+];
 
 describe('client.ts command line', () => {
   it('--help lists every command and exits 0; each command has its own help', async () => {
@@ -36,14 +57,22 @@ describe('client.ts command line', () => {
       expect(r.code, c.join(' ')).toBe(0);
       expect(r.out, c.join(' ')).toContain(`Usage: npx tsx client.ts ${c.join(' ')}`);
     }
-    expect((await run('help', 'resolve')).out).toMatch(/choices: "charge-succeeded", "charge-failed", "retry",\s+"mark-resolved"/);
+    expect((await run('help', 'resolve')).out).toMatch(
+      /choices: "charge-succeeded", "charge-failed", "retry",\s+"mark-resolved"/,
+    );
   });
 
   it('no command, an unknown command or option: exit 2', async () => {
     expect((await run()).code).toBe(2);
     const unknown = await run('frobnicate');
-    expect(unknown).toMatchObject({ code: 2, err: expect.stringMatching(/invalid input: unknown command 'frobnicate'/) });
-    expect(await run('status', 'o-1', '--bogus')).toMatchObject({ code: 2, err: expect.stringMatching(/unknown option '--bogus'/) });
+    expect(unknown).toMatchObject({
+      code: 2,
+      err: expect.stringMatching(/invalid input: unknown command 'frobnicate'/),
+    });
+    expect(await run('status', 'o-1', '--bogus')).toMatchObject({
+      code: 2,
+      err: expect.stringMatching(/unknown option '--bogus'/),
+    });
   });
 
   it.each([
@@ -55,13 +84,19 @@ describe('client.ts command line', () => {
     [['status', 'o-1', 'o-2'], /too many arguments/],
     [['cancel', 'o-1', '--wait', 'soon'], /--wait <seconds>/],
     [['resolve', 'o-1'], /--action <action>' not specified/],
-    [['resolve', 'o-1', '--action', 'refund-everything'], /--action <action>' argument 'refund-everything' is invalid\. Allowed choices are charge-succeeded/],
+    [
+      ['resolve', 'o-1', '--action', 'refund-everything'],
+      /--action <action>' argument 'refund-everything' is invalid\. Allowed choices are charge-succeeded/,
+    ],
     [['list', '--status', 'DONE'], /--status <STATUS>' argument 'DONE' is invalid/],
     [['schedule'], /Usage: npx tsx client.ts schedule/],
     [['schedule', 'weekly'], /unknown command 'weekly'/],
     [['schedule', 'reconcile', '--every', '30s'], /--every <duration>.*at least 60s/],
     [['load'], /--orders <N>' not specified/],
-    [['load', '--orders', '10', '--concurrency', '501'], /invalid input: --concurrency: must be a whole number from 1 to 500/],
+    [
+      ['load', '--orders', '10', '--concurrency', '501'],
+      /invalid input: --concurrency: must be a whole number from 1 to 500/,
+    ],
     [['load', '--orders', '10', '--hot-share', '1.5'], /invalid input: --hot-share: must be a number from 0 to 1/],
     [['load', '--orders', '0'], /invalid input: --orders: must be a whole number from 1 to 100000/],
     [['load', '--orders', 'many'], /--orders <N>' argument 'many' is invalid\. Expected a number/],
@@ -75,9 +110,18 @@ describe('client.ts command line', () => {
   });
 
   it('a command that reaches an absent server exits 1 and says which', async () => {
-    expect(await run('status', 'o-1')).toMatchObject({ code: 1, err: expect.stringMatching(/cannot reach Temporal at 127\.0\.0\.1:1/) });
-    expect(await run('stats')).toMatchObject({ code: 1, err: expect.stringMatching(/cannot reach the worker's metrics/) });
-    expect(await run('load', '--orders', '1')).toMatchObject({ code: 1, err: expect.stringMatching(/load needs DATABASE_URL/) });
+    expect(await run('status', 'o-1')).toMatchObject({
+      code: 1,
+      err: expect.stringMatching(/cannot reach Temporal at 127\.0\.0\.1:1/),
+    });
+    expect(await run('stats')).toMatchObject({
+      code: 1,
+      err: expect.stringMatching(/cannot reach the worker's metrics/),
+    });
+    expect(await run('load', '--orders', '1')).toMatchObject({
+      code: 1,
+      err: expect.stringMatching(/load needs DATABASE_URL/),
+    });
     expect(await run('views')).toMatchObject({ code: 0 });
   });
 });

@@ -27,7 +27,10 @@ async function orderRows(ids: string[], customerId = 'c'): Promise<void> {
 }
 
 async function quota(customerId: string, sku: string): Promise<number> {
-  const { rows } = await db.query<{ held: number }>({ text: 'SELECT held FROM purchase_quota WHERE customer_id = $1 AND sku = $2', values: [customerId, sku] });
+  const { rows } = await db.query<{ held: number }>({
+    text: 'SELECT held FROM purchase_quota WHERE customer_id = $1 AND sku = $2',
+    values: [customerId, sku],
+  });
   return rows[0]?.held ?? 0;
 }
 
@@ -56,8 +59,16 @@ describe('conflict backoff', () => {
     };
     const metrics = new InventoryMetrics();
     // No laneAfterConflicts: only the attempt bound decides.
-    const acts = createActivities({ db, provider: testProvider(), reserveLogic: interfere, metrics, cas: { maxAttempts: 3, baseMs: 1, maxMs: 2, jitterMs: 1, abortRateThreshold: 1, laneAfterConflicts: undefined } });
-    await expect(runActivity(acts.reserveInventory, { orderId: id, customerId: 'c', items: [{ sku: p.sku, qty: 1 }] })).rejects.toMatchObject({
+    const acts = createActivities({
+      db,
+      provider: testProvider(),
+      reserveLogic: interfere,
+      metrics,
+      cas: { maxAttempts: 3, baseMs: 1, maxMs: 2, jitterMs: 1, abortRateThreshold: 1, laneAfterConflicts: undefined },
+    });
+    await expect(
+      runActivity(acts.reserveInventory, { orderId: id, customerId: 'c', items: [{ sku: p.sku, qty: 1 }] }),
+    ).rejects.toMatchObject({
       type: 'ContentionExhausted',
       nonRetryable: true,
     });
@@ -74,8 +85,18 @@ describe('conflict backoff', () => {
       await db.query({ text: 'UPDATE products SET version = version + 1 WHERE sku = $1', values: [p.sku] });
     };
     const metrics = new InventoryMetrics();
-    const acts = createActivities({ db, provider: testProvider(), reserveLogic: interfere, metrics, cas: { ...DEFAULT_CAS, baseMs: 1, maxMs: 2, jitterMs: 1, abortRateThreshold: 1 } });
-    const r = await runActivity(acts.reserveInventory, { orderId: id, customerId: 'c', items: [{ sku: p.sku, qty: 1 }] });
+    const acts = createActivities({
+      db,
+      provider: testProvider(),
+      reserveLogic: interfere,
+      metrics,
+      cas: { ...DEFAULT_CAS, baseMs: 1, maxMs: 2, jitterMs: 1, abortRateThreshold: 1 },
+    });
+    const r = await runActivity(acts.reserveInventory, {
+      orderId: id,
+      customerId: 'c',
+      items: [{ sku: p.sku, qty: 1 }],
+    });
     expect(DEFAULT_CAS.laneAfterConflicts).toBe(2);
     expect(r).toMatchObject({ outcome: 'route-to-lane', attempts: 2, conflicts: 2 });
     expect((await productRow(db, p.sku)).stock).toBe(50); // nothing taken: the lane takes it
@@ -116,7 +137,12 @@ describe('undo log', () => {
       if (++arrived === 2) release();
       await bothRead;
     };
-    const acts = createActivities({ db, provider: testProvider(), reserveLogic: logic, cas: { baseMs: 1, maxMs: 5, jitterMs: 5 } });
+    const acts = createActivities({
+      db,
+      provider: testProvider(),
+      reserveLogic: logic,
+      cas: { baseMs: 1, maxMs: 5, jitterMs: 5 },
+    });
     const results = await Promise.all([
       runActivity(acts.reserveInventory, { orderId: a, customerId: ca, items: [{ sku: p.sku, qty: 3 }] }),
       runActivity(acts.reserveInventory, { orderId: b, customerId: cb, items: [{ sku: p.sku, qty: 4 }] }),
@@ -126,7 +152,10 @@ describe('undo log', () => {
     // The aborted attempt's hold rolled back with it; the retry took it again: held once, not twice.
     expect(await quota(ca, p.sku)).toBe(3);
     expect(await quota(cb, p.sku)).toBe(4);
-    const rows = await db.query<{ quota_qty: number }>({ text: 'SELECT quota_qty FROM reservations WHERE order_id = ANY($1) ORDER BY qty', values: [[a, b]] });
+    const rows = await db.query<{ quota_qty: number }>({
+      text: 'SELECT quota_qty FROM reservations WHERE order_id = ANY($1) ORDER BY qty',
+      values: [[a, b]],
+    });
     expect(rows.rows.map((r) => r.quota_qty)).toEqual([3, 4]); // each reservation records its own hold
     expect((await productRow(db, p.sku)).stock).toBe(13);
   });
@@ -138,11 +167,19 @@ describe('undo log', () => {
     const ids = Array.from({ length: 5 }, (_, i) => `quota-${i}-${uid()}`);
     await orderRows(ids, customer);
     const acts = createActivities({ db, provider: testProvider(), cas: { baseMs: 1, maxMs: 5, jitterMs: 5 } });
-    const settled = await Promise.allSettled(ids.map((id) => runActivity(acts.reserveInventory, { orderId: id, customerId: customer, items: [{ sku: p.sku, qty: 1 }] })));
+    const settled = await Promise.allSettled(
+      ids.map((id) =>
+        runActivity(acts.reserveInventory, { orderId: id, customerId: customer, items: [{ sku: p.sku, qty: 1 }] }),
+      ),
+    );
     const ok = settled.filter((s) => s.status === 'fulfilled');
     const refused = settled.filter((s): s is PromiseRejectedResult => s.status === 'rejected');
     expect(ok).toHaveLength(2);
-    expect(refused.map((r) => (r.reason as { type: string }).type)).toEqual(['PurchaseLimitExceeded', 'PurchaseLimitExceeded', 'PurchaseLimitExceeded']);
+    expect(refused.map((r) => (r.reason as { type: string }).type)).toEqual([
+      'PurchaseLimitExceeded',
+      'PurchaseLimitExceeded',
+      'PurchaseLimitExceeded',
+    ]);
     expect(await quota(customer, p.sku)).toBe(2);
     expect((await productRow(db, p.sku)).stock).toBe(98);
     // Releasing a reservation gives its quota back.
@@ -160,10 +197,18 @@ describe('routing to the serial lane', () => {
     const metrics = new InventoryMetrics();
     for (let i = 0; i < 10; i++) metrics.recordAttempt([p.sku], i < 4); // 40 % aborted
     const acts = createActivities({ db, provider: testProvider(), metrics });
-    const r = await runActivity(acts.reserveInventory, { orderId: id, customerId: 'c', items: [{ sku: p.sku, qty: 1 }] });
+    const r = await runActivity(acts.reserveInventory, {
+      orderId: id,
+      customerId: 'c',
+      items: [{ sku: p.sku, qty: 1 }],
+    });
     expect(r).toMatchObject({ outcome: 'route-to-lane', attempts: 0 });
     expect(await productRow(db, p.sku)).toEqual({ stock: 10, version: 0 });
-    const lane = await runActivity(acts.reserveInventorySerial, { orderId: id, customerId: 'c', items: [{ sku: p.sku, qty: 1 }] });
+    const lane = await runActivity(acts.reserveInventorySerial, {
+      orderId: id,
+      customerId: 'c',
+      items: [{ sku: p.sku, qty: 1 }],
+    });
     expect(lane).toMatchObject({ outcome: 'reserved', path: 'lane' });
     expect(await productRow(db, p.sku)).toEqual({ stock: 9, version: 1 });
     expect(metrics.snapshot()[0]).toMatchObject({ fallbacks: 1, laneCommits: 1, attempts: 10 });
@@ -176,7 +221,9 @@ describe('routing to the serial lane', () => {
     const metrics = new InventoryMetrics();
     for (let i = 0; i < 10; i++) metrics.recordAttempt([p.sku], i < 2); // 20 %
     const acts = createActivities({ db, provider: testProvider(), metrics });
-    expect(await runActivity(acts.reserveInventory, { orderId: id, customerId: 'c', items: [{ sku: p.sku, qty: 1 }] })).toMatchObject({ outcome: 'reserved', path: 'cas' });
+    expect(
+      await runActivity(acts.reserveInventory, { orderId: id, customerId: 'c', items: [{ sku: p.sku, qty: 1 }] }),
+    ).toMatchObject({ outcome: 'reserved', path: 'cas' });
   });
 
   it('lane mode lasts a cooldown that doubles while probes still find the SKU hot, and ends on a clean window', () => {
@@ -221,8 +268,18 @@ describe('metrics under a concurrent race', () => {
     const metrics = new InventoryMetrics();
     // 5 ms of business logic between read and write, as real logic would take.
     const logic: ReserveLogic = () => new Promise((r) => setTimeout(r, 5));
-    const acts = createActivities({ db, provider: testProvider(), metrics, reserveLogic: logic, cas: { ...DEFAULT_CAS, maxAttempts: 50, abortRateThreshold: 1, laneAfterConflicts: undefined } }); // pure CAS: never the lane
-    const results: ReserveResult[] = await Promise.all(ids.map((id) => runActivity(acts.reserveInventory, { orderId: id, customerId: 'c', items: [{ sku: p.sku, qty: 1 }] })));
+    const acts = createActivities({
+      db,
+      provider: testProvider(),
+      metrics,
+      reserveLogic: logic,
+      cas: { ...DEFAULT_CAS, maxAttempts: 50, abortRateThreshold: 1, laneAfterConflicts: undefined },
+    }); // pure CAS: never the lane
+    const results: ReserveResult[] = await Promise.all(
+      ids.map((id) =>
+        runActivity(acts.reserveInventory, { orderId: id, customerId: 'c', items: [{ sku: p.sku, qty: 1 }] }),
+      ),
+    );
     const s = metrics.snapshot()[0]!;
     const totalAttempts = results.reduce((a, r) => a + r.attempts, 0);
     const totalConflicts = results.reduce((a, r) => a + r.conflicts, 0);

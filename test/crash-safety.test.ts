@@ -19,7 +19,17 @@ import { startTsProcess, stopProcess } from '../platform/processes';
 import { createOrderWorkers } from '../worker';
 import { orderSaga } from '../workflows';
 import { bundleWorkflows, startE2eServer } from './temporal-env';
-import { createProduct, ledger, makeOrder, orderRow, productRow, reservations, testAdmin, testPool, uid } from './helpers';
+import {
+  createProduct,
+  ledger,
+  makeOrder,
+  orderRow,
+  productRow,
+  reservations,
+  testAdmin,
+  testPool,
+  uid,
+} from './helpers';
 
 let env: TestWorkflowEnvironment;
 let db: Pool;
@@ -53,7 +63,12 @@ function envFor(taskQueue: string): NodeJS.ProcessEnv {
 /** Starts the crash worker as one process (node --import tsx), so SIGKILL reaches the worker itself. */
 async function crashWorker(taskQueue: string, point: string, marker: string): Promise<ChildProcess> {
   const env = { ...envFor(taskQueue), CRASH_POINT: point, CRASH_MARKER: marker };
-  return (await startTsProcess('test/support/crash-worker.ts', env, /crash-worker: ready/, { showStderr: true, readyTimeoutMs: 120_000 })).child;
+  return (
+    await startTsProcess('test/support/crash-worker.ts', env, /crash-worker: ready/, {
+      showStderr: true,
+      readyTimeoutMs: 120_000,
+    })
+  ).child;
 }
 
 async function until(pred: () => Promise<boolean>, what: string, ms = 60_000): Promise<void> {
@@ -70,13 +85,21 @@ async function crashAndRecover(order: OrderInput, point: string, crashed: (marke
   const taskQueue = `crash-${uid()}`;
   const marker = path.join(tmp, `${uid()}.marker`);
   const first = await crashWorker(taskQueue, point, marker);
-  const handle = await env.client.workflow.start(orderSaga, { taskQueue, workflowId: workflowIdFor(order.orderId), args: [order] });
+  const handle = await env.client.workflow.start(orderSaga, {
+    taskQueue,
+    workflowId: workflowIdFor(order.orderId),
+    args: [order],
+  });
   try {
     await until(() => crashed(marker), `crash point ${point}`);
   } finally {
     await stopProcess(first, 'SIGKILL');
   }
-  const fresh = await createOrderWorkers(readConfig(envFor(taskQueue)), env.nativeConnection, { db, workflowBundle: bundle, lanes: 0 });
+  const fresh = await createOrderWorkers(readConfig(envFor(taskQueue)), env.nativeConnection, {
+    db,
+    workflowBundle: bundle,
+    lanes: 0,
+  });
   const running = fresh.run();
   try {
     return await orderOutcome(handle);
@@ -91,8 +114,16 @@ describe('crash safety: SIGKILL of the worker between a commit and its activity 
     const p = await createProduct(db, { stock: 5, priceCents: 1700 });
     const order = makeOrder([{ sku: p.sku, qty: 1, unitPriceCents: p.priceCents }]);
     // The provider commits the charge, then never answers: the worker sits in the activity.
-    await admin.set({ kind: 'lose-response-after-commit', mode: 'hang', target: 'charges', count: 1, keyPrefix: `${order.orderId}:` });
-    const result = await crashAndRecover(order, 'none', async () => (await ledger(db, order.orderId)).charges.some((c) => c.status === 'succeeded'));
+    await admin.set({
+      kind: 'lose-response-after-commit',
+      mode: 'hang',
+      target: 'charges',
+      count: 1,
+      keyPrefix: `${order.orderId}:`,
+    });
+    const result = await crashAndRecover(order, 'none', async () =>
+      (await ledger(db, order.orderId)).charges.some((c) => c.status === 'succeeded'),
+    );
     expect(result.status).toBe('COMPLETED');
     expect(await ledger(db, order.orderId)).toEqual({ charges: [{ status: 'succeeded', amount: 1700 }], refunds: [] });
     expect((await productRow(db, p.sku)).stock).toBe(4);

@@ -41,7 +41,12 @@ beforeAll(async () => {
   sku = (await createProduct(db, { stock: 10, priceCents: 500 })).sku;
   const order = makeOrder([{ sku, qty: 1, unitPriceCents: 500 }]);
   chargeKey = `${order.orderId}:charge`;
-  const r = await testProvider().charge(chargeKey, { amountCents: 500, currency: 'USD', paymentMethod: 'tok_visa', reference: order.orderId });
+  const r = await testProvider().charge(chargeKey, {
+    amountCents: 500,
+    currency: 'USD',
+    paymentMethod: 'tok_visa',
+    reference: order.orderId,
+  });
   expect(r.charge.status).toBe('succeeded');
 });
 afterAll(async () => {
@@ -52,7 +57,10 @@ afterAll(async () => {
 async function unchanged(): Promise<void> {
   const p = await db.query({ text: 'SELECT stock, name FROM products WHERE sku = $1', values: [sku] });
   expect(p.rows[0]).toEqual({ stock: 10, name: `test product ${sku}` });
-  const c = await db.query({ text: 'SELECT amount_cents, status FROM provider.charges WHERE idempotency_key = $1', values: [chargeKey] });
+  const c = await db.query({
+    text: 'SELECT amount_cents, status FROM provider.charges WHERE idempotency_key = $1',
+    values: [chargeKey],
+  });
   expect(c.rows[0]).toEqual({ amount_cents: '500', status: 'succeeded' });
 }
 
@@ -61,12 +69,23 @@ describe('database roles', () => {
     const app = await as('app');
     expect(await attempt(app, 'UPDATE products SET name = name WHERE sku = $1', [sku])).toBe('ok');
     const refused = {
-      'rewrite a charge': await attempt(app, `UPDATE provider.charges SET amount_cents = 1 WHERE idempotency_key = $1`, [chargeKey]),
+      'rewrite a charge': await attempt(
+        app,
+        `UPDATE provider.charges SET amount_cents = 1 WHERE idempotency_key = $1`,
+        [chargeKey],
+      ),
       'delete a charge': await attempt(app, `DELETE FROM provider.charges WHERE idempotency_key = $1`, [chargeKey]),
-      'plant a refund': await attempt(app, `INSERT INTO provider.refunds (idempotency_key, request_hash, charge_key, amount_cents, status) VALUES ($1, 'x', $2, 500, 'succeeded')`, [`${uid()}:refund`, chargeKey]),
+      'plant a refund': await attempt(
+        app,
+        `INSERT INTO provider.refunds (idempotency_key, request_hash, charge_key, amount_cents, status) VALUES ($1, 'x', $2, 500, 'succeeded')`,
+        [`${uid()}:refund`, chargeKey],
+      ),
       'plant an api key': await attempt(app, `INSERT INTO provider.api_keys (key_hash, label) VALUES ('x', 'planted')`),
       'read the ledger': await attempt(app, `SELECT * FROM provider.charges`),
-      'legalise a transition': await attempt(app, `INSERT INTO order_transitions SELECT to_status, from_status FROM order_transitions LIMIT 1`),
+      'legalise a transition': await attempt(
+        app,
+        `INSERT INTO order_transitions SELECT to_status, from_status FROM order_transitions LIMIT 1`,
+      ),
       'rewrite the migration record': await attempt(app, `DELETE FROM schema_migrations`),
       'drop the status trigger': await attempt(app, `ALTER TABLE orders DISABLE TRIGGER ALL`),
       'create a table': await attempt(app, `CREATE TABLE planted (x int)`),
@@ -79,10 +98,16 @@ describe('database roles', () => {
   it("the provider's role works on its ledger but cannot touch orders or stock", async () => {
     const provider = await as('provider');
     // Names are qualified: unqualified they would not even resolve (no USAGE on the app's schema).
-    expect(await attempt(provider, 'SELECT status FROM provider.charges WHERE idempotency_key = $1', [chargeKey])).toBe('ok');
+    expect(await attempt(provider, 'SELECT status FROM provider.charges WHERE idempotency_key = $1', [chargeKey])).toBe(
+      'ok',
+    );
     const refused = {
       'rewrite stock': await attempt(provider, `UPDATE public.products SET stock = 0 WHERE sku = $1`, [sku]),
-      'plant a product': await attempt(provider, `INSERT INTO public.products (sku, name, price_cents, stock, initial_stock) VALUES ($1, 'x', 1, 1, 1)`, [`P-${uid()}`]),
+      'plant a product': await attempt(
+        provider,
+        `INSERT INTO public.products (sku, name, price_cents, stock, initial_stock) VALUES ($1, 'x', 1, 1, 1)`,
+        [`P-${uid()}`],
+      ),
       'rewrite orders': await attempt(provider, `UPDATE public.orders SET status = 'COMPLETED'`),
       'delete reservations': await attempt(provider, `DELETE FROM public.reservations`),
       'read orders': await attempt(provider, `SELECT * FROM public.orders`),
@@ -96,13 +121,23 @@ describe('database roles', () => {
 
   it('the read-only role reads both schemas and writes neither, even with read-only transactions turned off', async () => {
     const reader = await as('reader');
-    expect(await attempt(reader, `SELECT count(*) FROM orders o LEFT JOIN provider.charges c ON c.reference = o.order_id`)).toBe('ok');
+    expect(
+      await attempt(reader, `SELECT count(*) FROM orders o LEFT JOIN provider.charges c ON c.reference = o.order_id`),
+    ).toBe('ok');
     expect(await attempt(reader, `UPDATE products SET stock = 0 WHERE sku = $1`, [sku])).toBe('25006'); // read_only_sql_transaction
     await reader.query('SET default_transaction_read_only = off');
     const refused = {
       'rewrite stock': await attempt(reader, `UPDATE products SET stock = 0 WHERE sku = $1`, [sku]),
-      'rewrite a charge': await attempt(reader, `UPDATE provider.charges SET status = 'failed' WHERE idempotency_key = $1`, [chargeKey]),
-      'record a finding': await attempt(reader, `INSERT INTO reconciliation_runs (run_id, orders, violations) VALUES ($1, 0, 0)`, [uid()]),
+      'rewrite a charge': await attempt(
+        reader,
+        `UPDATE provider.charges SET status = 'failed' WHERE idempotency_key = $1`,
+        [chargeKey],
+      ),
+      'record a finding': await attempt(
+        reader,
+        `INSERT INTO reconciliation_runs (run_id, orders, violations) VALUES ($1, 0, 0)`,
+        [uid()],
+      ),
       'read the hashes of the API keys': await attempt(reader, `SELECT key_hash FROM provider.api_keys`),
       'create a table': await attempt(reader, `CREATE TABLE planted (x int)`),
     };
@@ -110,13 +145,15 @@ describe('database roles', () => {
     await unchanged();
   });
 
-  it("a role of one of these names that is not ours is refused, not taken over", async () => {
+  it('a role of one of these names that is not ours is refused, not taken over', async () => {
     const name = `someone_${uid()}`;
     await db.query(`CREATE ROLE ${name} NOLOGIN`);
     try {
       const c = await db.connect();
       try {
-        await expect(ensureLoginRole(c, name, 'a-password-of-16-chars')).rejects.toThrow(`role ${name} already exists on this server and was not created by order-saga`);
+        await expect(ensureLoginRole(c, name, 'a-password-of-16-chars')).rejects.toThrow(
+          `role ${name} already exists on this server and was not created by order-saga`,
+        );
       } finally {
         c.release();
       }
@@ -133,7 +170,12 @@ describe('database roles', () => {
     );
     expect(rows).toEqual(
       ['order_app', 'order_provider', 'order_reader'].map((rolname) => ({
-        rolname, rolsuper: false, rolcreaterole: false, rolcreatedb: false, rolbypassrls: false, rolcanlogin: true,
+        rolname,
+        rolsuper: false,
+        rolcreaterole: false,
+        rolcreatedb: false,
+        rolbypassrls: false,
+        rolcanlogin: true,
       })),
     );
   });

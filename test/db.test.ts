@@ -25,7 +25,10 @@ describe('withTransaction', () => {
           await c.query('SELECT 1');
         }),
       ).rejects.toThrow();
-      const after = await withTransaction(db, async (c) => (await c.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid);
+      const after = await withTransaction(
+        db,
+        async (c) => (await c.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid,
+      );
       expect(after).not.toBe(pid);
     } finally {
       await killer.end();

@@ -45,16 +45,25 @@ describe('what a person reads in the Web UI', () => {
   });
 
   it('a saga that awaits a person says what to check and the exact resolve commands', () => {
-    const charge = currentDetails(order, state({ status: 'NEEDS_ATTENTION', awaiting: 'charge-outcome', reason: 'charge o-1:charge outcome unknown' }));
+    const charge = currentDetails(
+      order,
+      state({ status: 'NEEDS_ATTENTION', awaiting: 'charge-outcome', reason: 'charge o-1:charge outcome unknown' }),
+    );
     expect(charge).toContain('### Needs attention: charge-outcome');
     expect(charge).toContain('GET /v1/charges/o-1:charge');
     expect(charge).toContain('npx tsx client.ts resolve o-1 --action charge-succeeded --note');
     expect(charge).toContain('npx tsx client.ts resolve o-1 --action charge-failed --note');
-    const comp = currentDetails(order, state({ status: 'NEEDS_ATTENTION', awaiting: 'compensation', step: 'compensate:refundPayment' }));
+    const comp = currentDetails(
+      order,
+      state({ status: 'NEEDS_ATTENTION', awaiting: 'compensation', step: 'compensate:refundPayment' }),
+    );
     expect(comp).toContain('o-1:charge:refund');
     expect(comp).toContain('--action retry');
     expect(comp).toContain('--action mark-resolved');
-    const fwd = currentDetails(order, state({ status: 'NEEDS_ATTENTION', awaiting: 'forward-step', step: 'sendConfirmation', pivotPassed: true }));
+    const fwd = currentDetails(
+      order,
+      state({ status: 'NEEDS_ATTENTION', awaiting: 'forward-step', step: 'sendConfirmation', pivotPassed: true }),
+    );
     expect(fwd).toContain('`sendConfirmation` failed after the pivot');
     expect(fwd).not.toContain('charge-succeeded');
   });

@@ -61,9 +61,19 @@ describe('the file-backed dev server of npm start', () => {
     envs.push(before);
     const p = await createProduct(db, { stock: 5, priceCents: 700 });
     const order = makeOrder([{ sku: p.sku, qty: 1, unitPriceCents: 700 }], { orderId: `durable-${uid()}` });
-    const worker1 = await Worker.create({ connection: before.nativeConnection, taskQueue, workflowBundle: bundle, activities, shutdownGraceTime: '1s' });
+    const worker1 = await Worker.create({
+      connection: before.nativeConnection,
+      taskQueue,
+      workflowBundle: bundle,
+      activities,
+      shutdownGraceTime: '1s',
+    });
     const running1 = worker1.run().catch(() => undefined); // it loses its server below
-    await before.client.workflow.start('orderSaga', { taskQueue, workflowId: workflowIdFor(order.orderId), args: [order] });
+    await before.client.workflow.start('orderSaga', {
+      taskQueue,
+      workflowId: workflowIdFor(order.orderId),
+      args: [order],
+    });
     await atCharge;
 
     // The stop, in npm start's order: the worker (the charge's answer goes out as it drains), then the server.
@@ -76,8 +86,15 @@ describe('the file-backed dev server of npm start', () => {
 
     const after = await startDevServer({ dbFilename });
     envs.push(after);
-    const worker2 = await Worker.create({ connection: after.nativeConnection, taskQueue, workflowBundle: bundle, activities: real });
-    const result = await worker2.runUntil(() => after.client.workflow.getHandle<() => Promise<OrderResult>>(workflowIdFor(order.orderId)).result());
+    const worker2 = await Worker.create({
+      connection: after.nativeConnection,
+      taskQueue,
+      workflowBundle: bundle,
+      activities: real,
+    });
+    const result = await worker2.runUntil(() =>
+      after.client.workflow.getHandle<() => Promise<OrderResult>>(workflowIdFor(order.orderId)).result(),
+    );
     expect(result.status).toBe('COMPLETED');
     expect((await orderRow(db, order.orderId))?.status).toBe('COMPLETED');
     const money = await ledger(db, order.orderId);

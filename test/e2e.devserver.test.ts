@@ -49,7 +49,6 @@ async function settledCount(e: TestWorkflowEnvironment): Promise<number> {
   return last;
 }
 
-
 beforeAll(async () => {
   const server = await startE2eServer({ uiPort: await freePort() });
   env = server.env;
@@ -71,7 +70,12 @@ beforeAll(async () => {
     console.log(`e2e on the real Temporal server at ${env.address} (Web UI ${server.uiUrl}), with 3 worker processes`);
     const bundlePath = path.join(tmp, 'bundle.js');
     writeFileSync(bundlePath, workflowBundle.code);
-    const env3 = { ...childEnv, WORKFLOW_BUNDLE: bundlePath, WORKER_METRICS_PORT: '0', TEMPORAL_METRICS_ADDRESS: 'off' };
+    const env3 = {
+      ...childEnv,
+      WORKFLOW_BUNDLE: bundlePath,
+      WORKER_METRICS_PORT: '0',
+      TEMPORAL_METRICS_ADDRESS: 'off',
+    };
     workerProcesses = await Promise.all([1, 2, 3].map(() => startWorkerProcess(env3)));
   } else {
     workers = await createOrderWorkers(cfg, env.nativeConnection, { workflowBundle });
@@ -90,10 +94,13 @@ afterAll(async () => {
   await env?.teardown();
 });
 
-
 /** Runs `npx tsx client.ts …` as its own process, as a person would. */
 async function cli(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  const r = await runProcess(process.execPath, [require.resolve('tsx/cli'), path.join(ROOT, 'client.ts'), ...args], childEnv);
+  const r = await runProcess(
+    process.execPath,
+    [require.resolve('tsx/cli'), path.join(ROOT, 'client.ts'), ...args],
+    childEnv,
+  );
   return { code: r.code ?? -1, stdout: r.stdout, stderr: r.stderr };
 }
 
@@ -166,7 +173,9 @@ describe('end to end on the dev server', () => {
       expect(r.stdout).toBe('');
       const orderId = (order as { orderId: string }).orderId;
       expect(await orderRow(db, orderId)).toBeUndefined();
-      await expect(env.client.workflow.getHandle(workflowIdFor(orderId)).describe()).rejects.toBeInstanceOf(WorkflowNotFoundError);
+      await expect(env.client.workflow.getHandle(workflowIdFor(orderId)).describe()).rejects.toBeInstanceOf(
+        WorkflowNotFoundError,
+      );
     }
     const bad = await cli(['place', '--file', orderFile('{"orderId": '), '--json']);
     expect(bad.code).toBe(2);
@@ -181,7 +190,11 @@ describe('end to end on the dev server', () => {
     const p = await createProduct(db, { stock: 9, priceCents: 500 });
     const order = makeOrder([{ sku: p.sku, qty: 1, unitPriceCents: p.priceCents }]);
     expect((await cli(['place', '--file', orderFile(order)])).code).toBe(0);
-    const again = await cli(['place', '--file', orderFile({ ...order, items: [{ sku: p.sku, qty: 5, unitPriceCents: p.priceCents }] })]);
+    const again = await cli([
+      'place',
+      '--file',
+      orderFile({ ...order, items: [{ sku: p.sku, qty: 5, unitPriceCents: p.priceCents }] }),
+    ]);
     expect(again.code).toBe(3);
     expect(again.stderr).toMatch(/duplicate order: orderId/);
     expect((await productRow(db, p.sku)).stock).toBe(8);
@@ -191,7 +204,12 @@ describe('end to end on the dev server', () => {
   it('lost response after commit, with the real fault switch: exactly one charge, and the saga completes', async () => {
     const p = await createProduct(db, { stock: 4, priceCents: 2100 });
     const order = makeOrder([{ sku: p.sku, qty: 1, unitPriceCents: p.priceCents }]);
-    await admin.set({ kind: 'lose-response-after-commit', target: 'charges', count: 1, keyPrefix: `${order.orderId}:` });
+    await admin.set({
+      kind: 'lose-response-after-commit',
+      target: 'charges',
+      count: 1,
+      keyPrefix: `${order.orderId}:`,
+    });
 
     const r = await cli(['place', '--file', orderFile(order), '--json']);
 
@@ -218,7 +236,10 @@ describe('end to end on the dev server', () => {
     expect(await orderRow(db, order.orderId)).toEqual({ status: 'CANCELLED', reason: 'customer asked' });
     expect((await productRow(db, p.sku)).stock).toBe(6);
     // The delayed charge went through at the provider; it was refunded, exactly once.
-    expect(await ledger(db, order.orderId)).toEqual({ charges: [{ status: 'succeeded', amount: 1600 }], refunds: [{ amount: 1600 }] });
+    expect(await ledger(db, order.orderId)).toEqual({
+      charges: [{ status: 'succeeded', amount: 1600 }],
+      refunds: [{ amount: 1600 }],
+    });
     const again = await cli(['cancel', order.orderId]);
     expect(again.code).toBe(1);
     expect(again.stderr).toMatch(/already CANCELLED|has ended/);
@@ -229,7 +250,11 @@ describe('end to end on the dev server', () => {
     const order = makeOrder([{ sku: p.sku, qty: 2, unitPriceCents: p.priceCents }]);
     const r = await cli(['place', '--file', orderFile(order), '--no-wait', '--json']);
     expect(r.code, r.stderr).toBe(1);
-    expect(JSON.parse(r.stdout)).toMatchObject({ orderId: order.orderId, accepted: false, reason: expect.stringMatching(/InsufficientStock/) });
+    expect(JSON.parse(r.stdout)).toMatchObject({
+      orderId: order.orderId,
+      accepted: false,
+      reason: expect.stringMatching(/InsufficientStock/),
+    });
     expect((await orderOutcome(env.client.workflow.getHandle(workflowIdFor(order.orderId)))).status).toBe('FAILED');
     const again = await cli(['place', '--file', orderFile(order), '--no-wait']);
     expect(again.code).toBe(3);
@@ -246,7 +271,9 @@ describe('end to end on the dev server', () => {
     expect(resolve.stderr).toMatch(/resolve refused|has ended/);
     const badAction = await cli(['resolve', order.orderId, '--action', 'refund-everything']);
     expect(badAction.code).toBe(2);
-    expect(badAction.stderr).toMatch(/--action <action>' argument 'refund-everything' is invalid\. Allowed choices are charge-succeeded/);
+    expect(badAction.stderr).toMatch(
+      /--action <action>' argument 'refund-everything' is invalid\. Allowed choices are charge-succeeded/,
+    );
 
     let listed: { orderId: string; status: string }[] = [];
     for (let i = 0; i < 40 && !listed.some((o) => o.orderId === order.orderId); i++) {
@@ -263,118 +290,178 @@ describe('end to end on the dev server', () => {
 
   const chromium = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
   const haveChromium = existsSync(chromium);
-  if (!haveChromium && process.env.CI) throw new Error(`CI needs Chromium at ${chromium} for the Web UI check (.ci/run installs it)`);
+  if (!haveChromium && process.env.CI)
+    throw new Error(`CI needs Chromium at ${chromium} for the Web UI check (.ci/run installs it)`);
 
-  it.skipIf(!haveChromium)('the Web UI, as a person sees it: outcomes in the list, summary and details on a run, the resolve command when it needs attention', async () => {
-    const { chromium: pw } = await import('playwright-core');
-    const artifacts = path.join(ROOT, 'artifacts');
-    mkdirSync(artifacts, { recursive: true });
-    const p = await createProduct(db, { stock: 20, priceCents: 1300 });
-    const line = [{ sku: p.sku, qty: 1, unitPriceCents: p.priceCents }];
-    // A completed, a declined and a cancelled order, through client.ts.
-    const completed = makeOrder(line);
-    expect((await cli(['place', '--file', orderFile(completed)])).code).toBe(0);
-    const declined = makeOrder(line, { paymentMethod: 'tok_declined' });
-    const failed = await cli(['place', '--file', orderFile(declined), '--json']);
-    expect(failed.code).toBe(1);
-    const cancelled = makeOrder(line);
-    await admin.set({ kind: 'delay', target: 'charges', delayMs: 2_000, count: 1, keyPrefix: `${cancelled.orderId}:` });
-    expect((await cli(['place', '--file', orderFile(cancelled), '--no-wait'])).code).toBe(0);
-    expect((await cli(['cancel', cancelled.orderId, '--reason', 'customer asked'])).code).toBe(0);
-    // One that needs a person: the charge's answer is lost and the provider keeps saying processing.
-    const stuck = makeOrder([{ sku: p.sku, qty: 2, unitPriceCents: p.priceCents }]);
-    await admin.set({ kind: 'lose-response-after-commit', target: 'charges', count: 1, keyPrefix: `${stuck.orderId}:` });
-    await admin.set({ kind: 'processing', target: 'inquiries', count: 100_000, keyPrefix: `${stuck.orderId}:` });
-    const stuckHandle = await env.client.workflow.start('orderSaga', {
-      taskQueue: cfg.taskQueue,
-      workflowId: workflowIdFor(stuck.orderId),
-      args: [stuck, { unknownEscalationMs: 1_000, inquiryBaseMs: 300, inquiryMaxMs: 600 }],
-      staticSummary: orderSummary(stuck),
-    });
-    for (let i = 0; i < 120 && (await stuckHandle.describe()).typedSearchAttributes.get(NeedsAttentionKey) !== true; i++) await new Promise((r) => setTimeout(r, 250));
-    expect((await stuckHandle.describe()).typedSearchAttributes.get(NeedsAttentionKey)).toBe(true);
+  it.skipIf(!haveChromium)(
+    'the Web UI, as a person sees it: outcomes in the list, summary and details on a run, the resolve command when it needs attention',
+    async () => {
+      const { chromium: pw } = await import('playwright-core');
+      const artifacts = path.join(ROOT, 'artifacts');
+      mkdirSync(artifacts, { recursive: true });
+      const p = await createProduct(db, { stock: 20, priceCents: 1300 });
+      const line = [{ sku: p.sku, qty: 1, unitPriceCents: p.priceCents }];
+      // A completed, a declined and a cancelled order, through client.ts.
+      const completed = makeOrder(line);
+      expect((await cli(['place', '--file', orderFile(completed)])).code).toBe(0);
+      const declined = makeOrder(line, { paymentMethod: 'tok_declined' });
+      const failed = await cli(['place', '--file', orderFile(declined), '--json']);
+      expect(failed.code).toBe(1);
+      const cancelled = makeOrder(line);
+      await admin.set({
+        kind: 'delay',
+        target: 'charges',
+        delayMs: 2_000,
+        count: 1,
+        keyPrefix: `${cancelled.orderId}:`,
+      });
+      expect((await cli(['place', '--file', orderFile(cancelled), '--no-wait'])).code).toBe(0);
+      expect((await cli(['cancel', cancelled.orderId, '--reason', 'customer asked'])).code).toBe(0);
+      // One that needs a person: the charge's answer is lost and the provider keeps saying processing.
+      const stuck = makeOrder([{ sku: p.sku, qty: 2, unitPriceCents: p.priceCents }]);
+      await admin.set({
+        kind: 'lose-response-after-commit',
+        target: 'charges',
+        count: 1,
+        keyPrefix: `${stuck.orderId}:`,
+      });
+      await admin.set({ kind: 'processing', target: 'inquiries', count: 100_000, keyPrefix: `${stuck.orderId}:` });
+      const stuckHandle = await env.client.workflow.start('orderSaga', {
+        taskQueue: cfg.taskQueue,
+        workflowId: workflowIdFor(stuck.orderId),
+        args: [stuck, { unknownEscalationMs: 1_000, inquiryBaseMs: 300, inquiryMaxMs: 600 }],
+        staticSummary: orderSummary(stuck),
+      });
+      for (
+        let i = 0;
+        i < 120 && (await stuckHandle.describe()).typedSearchAttributes.get(NeedsAttentionKey) !== true;
+        i++
+      )
+        await new Promise((r) => setTimeout(r, 250));
+      expect((await stuckHandle.describe()).typedSearchAttributes.get(NeedsAttentionKey)).toBe(true);
 
-    const ids = [completed, declined, cancelled, stuck].map((o) => workflowIdFor(o.orderId));
-    /** The text of the page and of its frames (the Web UI renders the summary and details in frames). */
-    const allText = async (page: import('playwright-core').Page): Promise<string> =>
-      (await Promise.all(page.frames().map((f) => f.locator('body').innerText().catch(() => '')))).join('\n');
-    /** Waits until the page (frames included) shows every one of `parts`; returns its text. */
-    const shows = async (page: import('playwright-core').Page, parts: string[]): Promise<string> => {
-      let text = '';
-      for (const until = Date.now() + 60_000; Date.now() < until; await new Promise((r) => setTimeout(r, 500))) {
-        text = await allText(page);
-        if (parts.every((p) => text.includes(p))) return text;
-      }
-      throw new Error(`the page does not show ${JSON.stringify(parts.filter((p) => !text.includes(p)))}`);
-    };
-    /** The run page's "User Metadata" tab (clicked again if the page was not ready for it). */
-    const openMetadata = async (page: import('playwright-core').Page): Promise<void> => {
-      await page.getByText('Event History').first().waitFor({ timeout: 60_000 });
-      for (let attempt = 1; ; attempt++) {
-        await page.getByText('User Metadata').first().click({ timeout: 30_000 });
-        try {
-          await page.getByText('Current Details').first().waitFor({ timeout: 10_000 });
-          return;
-        } catch (err) {
-          if (attempt >= 5) throw err;
+      const ids = [completed, declined, cancelled, stuck].map((o) => workflowIdFor(o.orderId));
+      /** The text of the page and of its frames (the Web UI renders the summary and details in frames). */
+      const allText = async (page: import('playwright-core').Page): Promise<string> =>
+        (
+          await Promise.all(
+            page.frames().map((f) =>
+              f
+                .locator('body')
+                .innerText()
+                .catch(() => ''),
+            ),
+          )
+        ).join('\n');
+      /** Waits until the page (frames included) shows every one of `parts`; returns its text. */
+      const shows = async (page: import('playwright-core').Page, parts: string[]): Promise<string> => {
+        let text = '';
+        for (const until = Date.now() + 60_000; Date.now() < until; await new Promise((r) => setTimeout(r, 500))) {
+          text = await allText(page);
+          if (parts.every((p) => text.includes(p))) return text;
         }
-      }
-    };
-    const browser = await pw.launch({
-      executablePath: chromium,
-      args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-    });
-    try {
-      const page = await browser.newPage({ viewport: { width: 1600, height: 1200 } });
-      // The list: each order's outcome at a glance, without opening it.
-      await page.goto(listUrl(cfg, `WorkflowId IN (${ids.map((id) => `'${id}'`).join(', ')})`), { waitUntil: 'domcontentloaded', timeout: 60_000 });
-      for (const id of ids) await page.getByText(id).first().waitFor({ timeout: 60_000 });
-      await page.screenshot({ path: path.join(artifacts, 'web-ui-list.png'), fullPage: true });
-      const rowText = async (id: string): Promise<string> => page.locator('tr, [role="row"]').filter({ hasText: id }).first().innerText();
-      writeFileSync(path.join(artifacts, 'web-ui-list.txt'), await page.innerText('body'));
-      expect(await rowText(ids[0]!)).toMatch(/Completed/);
-      expect(await rowText(ids[1]!)).toMatch(/Failed/);
-      expect(await rowText(ids[1]!)).not.toMatch(/Completed/);
-      expect(await rowText(ids[2]!)).toMatch(/Failed/);
-      expect(await rowText(ids[3]!)).toMatch(/Running/);
+        throw new Error(`the page does not show ${JSON.stringify(parts.filter((p) => !text.includes(p)))}`);
+      };
+      /** The run page's "User Metadata" tab (clicked again if the page was not ready for it). */
+      const openMetadata = async (page: import('playwright-core').Page): Promise<void> => {
+        await page.getByText('Event History').first().waitFor({ timeout: 60_000 });
+        for (let attempt = 1; ; attempt++) {
+          await page.getByText('User Metadata').first().click({ timeout: 30_000 });
+          try {
+            await page.getByText('Current Details').first().waitFor({ timeout: 10_000 });
+            return;
+          } catch (err) {
+            if (attempt >= 5) throw err;
+          }
+        }
+      };
+      const browser = await pw.launch({
+        executablePath: chromium,
+        args: [
+          '--no-sandbox',
+          '--disable-gpu',
+          '--disable-quic',
+          '--no-first-run',
+          '--disable-background-networking',
+          '--disable-component-update',
+          '--disable-sync',
+        ],
+      });
+      try {
+        const page = await browser.newPage({ viewport: { width: 1600, height: 1200 } });
+        // The list: each order's outcome at a glance, without opening it.
+        await page.goto(listUrl(cfg, `WorkflowId IN (${ids.map((id) => `'${id}'`).join(', ')})`), {
+          waitUntil: 'domcontentloaded',
+          timeout: 60_000,
+        });
+        for (const id of ids) await page.getByText(id).first().waitFor({ timeout: 60_000 });
+        await page.screenshot({ path: path.join(artifacts, 'web-ui-list.png'), fullPage: true });
+        const rowText = async (id: string): Promise<string> =>
+          page.locator('tr, [role="row"]').filter({ hasText: id }).first().innerText();
+        writeFileSync(path.join(artifacts, 'web-ui-list.txt'), await page.innerText('body'));
+        expect(await rowText(ids[0]!)).toMatch(/Completed/);
+        expect(await rowText(ids[1]!)).toMatch(/Failed/);
+        expect(await rowText(ids[1]!)).not.toMatch(/Completed/);
+        expect(await rowText(ids[2]!)).toMatch(/Failed/);
+        expect(await rowText(ids[3]!)).toMatch(/Running/);
 
-      // A run's page: the summary as a person writes it, and the saga's current details.
-      await page.goto((JSON.parse(failed.stdout) as { uiUrl: string }).uiUrl, { waitUntil: 'domcontentloaded', timeout: 60_000 });
-      await openMetadata(page);
-      const run = await shows(page, [orderSummary(declined), 'Steps done: createOrder → reserveInventory', 'ran: refundPayment, releaseInventory']);
-      writeFileSync(path.join(artifacts, 'web-ui-run.txt'), run);
-      expect(run).toContain('13.00 USD');
-      expect(run).toContain('releaseInventory'); // the compensation, in the timeline and in the details
-      expect(run).toContain('compensate: release'); // the activity's summary, as a person reads it
-      expect(run).toMatch(/saga deadline[^\n]*\n+\s*Canceled/); // the deadline timer ended with the saga
-      await page.screenshot({ path: path.join(artifacts, 'web-ui-run.png'), fullPage: true });
+        // A run's page: the summary as a person writes it, and the saga's current details.
+        await page.goto((JSON.parse(failed.stdout) as { uiUrl: string }).uiUrl, {
+          waitUntil: 'domcontentloaded',
+          timeout: 60_000,
+        });
+        await openMetadata(page);
+        const run = await shows(page, [
+          orderSummary(declined),
+          'Steps done: createOrder → reserveInventory',
+          'ran: refundPayment, releaseInventory',
+        ]);
+        writeFileSync(path.join(artifacts, 'web-ui-run.txt'), run);
+        expect(run).toContain('13.00 USD');
+        expect(run).toContain('releaseInventory'); // the compensation, in the timeline and in the details
+        expect(run).toContain('compensate: release'); // the activity's summary, as a person reads it
+        expect(run).toMatch(/saga deadline[^\n]*\n+\s*Canceled/); // the deadline timer ended with the saga
+        await page.screenshot({ path: path.join(artifacts, 'web-ui-run.png'), fullPage: true });
 
-      // A run that needs attention: what to check, and the exact command that settles it.
-      await page.goto(runUrl(cfg, stuckHandle.workflowId, stuckHandle.firstExecutionRunId), { waitUntil: 'domcontentloaded', timeout: 60_000 });
-      const command = `npx tsx client.ts resolve ${stuck.orderId} --action charge-succeeded`;
-      await openMetadata(page);
-      const attention = await shows(page, [orderSummary(stuck), 'Needs attention: charge-outcome', command]);
-      writeFileSync(path.join(artifacts, 'web-ui-needs-attention.txt'), attention);
-      expect(attention).toContain(`GET /v1/charges/${stuck.orderId}:charge`);
-      expect(attention).toContain(`npx tsx client.ts resolve ${stuck.orderId} --action charge-failed`);
-      await page.screenshot({ path: path.join(artifacts, 'web-ui-needs-attention.png'), fullPage: true });
-    } catch (err) {
-      // What the page showed when a check failed, for whoever reads the CI log.
-      const page = browser.contexts()[0]?.pages()[0];
-      if (page) {
-        writeFileSync(path.join(artifacts, 'web-ui-failure.txt'), await page.innerText('body').catch(() => ''));
-        await page.screenshot({ path: path.join(artifacts, 'web-ui-failure.png'), fullPage: true }).catch(() => undefined);
+        // A run that needs attention: what to check, and the exact command that settles it.
+        await page.goto(runUrl(cfg, stuckHandle.workflowId, stuckHandle.firstExecutionRunId), {
+          waitUntil: 'domcontentloaded',
+          timeout: 60_000,
+        });
+        const command = `npx tsx client.ts resolve ${stuck.orderId} --action charge-succeeded`;
+        await openMetadata(page);
+        const attention = await shows(page, [orderSummary(stuck), 'Needs attention: charge-outcome', command]);
+        writeFileSync(path.join(artifacts, 'web-ui-needs-attention.txt'), attention);
+        expect(attention).toContain(`GET /v1/charges/${stuck.orderId}:charge`);
+        expect(attention).toContain(`npx tsx client.ts resolve ${stuck.orderId} --action charge-failed`);
+        await page.screenshot({ path: path.join(artifacts, 'web-ui-needs-attention.png'), fullPage: true });
+      } catch (err) {
+        // What the page showed when a check failed, for whoever reads the CI log.
+        const page = browser.contexts()[0]?.pages()[0];
+        if (page) {
+          writeFileSync(path.join(artifacts, 'web-ui-failure.txt'), await page.innerText('body').catch(() => ''));
+          await page
+            .screenshot({ path: path.join(artifacts, 'web-ui-failure.png'), fullPage: true })
+            .catch(() => undefined);
+        }
+        throw err;
+      } finally {
+        await browser.close();
+        await admin.clear();
       }
-      throw err;
-    } finally {
-      await browser.close();
-      await admin.clear();
-    }
-    // The person follows the page: the provider says the charge succeeded, so charge-succeeded settles it.
-    const resolved = await cli(['resolve', stuck.orderId, '--action', 'charge-succeeded', '--note', 'checked the provider']);
-    expect(resolved.code, resolved.stderr).toBe(0);
-    expect((await orderOutcome(stuckHandle)).status).toBe('COMPLETED');
-  });
+      // The person follows the page: the provider says the charge succeeded, so charge-succeeded settles it.
+      const resolved = await cli([
+        'resolve',
+        stuck.orderId,
+        '--action',
+        'charge-succeeded',
+        '--note',
+        'checked the provider',
+      ]);
+      expect(resolved.code, resolved.stderr).toBe(0);
+      expect((await orderOutcome(stuckHandle)).status).toBe('COMPLETED');
+    },
+  );
 
   it(`${MALFORMED_ORDERS.length} malformed orders through client.ts place: exit 2, the field named, 0 rows and 0 workflows`, async () => {
     const ordersBefore = Number((await db.query<{ count: string }>('SELECT count(*) FROM orders')).rows[0]!.count);
@@ -382,12 +469,17 @@ describe('end to end on the dev server', () => {
     for (const { name, order, field } of MALFORMED_ORDERS) {
       const out: string[] = [];
       const err: string[] = [];
-      const code = await runCli(['place', '--file', orderFile(order), '--json'], cfg, { out: (l) => out.push(l), err: (l) => err.push(l) });
+      const code = await runCli(['place', '--file', orderFile(order), '--json'], cfg, {
+        out: (l) => out.push(l),
+        err: (l) => err.push(l),
+      });
       expect(code, name).toBe(2);
       expect(err.join('\n'), name).toMatch(field);
       expect(out, name).toEqual([]);
     }
-    expect(Number((await db.query<{ count: string }>('SELECT count(*) FROM orders')).rows[0]!.count)).toBe(ordersBefore);
+    expect(Number((await db.query<{ count: string }>('SELECT count(*) FROM orders')).rows[0]!.count)).toBe(
+      ordersBefore,
+    );
     expect(await settledCount(env)).toBe(workflowsBefore);
   });
 
@@ -409,17 +501,30 @@ describe('end to end on the dev server', () => {
       values: [`${orphan}:charge`, orphan],
     });
     try {
-      const before = Number((await db.query<{ count: string }>('SELECT count(*) FROM reconciliation_runs')).rows[0]!.count);
+      const before = Number(
+        (await db.query<{ count: string }>('SELECT count(*) FROM reconciliation_runs')).rows[0]!.count,
+      );
       await env.client.schedule.getHandle('reconcile').trigger();
-      for (let i = 0; i < 100 && Number((await db.query<{ count: string }>('SELECT count(*) FROM reconciliation_runs')).rows[0]!.count) === before; i++) {
+      for (
+        let i = 0;
+        i < 100 &&
+        Number((await db.query<{ count: string }>('SELECT count(*) FROM reconciliation_runs')).rows[0]!.count) ===
+          before;
+        i++
+      ) {
         await new Promise((r) => setTimeout(r, 200));
       }
       const f = await cli(['findings', '--json']);
       expect(f.code).toBe(1);
       const report = JSON.parse(f.stdout) as { findings: { rule: string; orderIds: string[] }[] };
-      expect(report.findings).toContainEqual(expect.objectContaining({ rule: 'no successful charge whose order is missing', orderIds: [orphan] }));
+      expect(report.findings).toContainEqual(
+        expect.objectContaining({ rule: 'no successful charge whose order is missing', orderIds: [orphan] }),
+      );
       // It reported; it did not refund.
-      const refunds = await db.query({ text: 'SELECT 1 FROM provider.refunds WHERE charge_key = $1', values: [`${orphan}:charge`] });
+      const refunds = await db.query({
+        text: 'SELECT 1 FROM provider.refunds WHERE charge_key = $1',
+        values: [`${orphan}:charge`],
+      });
       expect(refunds.rowCount).toBe(0);
     } finally {
       await db.query({ text: 'DELETE FROM provider.charges WHERE idempotency_key = $1', values: [`${orphan}:charge`] });

@@ -43,7 +43,14 @@ describe('fault book', () => {
 
   it('exceptClient leaves one caller alone: its calls do not use the rule up', () => {
     const book = new FaultBook();
-    const rule = book.add(parseFaultRequest({ kind: 'lose-response-after-commit', target: 'refunds', count: 1, exceptClient: 'chaos-operator' }));
+    const rule = book.add(
+      parseFaultRequest({
+        kind: 'lose-response-after-commit',
+        target: 'refunds',
+        count: 1,
+        exceptClient: 'chaos-operator',
+      }),
+    );
     expect(book.take('refunds', 'k1', 'chaos-operator').size).toBe(0);
     expect(book.take('refunds', 'k1', 'chaos-operator').size).toBe(0);
     expect(book.take('refunds', 'k1').get('lose-response-after-commit')).toBe(rule); // still there for the saga
@@ -52,8 +59,13 @@ describe('fault book', () => {
   });
 
   it('parses every kind for the targets it applies to, naming a bad field', () => {
-    expect(parseFaultRequest({ kind: 'outage', target: 'refunds', forMs: 5_000 })).toMatchObject({ kind: 'outage', target: 'refunds' });
-    expect(parseFaultRequest({ kind: 'lose-response-after-commit', target: 'inquiries', count: 1 })).toMatchObject({ target: 'inquiries' });
+    expect(parseFaultRequest({ kind: 'outage', target: 'refunds', forMs: 5_000 })).toMatchObject({
+      kind: 'outage',
+      target: 'refunds',
+    });
+    expect(parseFaultRequest({ kind: 'lose-response-after-commit', target: 'inquiries', count: 1 })).toMatchObject({
+      target: 'inquiries',
+    });
     expect(() => parseFaultRequest({ kind: 'processing', target: 'charges', count: 1 })).toThrow(/^target: /);
     expect(() => parseFaultRequest({ kind: 'outage' })).toThrow(/^count: give count, rate or forMs/);
     expect(() => parseFaultRequest({ kind: 'delay', count: 1 })).toThrow(/^delayMs: /);

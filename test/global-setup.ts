@@ -40,7 +40,12 @@ let tmp: string | undefined;
 export async function setup(project: TestProject): Promise<void> {
   tmp = mkdtempSync(path.join(os.tmpdir(), 'order-saga-test-'));
   chmodSync(tmp, 0o755); // as root, Postgres runs as the postgres user and must reach its data dir
-  pg = await ensurePostgres({ dataDir: path.join(tmp, 'pg'), port: 54000 + (process.pid % 1000), database: 'orders_test', persistent: false });
+  pg = await ensurePostgres({
+    dataDir: path.join(tmp, 'pg'),
+    port: 54000 + (process.pid % 1000),
+    database: 'orders_test',
+    persistent: false,
+  });
   const { urls } = await prepareDatabase(pg.url);
   const started = await startProviderProcess({
     DATABASE_URL: urls.provider,

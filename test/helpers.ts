@@ -11,13 +11,17 @@ export const testPool = (): Pool => createPool(inject('databaseUrl'));
 export const testProvider = (timeoutMs = 5_000): ProviderClient =>
   createProviderClient({ baseUrl: inject('providerUrl'), apiKey: inject('providerApiKey'), timeoutMs });
 
-export const testAdmin = (): ProviderAdmin => createProviderAdmin({ baseUrl: inject('providerAdminUrl'), adminKey: inject('providerAdminKey') });
+export const testAdmin = (): ProviderAdmin =>
+  createProviderAdmin({ baseUrl: inject('providerAdminUrl'), adminKey: inject('providerAdminKey') });
 
 /** A short unique suffix, so every test has its own order IDs, SKUs, workflow IDs and task queues. */
 export const uid = (): string => randomUUID().slice(0, 8);
 
 /** Inserts a product of the test's own, so tests never share stock. */
-export async function createProduct(db: Pool, opts: { stock: number; priceCents?: number }): Promise<{ sku: string; priceCents: number }> {
+export async function createProduct(
+  db: Pool,
+  opts: { stock: number; priceCents?: number },
+): Promise<{ sku: string; priceCents: number }> {
   const sku = `T-${uid().toUpperCase()}`;
   const priceCents = opts.priceCents ?? 1000;
   await db.query({
@@ -27,22 +31,44 @@ export async function createProduct(db: Pool, opts: { stock: number; priceCents?
   return { sku, priceCents };
 }
 
-export function makeOrder(items: { sku: string; qty: number; unitPriceCents: number }[], overrides: Partial<OrderInput> = {}): OrderInput {
-  return { orderId: `t-${uid()}`, customerId: `cust-${uid()}`, currency: 'USD', paymentMethod: 'tok_visa', items, ...overrides };
+export function makeOrder(
+  items: { sku: string; qty: number; unitPriceCents: number }[],
+  overrides: Partial<OrderInput> = {},
+): OrderInput {
+  return {
+    orderId: `t-${uid()}`,
+    customerId: `cust-${uid()}`,
+    currency: 'USD',
+    paymentMethod: 'tok_visa',
+    items,
+    ...overrides,
+  };
 }
 
 export async function productRow(db: Pool, sku: string): Promise<{ stock: number; version: number }> {
-  const { rows } = await db.query<{ stock: number; version: string }>({ text: 'SELECT stock, version FROM products WHERE sku = $1', values: [sku] });
+  const { rows } = await db.query<{ stock: number; version: string }>({
+    text: 'SELECT stock, version FROM products WHERE sku = $1',
+    values: [sku],
+  });
   return { stock: rows[0]!.stock, version: Number(rows[0]!.version) };
 }
 
-export async function orderRow(db: Pool, orderId: string): Promise<{ status: string; reason: string | null } | undefined> {
-  const { rows } = await db.query<{ status: string; reason: string | null }>({ text: 'SELECT status, reason FROM orders WHERE order_id = $1', values: [orderId] });
+export async function orderRow(
+  db: Pool,
+  orderId: string,
+): Promise<{ status: string; reason: string | null } | undefined> {
+  const { rows } = await db.query<{ status: string; reason: string | null }>({
+    text: 'SELECT status, reason FROM orders WHERE order_id = $1',
+    values: [orderId],
+  });
   return rows[0];
 }
 
 /** The provider's ledger for one order: its charge rows and refund rows. */
-export async function ledger(db: Pool, orderId: string): Promise<{ charges: { status: string; amount: number }[]; refunds: { amount: number }[] }> {
+export async function ledger(
+  db: Pool,
+  orderId: string,
+): Promise<{ charges: { status: string; amount: number }[]; refunds: { amount: number }[] }> {
   const charges = await db.query<{ status: string; amount_cents: string }>({
     text: 'SELECT status, amount_cents FROM provider.charges WHERE idempotency_key = $1',
     values: [`${orderId}:charge`],

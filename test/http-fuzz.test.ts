@@ -43,7 +43,12 @@ function raw(port: number, head: string, body: Buffer = Buffer.alloc(0)): Promis
       const all = Buffer.concat(chunks);
       const split = all.indexOf('\r\n\r\n');
       const m = /^HTTP\/1\.1 (\d{3})/.exec(all.toString('latin1'));
-      if (split < 0 || !m) return reject(new Error(`no HTTP response to ${JSON.stringify(head.slice(0, 120))}: ${JSON.stringify(all.toString('latin1').slice(0, 200))}`));
+      if (split < 0 || !m)
+        return reject(
+          new Error(
+            `no HTTP response to ${JSON.stringify(head.slice(0, 120))}: ${JSON.stringify(all.toString('latin1').slice(0, 200))}`,
+          ),
+        );
       const headers: Record<string, string> = {};
       for (const line of all.subarray(0, split).toString('latin1').split('\r\n').slice(1)) {
         const i = line.indexOf(':');
@@ -113,10 +118,37 @@ function rng(seed: number): { int(n: number): number; pick<T>(xs: readonly T[]):
 }
 
 /** Pieces of a malformed path segment: bad and overlong % escapes, control bytes, dots, slashes. */
-const PATH_PIECES = ['%', '%%', '%G0', '%1', '%zz', '%C0%AF', '%ED%A0%80', '%E2%82', '%FF%FE', '%00', '%0A', '%1F', '%7F', '..', '/', '//', ';', 'x', 'ü', '%F0%9F%92', 'a'.repeat(300)];
+const PATH_PIECES = [
+  '%',
+  '%%',
+  '%G0',
+  '%1',
+  '%zz',
+  '%C0%AF',
+  '%ED%A0%80',
+  '%E2%82',
+  '%FF%FE',
+  '%00',
+  '%0A',
+  '%1F',
+  '%7F',
+  '..',
+  '/',
+  '//',
+  ';',
+  'x',
+  'ü',
+  '%F0%9F%92',
+  'a'.repeat(300),
+];
 const METHODS = ['GET', 'POST', 'PUT', 'DELETE', 'PATCH', 'OPTIONS', 'TRACE', 'BREW'];
 
-const validCharge = (key: string, amountCents = 500) => ({ amountCents, currency: 'USD', paymentMethod: 'tok_visa', reference: key });
+const validCharge = (key: string, amountCents = 500) => ({
+  amountCents,
+  currency: 'USD',
+  paymentMethod: 'tok_visa',
+  reference: key,
+});
 
 /** A charge body that breaks at least one rule (by construction, never a valid one). */
 function badCharge(r: ReturnType<typeof rng>, key: string): unknown {
@@ -127,7 +159,11 @@ function badCharge(r: ReturnType<typeof rng>, key: string): unknown {
     () => (body.paymentMethod = r.pick(['', 'x'.repeat(65), 7, null, 'a\nb'])),
     () => (body.reference = r.pick(['', 'x'.repeat(201), 5, 'a\u0001', false])),
     // defineProperty: an assignment to __proto__ would set the prototype, not add a field.
-    () => Object.defineProperty(body, r.pick(['amount', '__proto__', 'constructor', 'status', '']), { value: 1, enumerable: true }),
+    () =>
+      Object.defineProperty(body, r.pick(['amount', '__proto__', 'constructor', 'status', '']), {
+        value: 1,
+        enumerable: true,
+      }),
     () => delete body[r.pick(['amountCents', 'currency', 'paymentMethod'])],
   ];
   for (let n = 1 + r.int(2); n > 0; n--) r.pick(mutations)();
@@ -162,9 +198,33 @@ function badFault(r: ReturnType<typeof rng>): unknown {
 }
 
 /** JSON that does not parse, or is not an object. */
-const BAD_JSON = ['{', '{"amountCents":', '{"a":1}}', "{'a':1}", '[]', '[1,2]', '42', '"text"', 'null', 'true', '', '\u0000', '{"a":1,}', '['.repeat(20_000), '{"a":"\ud800"'];
+const BAD_JSON = [
+  '{',
+  '{"amountCents":',
+  '{"a":1}}',
+  "{'a':1}",
+  '[]',
+  '[1,2]',
+  '42',
+  '"text"',
+  'null',
+  'true',
+  '',
+  '\u0000',
+  '{"a":1,}',
+  '['.repeat(20_000),
+  '{"a":"\ud800"',
+];
 
-const CONTENT_TYPES = ['text/plain', 'application/x-www-form-urlencoded', 'multipart/form-data; boundary=x', 'application/jsonx', 'text/json', 'application/xml', ''];
+const CONTENT_TYPES = [
+  'text/plain',
+  'application/x-www-form-urlencoded',
+  'multipart/form-data; boundary=x',
+  'application/jsonx',
+  'text/json',
+  'application/xml',
+  '',
+];
 
 /** Requests Node's parser itself refuses; the answer must still be a JSON 4xx. */
 const UNPARSABLE = [
@@ -200,7 +260,10 @@ async function refused(target: string, port: number, r: Req | string): Promise<v
     failures.push(`${target}: ${(err as Error).message}`);
     return;
   }
-  const what = typeof r === 'string' ? JSON.stringify(r.slice(0, 80)) : `${r.method} ${r.path.slice(0, 80)} ${JSON.stringify(r.headers ?? {}).slice(0, 200)} ${String(r.body ?? '').slice(0, 60)}`;
+  const what =
+    typeof r === 'string'
+      ? JSON.stringify(r.slice(0, 80))
+      : `${r.method} ${r.path.slice(0, 80)} ${JSON.stringify(r.headers ?? {}).slice(0, 200)} ${String(r.body ?? '').slice(0, 60)}`;
   let parsed: unknown;
   try {
     parsed = JSON.parse(reply.body);
@@ -208,18 +271,27 @@ async function refused(target: string, port: number, r: Req | string): Promise<v
     parsed = undefined;
   }
   const json = parsed as { error?: unknown; message?: unknown } | undefined;
-  if (reply.status < 400 || reply.status > 499) failures.push(`${target} ${what}: status ${reply.status} ${reply.body.slice(0, 100)}`);
-  else if (!reply.headers['content-type']?.startsWith('application/json') || typeof json?.error !== 'string' || typeof json.message !== 'string') {
-    failures.push(`${target} ${what}: not a JSON error: ${reply.status} ${reply.headers['content-type']} ${reply.body.slice(0, 100)}`);
+  if (reply.status < 400 || reply.status > 499)
+    failures.push(`${target} ${what}: status ${reply.status} ${reply.body.slice(0, 100)}`);
+  else if (
+    !reply.headers['content-type']?.startsWith('application/json') ||
+    typeof json?.error !== 'string' ||
+    typeof json.message !== 'string'
+  ) {
+    failures.push(
+      `${target} ${what}: not a JSON error: ${reply.status} ${reply.headers['content-type']} ${reply.body.slice(0, 100)}`,
+    );
   }
 }
 
 /** Runs the requests with at most `width` in flight. */
 async function pool<T>(items: T[], width: number, fn: (x: T) => Promise<void>): Promise<void> {
   let i = 0;
-  await Promise.all(Array.from({ length: width }, async () => {
-    while (i < items.length) await fn(items[i++]!);
-  }));
+  await Promise.all(
+    Array.from({ length: width }, async () => {
+      while (i < items.length) await fn(items[i++]!);
+    }),
+  );
 }
 
 beforeAll(async () => {
@@ -233,7 +305,11 @@ beforeAll(async () => {
   });
   provider = p.child;
   metricsServer = await startMetricsServer(new InventoryMetrics(), 0);
-  ports = { api: Number(new URL(p.url).port), admin: Number(new URL(p.adminUrl).port), metrics: (metricsServer.address() as AddressInfo).port };
+  ports = {
+    api: Number(new URL(p.url).port),
+    admin: Number(new URL(p.adminUrl).port),
+    metrics: (metricsServer.address() as AddressInfo).port,
+  };
 });
 afterAll(async () => {
   metricsServer?.close();
@@ -255,21 +331,65 @@ describe('the HTTP edge under fuzzing', () => {
     for (let i = 0; i < 300; i++) {
       // Malformed paths, with and without a key; random methods on random paths.
       api.push({ method: 'GET', path: `/v1/charges/${prefix}${junk()}`, headers: auth });
-      api.push({ method: r.pick(METHODS), path: `/${r.pick(['', 'v1', 'v1/charges', 'v1/refunds', 'admin/faults', 'healthz'])}/${junk()}`, headers: r.pick<Record<string, string>>([auth, {}]) });
+      api.push({
+        method: r.pick(METHODS),
+        path: `/${r.pick(['', 'v1', 'v1/charges', 'v1/refunds', 'admin/faults', 'healthz'])}/${junk()}`,
+        headers: r.pick<Record<string, string>>([auth, {}]),
+      });
       // Invalid bodies: by field, by JSON, by content type, by size, by header.
-      api.push({ method: 'POST', path: '/v1/charges', headers: { ...json, 'idempotency-key': key() }, body: JSON.stringify(badCharge(r, key())) });
-      api.push({ method: 'POST', path: '/v1/refunds', headers: { ...json, 'idempotency-key': key() }, body: JSON.stringify(badRefund(r, key())) });
-      api.push({ method: 'POST', path: r.pick(['/v1/charges', '/v1/refunds']), headers: { ...json, 'idempotency-key': key() }, body: r.pick(BAD_JSON) });
-      const k = key();
-      api.push({ method: 'POST', path: '/v1/charges', headers: { ...auth, 'content-type': r.pick(CONTENT_TYPES), 'idempotency-key': k }, body: JSON.stringify(validCharge(k)) });
       api.push({
         method: 'POST',
         path: '/v1/charges',
-        headers: r.pick<Record<string, string>>([{ ...json }, { ...json, 'idempotency-key': '' }, { ...json, 'idempotency-key': 'k'.repeat(201) }, { 'content-type': 'application/json', 'idempotency-key': key() }, { ...json, authorization: `Bearer ${'x'.repeat(4000)}`, 'idempotency-key': key() }, { ...json, authorization: 'Basic Zm9vOmJhcg==', 'idempotency-key': key() }]),
+        headers: { ...json, 'idempotency-key': key() },
+        body: JSON.stringify(badCharge(r, key())),
+      });
+      api.push({
+        method: 'POST',
+        path: '/v1/refunds',
+        headers: { ...json, 'idempotency-key': key() },
+        body: JSON.stringify(badRefund(r, key())),
+      });
+      api.push({
+        method: 'POST',
+        path: r.pick(['/v1/charges', '/v1/refunds']),
+        headers: { ...json, 'idempotency-key': key() },
+        body: r.pick(BAD_JSON),
+      });
+      const k = key();
+      api.push({
+        method: 'POST',
+        path: '/v1/charges',
+        headers: { ...auth, 'content-type': r.pick(CONTENT_TYPES), 'idempotency-key': k },
+        body: JSON.stringify(validCharge(k)),
+      });
+      api.push({
+        method: 'POST',
+        path: '/v1/charges',
+        headers: r.pick<Record<string, string>>([
+          { ...json },
+          { ...json, 'idempotency-key': '' },
+          { ...json, 'idempotency-key': 'k'.repeat(201) },
+          { 'content-type': 'application/json', 'idempotency-key': key() },
+          { ...json, authorization: `Bearer ${'x'.repeat(4000)}`, 'idempotency-key': key() },
+          { ...json, authorization: 'Basic Zm9vOmJhcg==', 'idempotency-key': key() },
+        ]),
         body: JSON.stringify(validCharge(key())),
       });
-      admin.push({ method: 'POST', path: '/admin/faults', headers: { authorization: `Bearer ${ADMIN_KEY}`, 'content-type': 'application/json' }, body: JSON.stringify(badFault(r)) });
-      admin.push({ method: r.pick(METHODS), path: `/admin/${junk()}`, headers: r.pick<Record<string, string>>([{ authorization: `Bearer ${ADMIN_KEY}` }, {}, { authorization: `Bearer ${API_KEY}` }]) });
+      admin.push({
+        method: 'POST',
+        path: '/admin/faults',
+        headers: { authorization: `Bearer ${ADMIN_KEY}`, 'content-type': 'application/json' },
+        body: JSON.stringify(badFault(r)),
+      });
+      admin.push({
+        method: r.pick(METHODS),
+        path: `/admin/${junk()}`,
+        headers: r.pick<Record<string, string>>([
+          { authorization: `Bearer ${ADMIN_KEY}` },
+          {},
+          { authorization: `Bearer ${API_KEY}` },
+        ]),
+      });
       metrics.push({ method: r.pick(METHODS.filter((m) => m !== 'GET')), path: r.pick(['/metrics', '/stats']) });
       metrics.push({ method: r.pick(METHODS), path: `/${junk()}` });
     }
@@ -277,9 +397,27 @@ describe('the HTTP edge under fuzzing', () => {
       for (const chunked of [false, true]) {
         const k = key();
         const padded = Buffer.from(JSON.stringify({ ...validCharge(k), reference: 'x'.repeat(size) }));
-        api.push({ method: 'POST', path: '/v1/charges', headers: { ...json, 'idempotency-key': k }, body: padded, chunked });
-        api.push({ method: 'POST', path: '/v1/refunds', headers: { ...json, 'idempotency-key': key() }, body: padded, chunked });
-        admin.push({ method: 'POST', path: '/admin/faults', headers: { authorization: `Bearer ${ADMIN_KEY}`, 'content-type': 'application/json' }, body: padded, chunked });
+        api.push({
+          method: 'POST',
+          path: '/v1/charges',
+          headers: { ...json, 'idempotency-key': k },
+          body: padded,
+          chunked,
+        });
+        api.push({
+          method: 'POST',
+          path: '/v1/refunds',
+          headers: { ...json, 'idempotency-key': key() },
+          body: padded,
+          chunked,
+        });
+        admin.push({
+          method: 'POST',
+          path: '/admin/faults',
+          headers: { authorization: `Bearer ${ADMIN_KEY}`, 'content-type': 'application/json' },
+          body: padded,
+          chunked,
+        });
       }
     }
     await pool(api, 16, (q) => refused('provider API', ports.api, q));
@@ -292,7 +430,11 @@ describe('the HTTP edge under fuzzing', () => {
     }
 
     const total = Object.values(sent).reduce((a, b) => a + b, 0);
-    console.log(`http fuzz (seed ${SEED}): ${total} malformed requests sent (${Object.entries(sent).map(([t, n]) => `${t} ${n}`).join(', ')}); ${failures.length} not answered with a JSON 4xx`);
+    console.log(
+      `http fuzz (seed ${SEED}): ${total} malformed requests sent (${Object.entries(sent)
+        .map(([t, n]) => `${t} ${n}`)
+        .join(', ')}); ${failures.length} not answered with a JSON 4xx`,
+    );
     expect(failures.slice(0, 20)).toEqual([]);
     expect(total).toBeGreaterThan(3000);
     const written = await db.query({
@@ -301,7 +443,9 @@ describe('the HTTP edge under fuzzing', () => {
       values: [`${prefix}%`],
     });
     expect(written.rows[0]).toEqual({ charges: 0, refunds: 0 });
-    const rules = await fetch(`http://127.0.0.1:${ports.admin}/admin/faults`, { headers: { authorization: `Bearer ${ADMIN_KEY}` } });
+    const rules = await fetch(`http://127.0.0.1:${ports.admin}/admin/faults`, {
+      headers: { authorization: `Bearer ${ADMIN_KEY}` },
+    });
     expect(((await rules.json()) as { rules: unknown[] }).rules).toEqual([]);
   });
 
@@ -312,7 +456,14 @@ describe('the HTTP edge under fuzzing', () => {
     /** Sends the requests at once: exactly one wins, the others are JSON 409/422, and one row holds the winner's amount. */
     const race = async (path: string, key: string, body: (n: number) => unknown, table: string): Promise<void> => {
       const replies = await Promise.all(
-        Array.from({ length: width }, (_, n) => request(ports.api, { method: 'POST', path, headers: { ...json, 'idempotency-key': key }, body: JSON.stringify(body(n)) })),
+        Array.from({ length: width }, (_, n) =>
+          request(ports.api, {
+            method: 'POST',
+            path,
+            headers: { ...json, 'idempotency-key': key },
+            body: JSON.stringify(body(n)),
+          }),
+        ),
       );
       const won = replies.filter((x) => x.status === 201);
       expect(won).toHaveLength(1);
@@ -321,8 +472,13 @@ describe('the HTTP edge under fuzzing', () => {
         expect(JSON.parse(x.body)).toMatchObject({ error: expect.any(String), message: expect.any(String) });
         lost++;
       }
-      const rows = await db.query({ text: `SELECT amount_cents FROM ${table} WHERE idempotency_key = $1`, values: [key] });
-      expect(rows.rows).toEqual([{ amount_cents: String((JSON.parse(won[0]!.body) as { amountCents: number }).amountCents) }]);
+      const rows = await db.query({
+        text: `SELECT amount_cents FROM ${table} WHERE idempotency_key = $1`,
+        values: [key],
+      });
+      expect(rows.rows).toEqual([
+        { amount_cents: String((JSON.parse(won[0]!.body) as { amountCents: number }).amountCents) },
+      ]);
     };
     for (let i = 0; i < races; i++) {
       // Charges: the same key, eight amounts at once.
@@ -330,8 +486,15 @@ describe('the HTTP edge under fuzzing', () => {
       await race('/v1/charges', key, (n) => validCharge(key, 100 + n), 'provider.charges');
       // Refunds: one refund key, eight amounts (against two charges) at once.
       const other = `${prefix}-race-${Math.max(0, i - 1)}`;
-      await race('/v1/refunds', `${key}:refund`, (n) => ({ chargeKey: n % 2 ? key : other, amountCents: 1 + n }), 'provider.refunds');
+      await race(
+        '/v1/refunds',
+        `${key}:refund`,
+        (n) => ({ chargeKey: n % 2 ? key : other, amountCents: 1 + n }),
+        'provider.refunds',
+      );
     }
-    console.log(`http fuzz: ${races * width * 2} concurrent requests in ${races * 2} races with one key each; ${lost} refused with 409/422, one row per key`);
+    console.log(
+      `http fuzz: ${races * width * 2} concurrent requests in ${races * 2} races with one key each; ${lost} refused with 409/422, one row per key`,
+    );
   });
 });

@@ -24,11 +24,25 @@ async function order(
   await db.query({
     text: `INSERT INTO orders (order_id, customer_id, status, reason, currency, total_cents, items, payment_method, workflow_id, created_at)
            VALUES ($1, $6, $2, $3, 'USD', 1000, $7::jsonb, 'tok_visa', $4, now() - ($5::bigint * interval '1 millisecond'))`,
-    values: [id, status, opts.reason ?? null, `order:${id}`, opts.createdAgoMs ?? 0, opts.customer ?? 'c', JSON.stringify(opts.items ?? [])],
+    values: [
+      id,
+      status,
+      opts.reason ?? null,
+      `order:${id}`,
+      opts.createdAgoMs ?? 0,
+      opts.customer ?? 'c',
+      JSON.stringify(opts.items ?? []),
+    ],
   });
 }
 
-async function charge(key: string, reference: string, amount = 1000, status = 'succeeded', currency = 'USD'): Promise<void> {
+async function charge(
+  key: string,
+  reference: string,
+  amount = 1000,
+  status = 'succeeded',
+  currency = 'USD',
+): Promise<void> {
   await db.query({
     text: `INSERT INTO provider.charges (idempotency_key, request_hash, amount_cents, currency, payment_method, reference, status)
            VALUES ($1, 'h', $2, $5, 'tok_visa', $3, $4)`,
@@ -44,7 +58,13 @@ async function refund(key: string, chargeKey: string, amount: number): Promise<v
 }
 
 /** A reservation row; the caller lowers the product's stock by what it plants HELD or SOLD. */
-async function reserve(orderId: string, sku: string, qty: number, status: 'HELD' | 'RELEASED' | 'SOLD', quotaQty = 0): Promise<void> {
+async function reserve(
+  orderId: string,
+  sku: string,
+  qty: number,
+  status: 'HELD' | 'RELEASED' | 'SOLD',
+  quotaQty = 0,
+): Promise<void> {
   await db.query({
     text: 'INSERT INTO reservations (order_id, sku, qty, status, quota_qty) VALUES ($1, $2, $3, $4, $5)',
     values: [orderId, sku, qty, status, quotaQty],
@@ -53,7 +73,10 @@ async function reserve(orderId: string, sku: string, qty: number, status: 'HELD'
 
 /** Removes the test's orders (with their ledger, reservations, shipments and quota) and restocks its SKUs. */
 async function cleanUp(orderIds: string[], skus: string[], customers: string[] = []): Promise<void> {
-  await db.query({ text: 'DELETE FROM provider.refunds WHERE charge_key LIKE ANY($1::text[])', values: [orderIds.map((i) => `${i}:%`)] });
+  await db.query({
+    text: 'DELETE FROM provider.refunds WHERE charge_key LIKE ANY($1::text[])',
+    values: [orderIds.map((i) => `${i}:%`)],
+  });
   await db.query({ text: 'DELETE FROM provider.charges WHERE reference = ANY($1::text[])', values: [orderIds] });
   await db.query({ text: 'DELETE FROM reservations WHERE order_id = ANY($1::text[])', values: [orderIds] });
   await db.query({ text: 'DELETE FROM shipments WHERE order_id = ANY($1::text[])', values: [orderIds] });
@@ -63,7 +86,10 @@ async function cleanUp(orderIds: string[], skus: string[], customers: string[] =
 }
 
 async function ship(orderId: string): Promise<void> {
-  await db.query({ text: 'INSERT INTO shipments (order_id, tracking_number) VALUES ($1, $2)', values: [orderId, `TRK-${orderId}`] });
+  await db.query({
+    text: 'INSERT INTO shipments (order_id, tracking_number) VALUES ($1, $2)',
+    values: [orderId, `TRK-${orderId}`],
+  });
 }
 
 describe('invariant checker', () => {
@@ -85,7 +111,10 @@ describe('invariant checker', () => {
     await order(ids.good, 'COMPLETED', { items: [{ sku: p.sku, qty: 1, unitPriceCents: 1000 }] });
     await charge(`${ids.good}:charge`, ids.good);
     await db.query({ text: 'UPDATE products SET stock = 9 WHERE sku = $1', values: [p.sku] });
-    await db.query({ text: `INSERT INTO reservations (order_id, sku, qty, status) VALUES ($1, $2, 1, 'SOLD')`, values: [ids.good, p.sku] });
+    await db.query({
+      text: `INSERT INTO reservations (order_id, sku, qty, status) VALUES ($1, $2, 1, 'SOLD')`,
+      values: [ids.good, p.sku],
+    });
     await ship(ids.good);
 
     await order(ids.double, 'COMPLETED');
@@ -107,11 +136,15 @@ describe('invariant checker', () => {
     const q = await createProduct(db, { stock: 10 });
     await order(ids.held, 'FAILED', { reason: 'x' });
     await db.query({ text: 'UPDATE products SET stock = 8 WHERE sku = $1', values: [q.sku] });
-    await db.query({ text: `INSERT INTO reservations (order_id, sku, qty, status) VALUES ($1, $2, 2, 'HELD')`, values: [ids.held, q.sku] });
+    await db.query({
+      text: `INSERT INTO reservations (order_id, sku, qty, status) VALUES ($1, $2, 2, 'HELD')`,
+      values: [ids.held, q.sku],
+    });
     await charge(`${ids.orphan}:charge`, ids.orphan);
 
     const report = await checkInvariants(db, { deadlineMs: DAY });
-    const found = (rule: string, orderId: string): boolean => report.violations.some((v) => v.rule === rule && v.orderIds.includes(orderId));
+    const found = (rule: string, orderId: string): boolean =>
+      report.violations.some((v) => v.rule === rule && v.orderIds.includes(orderId));
     const mentions = (orderId: string): boolean => report.violations.some((v) => v.orderIds.includes(orderId));
 
     expect(found(RULES.doubleCharge, ids.double)).toBe(true);
@@ -121,11 +154,15 @@ describe('invariant checker', () => {
     expect(found(RULES.failedChargedRefundedOnce, ids.unrefunded)).toBe(true);
     expect(found(RULES.orderDecided, ids.stuck)).toBe(true);
     expect(found(RULES.orderDecided, ids.attention)).toBe(true);
-    expect(report.violations.some((v) => v.rule === RULES.stockConserved && v.detail.startsWith(`${lost.sku}:`))).toBe(true);
+    expect(report.violations.some((v) => v.rule === RULES.stockConserved && v.detail.startsWith(`${lost.sku}:`))).toBe(
+      true,
+    );
     expect(found(RULES.noHeldOnFailed, ids.held)).toBe(true);
     expect(found(RULES.orphanCharge, ids.orphan)).toBe(true);
     expect(mentions(ids.good)).toBe(false);
-    expect(report.violations.some((v) => v.detail.startsWith(`${p.sku}:`) || v.detail.startsWith(`${q.sku}:`))).toBe(false);
+    expect(report.violations.some((v) => v.detail.startsWith(`${p.sku}:`) || v.detail.startsWith(`${q.sku}:`))).toBe(
+      false,
+    );
 
     // Leave the shared test database as it was.
     const all = Object.values(ids);
@@ -156,7 +193,12 @@ describe('invariant checker', () => {
       runningRun: id('running-run'),
       settledRun: id('settled-run'),
     };
-    const customers = { good: cust('good'), quotaLow: cust('quota-low'), quotaMissing: cust('quota-missing'), quotaLeak: cust('quota-leak') };
+    const customers = {
+      good: cust('good'),
+      quotaLow: cust('quota-low'),
+      quotaMissing: cust('quota-missing'),
+      quotaLeak: cust('quota-leak'),
+    };
     const p = await createProduct(db, { stock: 100 });
     const other = await createProduct(db, { stock: 10 });
     const line = (qty = 1): Item => ({ sku: p.sku, qty, unitPriceCents: 1000 });
@@ -171,7 +213,10 @@ describe('invariant checker', () => {
     await charge(`${ids.good}:charge`, ids.good);
     await take(ids.good, 1, 'SOLD', 1);
     await ship(ids.good);
-    await db.query({ text: 'INSERT INTO purchase_quota (customer_id, sku, held) VALUES ($1, $2, 1)', values: [customers.good, p.sku] });
+    await db.query({
+      text: 'INSERT INTO purchase_quota (customer_id, sku, held) VALUES ($1, $2, 1)',
+      values: [customers.good, p.sku],
+    });
     // Consistent: a failed order, charged and refunded once in full, its reservation released (with its quota).
     await order(ids.refundedFailed, 'FAILED', { reason: 'shipment rejected', items: [line()] });
     await charge(`${ids.refundedFailed}:charge`, ids.refundedFailed);
@@ -219,10 +264,16 @@ describe('invariant checker', () => {
     // quotaMatchesHolds: quota below the hold, a hold with no quota row, a quota row with no hold.
     await order(ids.quotaLow, 'RESERVED', { items: [line(2)], customer: customers.quotaLow });
     await take(ids.quotaLow, 2, 'HELD', 2);
-    await db.query({ text: 'INSERT INTO purchase_quota (customer_id, sku, held) VALUES ($1, $2, 1)', values: [customers.quotaLow, p.sku] });
+    await db.query({
+      text: 'INSERT INTO purchase_quota (customer_id, sku, held) VALUES ($1, $2, 1)',
+      values: [customers.quotaLow, p.sku],
+    });
     await order(ids.quotaMissing, 'RESERVED', { items: [line()], customer: customers.quotaMissing });
     await take(ids.quotaMissing, 1, 'HELD', 1);
-    await db.query({ text: 'INSERT INTO purchase_quota (customer_id, sku, held) VALUES ($1, $2, 2)', values: [customers.quotaLeak, p.sku] });
+    await db.query({
+      text: 'INSERT INTO purchase_quota (customer_id, sku, held) VALUES ($1, $2, 2)',
+      values: [customers.quotaLeak, p.sku],
+    });
 
     // closedRunTerminal: open orders whose workflow has completed / is not found, and one still running.
     await order(ids.closedRun, 'CHARGED');
@@ -246,12 +297,16 @@ describe('invariant checker', () => {
     const workflows: WorkflowLookup = async (workflowIds) => {
       asked.push(...workflowIds);
       if (workflowIds.includes(`order:${ids.settledRun}`)) {
-        await db.query({ text: `UPDATE orders SET status = 'FAILED', reason = 'declined' WHERE order_id = $1`, values: [ids.settledRun] });
+        await db.query({
+          text: `UPDATE orders SET status = 'FAILED', reason = 'declined' WHERE order_id = $1`,
+          values: [ids.settledRun],
+        });
       }
       return new Map(workflowIds.filter((w) => runs.has(w)).map((w) => [w, runs.get(w)!]));
     };
     const report = await checkInvariants(db, { deadlineMs: DAY, workflows });
-    const found = (rule: string, orderId: string): boolean => report.violations.some((v) => v.rule === rule && v.orderIds.includes(orderId));
+    const found = (rule: string, orderId: string): boolean =>
+      report.violations.some((v) => v.rule === rule && v.orderIds.includes(orderId));
     const mentions = (orderId: string): boolean => report.violations.some((v) => v.orderIds.includes(orderId));
 
     expect(found(RULES.shippedPaidOnce, ids.shippedNoCharge)).toBe(true);
@@ -272,10 +327,16 @@ describe('invariant checker', () => {
 
     expect(found(RULES.quotaMatchesHolds, ids.quotaLow)).toBe(true);
     expect(found(RULES.quotaMatchesHolds, ids.quotaMissing)).toBe(true);
-    expect(report.violations.some((v) => v.rule === RULES.quotaMatchesHolds && v.detail.startsWith(`${customers.quotaLeak}/${p.sku}:`))).toBe(true);
+    expect(
+      report.violations.some(
+        (v) => v.rule === RULES.quotaMatchesHolds && v.detail.startsWith(`${customers.quotaLeak}/${p.sku}:`),
+      ),
+    ).toBe(true);
     expect(report.violations.some((v) => v.detail.startsWith(`${customers.good}/`))).toBe(false);
 
-    expect(asked).toEqual(expect.arrayContaining([ids.closedRun, ids.missingRun, ids.runningRun, ids.settledRun].map((o) => `order:${o}`)));
+    expect(asked).toEqual(
+      expect.arrayContaining([ids.closedRun, ids.missingRun, ids.runningRun, ids.settledRun].map((o) => `order:${o}`)),
+    );
     expect(asked).not.toContain(`order:${ids.good}`);
     expect(found(RULES.closedRunTerminal, ids.closedRun)).toBe(true);
     expect(found(RULES.closedRunTerminal, ids.missingRun)).toBe(true);
@@ -284,7 +345,9 @@ describe('invariant checker', () => {
 
     expect(mentions(ids.good)).toBe(false);
     expect(mentions(ids.refundedFailed)).toBe(false);
-    expect(report.violations.some((v) => v.detail.startsWith(`${p.sku}:`) || v.detail.startsWith(`${other.sku}:`))).toBe(false);
+    expect(
+      report.violations.some((v) => v.detail.startsWith(`${p.sku}:`) || v.detail.startsWith(`${other.sku}:`)),
+    ).toBe(false);
 
     // Leave the shared test database as it was.
     const all = Object.values(ids);
@@ -292,6 +355,8 @@ describe('invariant checker', () => {
     const after = await checkInvariants(db, { deadlineMs: DAY, workflows });
     const skuDetail = (d: string): boolean => d.startsWith(`${p.sku}:`) || d.startsWith(`${other.sku}:`);
     expect(after.violations.filter((v) => v.orderIds.some((o) => all.includes(o)) || skuDetail(v.detail))).toEqual([]);
-    expect(after.violations.filter((v) => Object.values(customers).some((c) => v.detail.startsWith(`${c}/`)))).toEqual([]);
+    expect(after.violations.filter((v) => Object.values(customers).some((c) => v.detail.startsWith(`${c}/`)))).toEqual(
+      [],
+    );
   });
 });

@@ -44,7 +44,12 @@ describe('reserveInventory (optimistic CAS)', () => {
       if (++arrived === 2) release();
       await bothRead;
     };
-    const acts = createActivities({ db, provider: testProvider(), reserveLogic: logic, cas: { baseMs: 1, maxMs: 5, jitterMs: 5 } });
+    const acts = createActivities({
+      db,
+      provider: testProvider(),
+      reserveLogic: logic,
+      cas: { baseMs: 1, maxMs: 5, jitterMs: 5 },
+    });
 
     const results: ReserveResult[] = await Promise.all([
       runActivity(acts.reserveInventory, { orderId: a, customerId: 'c', items: [{ sku: p.sku, qty: 3 }] }),
@@ -78,7 +83,11 @@ describe('reserveInventory (optimistic CAS)', () => {
     expect((await productRow(db, p.sku)).stock).toBe(10);
     // A reserve arriving after the release must not take the stock again: the release left the order
     // COMPENSATING (its tombstone), so the reservation is refused with the order's status.
-    await expect(runActivity(acts.reserveInventory, req)).rejects.toMatchObject({ type: 'OrderStateConflict', nonRetryable: true, details: [{ status: 'COMPENSATING' }] });
+    await expect(runActivity(acts.reserveInventory, req)).rejects.toMatchObject({
+      type: 'OrderStateConflict',
+      nonRetryable: true,
+      details: [{ status: 'COMPENSATING' }],
+    });
     expect((await productRow(db, p.sku)).stock).toBe(10);
   });
 
@@ -104,7 +113,10 @@ describe('reserveInventory (optimistic CAS)', () => {
       runActivity(acts.reserveInventory, {
         orderId: id,
         customerId: 'c',
-        items: [{ sku: ok.sku, qty: 2 }, { sku: short.sku, qty: 2 }],
+        items: [
+          { sku: ok.sku, qty: 2 },
+          { sku: short.sku, qty: 2 },
+        ],
       }),
     ).rejects.toMatchObject({ type: 'InsufficientStock' });
     expect((await productRow(db, ok.sku)).stock).toBe(5);

@@ -60,7 +60,9 @@ describe('serial lanes across worker processes', () => {
           READER_DATABASE_URL: inject('roleUrls').reader,
           PROVIDER_URL: inject('providerUrl'),
           PROVIDER_API_KEY: inject('providerApiKey'),
-          INVENTORY_LANE_SKUS: Object.values(hot).map((p) => p.sku).join(','),
+          INVENTORY_LANE_SKUS: Object.values(hot)
+            .map((p) => p.sku)
+            .join(','),
           WORKER_METRICS_PORT: '0',
           TEMPORAL_METRICS_ADDRESS: 'off',
           WORKFLOW_BUNDLE: bundlePath,
@@ -68,15 +70,23 @@ describe('serial lanes across worker processes', () => {
       ),
     );
 
-    const orders = Object.values(hot).flatMap((p) => Array.from({ length: PER_SKU }, () => makeOrder([{ sku: p.sku, qty: 1, unitPriceCents: p.priceCents }])));
-    const handles = await Promise.all(orders.map((o) => env.client.workflow.start(orderSaga, { taskQueue, workflowId: workflowIdFor(o.orderId), args: [o] })));
+    const orders = Object.values(hot).flatMap((p) =>
+      Array.from({ length: PER_SKU }, () => makeOrder([{ sku: p.sku, qty: 1, unitPriceCents: p.priceCents }])),
+    );
+    const handles = await Promise.all(
+      orders.map((o) =>
+        env.client.workflow.start(orderSaga, { taskQueue, workflowId: workflowIdFor(o.orderId), args: [o] }),
+      ),
+    );
     const outcomes = await Promise.all(handles.map((h) => orderOutcome(h)));
 
     // Nothing dropped: each SKU sold exactly its stock, the rest were refused for stock, nothing held.
     for (const p of Object.values(hot)) {
       const mine = orders.map((o, i) => ({ o, r: outcomes[i]! })).filter(({ o }) => o.items[0]!.sku === p.sku);
       const statuses = mine.map(({ r }) => r.status).sort();
-      expect(statuses).toEqual([...Array<string>(STOCK).fill('COMPLETED'), ...Array<string>(PER_SKU - STOCK).fill('FAILED')].sort());
+      expect(statuses).toEqual(
+        [...Array<string>(STOCK).fill('COMPLETED'), ...Array<string>(PER_SKU - STOCK).fill('FAILED')].sort(),
+      );
       expect((await productRow(db, p.sku)).stock).toBe(0);
       const sold = (await Promise.all(mine.map(({ o }) => reservations(db, o.orderId)))).flat();
       expect(sold.filter((r) => r.status === 'SOLD')).toHaveLength(STOCK);

@@ -41,7 +41,12 @@ async function withLanes<T>(
     await Worker.create({ connection: env.nativeConnection, taskQueue, workflowBundle: bundle, activities: main }),
     ...(await Promise.all(
       [0, 1].map((n) =>
-        Worker.create({ connection: env.nativeConnection, taskQueue: laneTaskQueue(taskQueue, n), activities: lane(n), maxConcurrentActivityTaskExecutions: 1 }),
+        Worker.create({
+          connection: env.nativeConnection,
+          taskQueue: laneTaskQueue(taskQueue, n),
+          activities: lane(n),
+          maxConcurrentActivityTaskExecutions: 1,
+        }),
       ),
     )),
   ];
@@ -59,12 +64,30 @@ async function withLanes<T>(
  * make queued tasks look old.
  */
 const run = (taskQueue: string, order: OrderInput) =>
-  new WorkflowClient({ connection: env.connection }).execute(orderSaga, { taskQueue, workflowId: workflowIdFor(order.orderId), args: [order] });
+  new WorkflowClient({ connection: env.connection }).execute(orderSaga, {
+    taskQueue,
+    workflowId: workflowIdFor(order.orderId),
+    args: [order],
+  });
 
 describe('serial lane fallback', () => {
   it.each([
-    ['the activity says route-to-lane', async (): Promise<ReserveResult> => ({ outcome: 'route-to-lane', path: 'cas', attempts: 0, conflicts: 0, reason: 'hot' })],
-    ['CAS attempts are exhausted', async (): Promise<ReserveResult> => { throw ApplicationFailure.create({ type: 'ContentionExhausted', message: 'gave up', nonRetryable: true }); }],
+    [
+      'the activity says route-to-lane',
+      async (): Promise<ReserveResult> => ({
+        outcome: 'route-to-lane',
+        path: 'cas',
+        attempts: 0,
+        conflicts: 0,
+        reason: 'hot',
+      }),
+    ],
+    [
+      'CAS attempts are exhausted',
+      async (): Promise<ReserveResult> => {
+        throw ApplicationFailure.create({ type: 'ContentionExhausted', message: 'gave up', nonRetryable: true });
+      },
+    ],
   ])('%s: the workflow reserves through the lane, once, and completes', async (_name, cas) => {
     const p = await createProduct(db, { stock: 9, priceCents: 500 });
     const order = makeOrder([{ sku: p.sku, qty: 2, unitPriceCents: p.priceCents }]);
@@ -72,7 +95,9 @@ describe('serial lane fallback', () => {
     const laneCalls: number[] = [];
     const result = await withLanes(
       { ...real, reserveInventory: cas },
-      (n) => ({ reserveInventorySerial: async (req: ReserveRequest) => (laneCalls.push(n), real.reserveInventorySerial(req)) }),
+      (n) => ({
+        reserveInventorySerial: async (req: ReserveRequest) => (laneCalls.push(n), real.reserveInventorySerial(req)),
+      }),
       (tq) => run(tq, order),
     );
     expect(result.status).toBe('COMPLETED');
@@ -107,9 +132,19 @@ describe('serial lane fallback', () => {
         }
       },
     });
-    const route = async (): Promise<ReserveResult> => ({ outcome: 'route-to-lane', path: 'cas', attempts: 0, conflicts: 0, reason: 'hot' });
-    const orders = [...byLane[0]!, ...byLane[1]!].map((p) => makeOrder([{ sku: p.sku, qty: 1, unitPriceCents: p.priceCents }]));
-    const results = await withLanes({ ...real, reserveInventory: route }, lane, (tq) => Promise.all(orders.map((o) => run(tq, o))));
+    const route = async (): Promise<ReserveResult> => ({
+      outcome: 'route-to-lane',
+      path: 'cas',
+      attempts: 0,
+      conflicts: 0,
+      reason: 'hot',
+    });
+    const orders = [...byLane[0]!, ...byLane[1]!].map((p) =>
+      makeOrder([{ sku: p.sku, qty: 1, unitPriceCents: p.priceCents }]),
+    );
+    const results = await withLanes({ ...real, reserveInventory: route }, lane, (tq) =>
+      Promise.all(orders.map((o) => run(tq, o))),
+    );
     expect(results.map((r) => `${r.status} ${r.reason ?? ''}`.trim())).toEqual(Array(6).fill('COMPLETED'));
     expect(maxInFlight).toEqual({ 0: 1, 1: 1 });
     expect(maxTotal).toBeLessThanOrEqual(2);

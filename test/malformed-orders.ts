@@ -6,7 +6,10 @@ const base = {
   paymentMethod: 'tok_visa',
   items: [{ sku: 'SKU-MUG', qty: 1, unitPriceCents: 1250 }],
 };
-const item = (over: Record<string, unknown>): Record<string, unknown> => ({ ...base, items: [{ ...base.items[0], ...over }] });
+const item = (over: Record<string, unknown>): Record<string, unknown> => ({
+  ...base,
+  items: [{ ...base.items[0], ...over }],
+});
 
 export const VALID_ORDER = base;
 

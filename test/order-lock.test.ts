@@ -10,7 +10,18 @@ import type { ReserveLogic } from '../activities/inventory';
 import { loadOrder } from '../client';
 import { orderStore } from '../lib/order-store';
 import { parseSagaConfig } from '../workflows/order-saga';
-import { createProduct, ledger, makeOrder, mockActivityEnv, orderRow, productRow, reservations, runActivity, testPool, testProvider } from './helpers';
+import {
+  createProduct,
+  ledger,
+  makeOrder,
+  mockActivityEnv,
+  orderRow,
+  productRow,
+  reservations,
+  runActivity,
+  testPool,
+  testProvider,
+} from './helpers';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -33,7 +44,11 @@ async function placed(qty = 2, lines = 1): Promise<{ order: ReturnType<typeof ma
   return { order, skus: products.map((p) => p.sku) };
 }
 
-const reserveReq = (order: ReturnType<typeof makeOrder>) => ({ orderId: order.orderId, customerId: order.customerId, items: order.items });
+const reserveReq = (order: ReturnType<typeof makeOrder>) => ({
+  orderId: order.orderId,
+  customerId: order.customerId,
+  items: order.items,
+});
 const chargeReq = (order: ReturnType<typeof makeOrder>) => ({
   orderId: order.orderId,
   amountCents: order.items.reduce((s, i) => s + i.qty * i.unitPriceCents, 0),
@@ -47,9 +62,13 @@ describe('the order state machine', () => {
     await runActivity(acts.reserveInventory, reserveReq(order));
     expect(await runActivity(acts.chargePayment, chargeReq(order))).not.toHaveProperty('status');
     expect((await orderRow(db, order.orderId))?.status).toBe('RESERVED');
-    expect(await runActivity(acts.chargePayment, { ...chargeReq(order), markCharged: true })).toMatchObject({ status: 'CHARGED' });
+    expect(await runActivity(acts.chargePayment, { ...chargeReq(order), markCharged: true })).toMatchObject({
+      status: 'CHARGED',
+    });
     expect((await orderRow(db, order.orderId))?.status).toBe('CHARGED');
-    expect(await runActivity(acts.chargePayment, { ...chargeReq(order), markCharged: true })).toMatchObject({ status: 'CHARGED' });
+    expect(await runActivity(acts.chargePayment, { ...chargeReq(order), markCharged: true })).toMatchObject({
+      status: 'CHARGED',
+    });
     expect((await ledger(db, order.orderId)).charges).toHaveLength(1);
   });
 
@@ -57,12 +76,20 @@ describe('the order state machine', () => {
     const { order } = await placed();
     await runActivity(acts.reserveInventory, reserveReq(order));
     const other = `${order.orderId}x:charge`;
-    await expect(runActivity(acts.chargePayment, { ...chargeReq(order), idempotencyKey: other })).rejects.toMatchObject({ type: 'OrderMismatch' });
-    await expect(runActivity(acts.inquireCharge, { orderId: order.orderId, chargeKey: other })).rejects.toMatchObject({ type: 'OrderMismatch' });
-    await expect(runActivity(acts.refundPayment, { orderId: order.orderId, idempotencyKey: `${other}:refund` })).rejects.toMatchObject({ type: 'OrderMismatch' });
+    await expect(runActivity(acts.chargePayment, { ...chargeReq(order), idempotencyKey: other })).rejects.toMatchObject(
+      { type: 'OrderMismatch' },
+    );
+    await expect(runActivity(acts.inquireCharge, { orderId: order.orderId, chargeKey: other })).rejects.toMatchObject({
+      type: 'OrderMismatch',
+    });
+    await expect(
+      runActivity(acts.refundPayment, { orderId: order.orderId, idempotencyKey: `${other}:refund` }),
+    ).rejects.toMatchObject({ type: 'OrderMismatch' });
     expect(await ledger(db, order.orderId)).toEqual({ charges: [], refunds: [] });
     await runActivity(acts.chargePayment, { ...chargeReq(order), idempotencyKey: `${order.orderId}:charge` });
-    expect(await runActivity(acts.inquireCharge, { orderId: order.orderId, chargeKey: `${order.orderId}:charge` })).toMatchObject({ status: 'succeeded' });
+    expect(
+      await runActivity(acts.inquireCharge, { orderId: order.orderId, chargeKey: `${order.orderId}:charge` }),
+    ).toMatchObject({ status: 'succeeded' });
   });
 
   it('walks the forward path; an illegal transition is refused naming the current status, even as raw SQL', async () => {
@@ -79,12 +106,16 @@ describe('the order state machine', () => {
     await runActivity(acts.setOrderStatus, { orderId: order.orderId, status: 'RESERVED' });
     expect((await orderRow(db, order.orderId))?.status).toBe('COMPLETED');
     // Terminal stays terminal.
-    await expect(runActivity(acts.setOrderStatus, { orderId: order.orderId, status: 'COMPENSATING' })).rejects.toMatchObject({
+    await expect(
+      runActivity(acts.setOrderStatus, { orderId: order.orderId, status: 'COMPENSATING' }),
+    ).rejects.toMatchObject({
       type: 'OrderStateConflict',
       nonRetryable: true,
       details: [{ status: 'COMPLETED' }],
     });
-    await expect(db.query({ text: `UPDATE orders SET status = 'PENDING' WHERE order_id = $1`, values: [order.orderId] })).rejects.toThrow(/not a legal transition/);
+    await expect(
+      db.query({ text: `UPDATE orders SET status = 'PENDING' WHERE order_id = $1`, values: [order.orderId] }),
+    ).rejects.toThrow(/not a legal transition/);
     expect((await orderRow(db, order.orderId))?.status).toBe('COMPLETED');
   });
 
@@ -93,8 +124,13 @@ describe('the order state machine', () => {
     await runActivity(acts.setOrderStatus, { orderId: order.orderId, status: 'COMPENSATING', reason: 'r' });
     await runActivity(acts.setOrderStatus, { orderId: order.orderId, status: 'CANCELLED', reason: 'customer' });
     await runActivity(acts.setOrderStatus, { orderId: order.orderId, status: 'CANCELLED', reason: 'customer' }); // same run, a retry
-    await db.query({ text: `UPDATE orders SET owner_run_id = 'another-run' WHERE order_id = $1`, values: [order.orderId] });
-    await expect(runActivity(acts.setOrderStatus, { orderId: order.orderId, status: 'CANCELLED', reason: 'x' })).rejects.toMatchObject({
+    await db.query({
+      text: `UPDATE orders SET owner_run_id = 'another-run' WHERE order_id = $1`,
+      values: [order.orderId],
+    });
+    await expect(
+      runActivity(acts.setOrderStatus, { orderId: order.orderId, status: 'CANCELLED', reason: 'x' }),
+    ).rejects.toMatchObject({
       type: 'OrderStateConflict',
       details: [{ status: 'CANCELLED' }],
     });
@@ -105,19 +141,37 @@ describe('the order state machine', () => {
     await runActivity(acts.reserveInventory, reserveReq(order));
     await runActivity(acts.chargePayment, chargeReq(order));
     await runActivity(acts.setOrderStatus, { orderId: order.orderId, status: 'CHARGED' });
-    await runActivity(acts.setOrderStatus, { orderId: order.orderId, status: 'NEEDS_ATTENTION', reason: 'shipment failed at the pivot' });
-    await expect(runActivity(acts.setOrderStatus, { orderId: order.orderId, status: 'COMPENSATING' })).rejects.toMatchObject({ type: 'OrderStateConflict' });
-    await expect(runActivity(acts.releaseInventory, { orderId: order.orderId })).rejects.toMatchObject({ type: 'OrderStateConflict' });
-    await expect(db.query({ text: `UPDATE orders SET status = 'COMPENSATING' WHERE order_id = $1`, values: [order.orderId] })).rejects.toThrow(/from CHARGED/);
+    await runActivity(acts.setOrderStatus, {
+      orderId: order.orderId,
+      status: 'NEEDS_ATTENTION',
+      reason: 'shipment failed at the pivot',
+    });
+    await expect(
+      runActivity(acts.setOrderStatus, { orderId: order.orderId, status: 'COMPENSATING' }),
+    ).rejects.toMatchObject({ type: 'OrderStateConflict' });
+    await expect(runActivity(acts.releaseInventory, { orderId: order.orderId })).rejects.toMatchObject({
+      type: 'OrderStateConflict',
+    });
+    await expect(
+      db.query({ text: `UPDATE orders SET status = 'COMPENSATING' WHERE order_id = $1`, values: [order.orderId] }),
+    ).rejects.toThrow(/from CHARGED/);
     // A resume goes back to the row's own origin, whatever the caller believes.
-    expect(await runActivity(acts.setOrderStatus, { orderId: order.orderId, status: 'UNKNOWN_PAYMENT', resume: true })).toBe('CHARGED');
+    expect(
+      await runActivity(acts.setOrderStatus, { orderId: order.orderId, status: 'UNKNOWN_PAYMENT', resume: true }),
+    ).toBe('CHARGED');
     expect((await orderRow(db, order.orderId))?.status).toBe('CHARGED');
 
     const other = await placed();
     await runActivity(acts.reserveInventory, reserveReq(other.order));
     await runActivity(acts.setOrderStatus, { orderId: other.order.orderId, status: 'COMPENSATING' });
-    await runActivity(acts.setOrderStatus, { orderId: other.order.orderId, status: 'NEEDS_ATTENTION', reason: 'release failed' });
-    await expect(runActivity(acts.createShipment, { orderId: other.order.orderId })).rejects.toMatchObject({ type: 'OrderStateConflict' });
+    await runActivity(acts.setOrderStatus, {
+      orderId: other.order.orderId,
+      status: 'NEEDS_ATTENTION',
+      reason: 'release failed',
+    });
+    await expect(runActivity(acts.createShipment, { orderId: other.order.orderId })).rejects.toMatchObject({
+      type: 'OrderStateConflict',
+    });
     expect((await reservations(db, other.order.orderId)).map((r) => r.status)).toEqual(['HELD']);
   });
 });
@@ -125,28 +179,48 @@ describe('the order state machine', () => {
 describe('one order, one owner', () => {
   it('createOrder on a settled order reports it settled and writes nothing; other contents are refused; an open order is taken over', async () => {
     const { order } = await placed();
-    const before = await db.query<{ customer_id: string; total_cents: string }>({ text: 'SELECT * FROM orders WHERE order_id = $1', values: [order.orderId] });
+    const before = await db.query<{ customer_id: string; total_cents: string }>({
+      text: 'SELECT * FROM orders WHERE order_id = $1',
+      values: [order.orderId],
+    });
     const other = { ...order, items: [{ ...order.items[0]!, qty: 3 }] };
-    await expect(runActivity(acts.createOrder, other)).rejects.toMatchObject({ type: 'OrderMismatch', nonRetryable: true });
+    await expect(runActivity(acts.createOrder, other)).rejects.toMatchObject({
+      type: 'OrderMismatch',
+      nonRetryable: true,
+    });
     // Another card is other contents too: the charge key would be reused with other parameters.
-    await expect(runActivity(acts.createOrder, { ...order, paymentMethod: 'tok_mastercard' })).rejects.toMatchObject({ type: 'OrderMismatch' });
+    await expect(runActivity(acts.createOrder, { ...order, paymentMethod: 'tok_mastercard' })).rejects.toMatchObject({
+      type: 'OrderMismatch',
+    });
     expect(await runActivity(acts.createOrder, order)).toEqual({ outcome: 'owned', status: 'PENDING' });
     await runActivity(acts.setOrderStatus, { orderId: order.orderId, status: 'COMPENSATING' });
     await runActivity(acts.setOrderStatus, { orderId: order.orderId, status: 'FAILED', reason: 'declined' });
     expect(await runActivity(acts.createOrder, order)).toEqual({ outcome: 'settled', status: 'FAILED' });
     expect(await runActivity(acts.createOrder, other)).toEqual({ outcome: 'settled', status: 'FAILED' });
-    const after = await db.query({ text: 'SELECT customer_id, items, total_cents FROM orders WHERE order_id = $1', values: [order.orderId] });
-    expect(after.rows[0]).toMatchObject({ customer_id: before.rows[0]!.customer_id, total_cents: before.rows[0]!.total_cents });
+    const after = await db.query({
+      text: 'SELECT customer_id, items, total_cents FROM orders WHERE order_id = $1',
+      values: [order.orderId],
+    });
+    expect(after.rows[0]).toMatchObject({
+      customer_id: before.rows[0]!.customer_id,
+      total_cents: before.rows[0]!.total_cents,
+    });
   });
 });
 
 describe('preconditions of money and goods', () => {
   it('no charge request for an order that may not be charged (PENDING, cancelled); the provider never hears of it', async () => {
     const { order } = await placed();
-    await expect(runActivity(acts.chargePayment, chargeReq(order))).rejects.toMatchObject({ type: 'OrderStateConflict', details: [{ status: 'PENDING' }] });
+    await expect(runActivity(acts.chargePayment, chargeReq(order))).rejects.toMatchObject({
+      type: 'OrderStateConflict',
+      details: [{ status: 'PENDING' }],
+    });
     await runActivity(acts.setOrderStatus, { orderId: order.orderId, status: 'COMPENSATING' });
     await runActivity(acts.setOrderStatus, { orderId: order.orderId, status: 'CANCELLED' });
-    await expect(runActivity(acts.chargePayment, chargeReq(order))).rejects.toMatchObject({ type: 'OrderStateConflict', details: [{ status: 'CANCELLED' }] });
+    await expect(runActivity(acts.chargePayment, chargeReq(order))).rejects.toMatchObject({
+      type: 'OrderStateConflict',
+      details: [{ status: 'CANCELLED' }],
+    });
     expect(await ledger(db, order.orderId)).toEqual({ charges: [], refunds: [] });
   });
 
@@ -166,7 +240,9 @@ describe('preconditions of money and goods', () => {
   it('a charge for another amount than the order row is refused before the provider', async () => {
     const { order } = await placed();
     await runActivity(acts.reserveInventory, reserveReq(order));
-    await expect(runActivity(acts.chargePayment, { ...chargeReq(order), amountCents: 1 })).rejects.toMatchObject({ type: 'OrderMismatch' });
+    await expect(runActivity(acts.chargePayment, { ...chargeReq(order), amountCents: 1 })).rejects.toMatchObject({
+      type: 'OrderMismatch',
+    });
     expect(await ledger(db, order.orderId)).toEqual({ charges: [], refunds: [] });
   });
 
@@ -175,15 +251,28 @@ describe('preconditions of money and goods', () => {
     await runActivity(acts.reserveInventory, reserveReq(order));
     await runActivity(acts.chargePayment, chargeReq(order));
     await runActivity(acts.setOrderStatus, { orderId: order.orderId, status: 'COMPENSATING' });
-    expect(await runActivity(acts.refundPayment, { orderId: order.orderId })).toMatchObject({ outcome: 'refunded', amountCents: 2000 });
+    expect(await runActivity(acts.refundPayment, { orderId: order.orderId })).toMatchObject({
+      outcome: 'refunded',
+      amountCents: 2000,
+    });
     // Replay the charge as a second run would (the row is put back to a chargeable state by hand here).
     await db.query('BEGIN');
     await db.query(`SET LOCAL session_replication_role = replica`);
     await db.query({ text: `UPDATE orders SET status = 'RESERVED' WHERE order_id = $1`, values: [order.orderId] });
     await db.query('COMMIT');
-    await expect(runActivity(acts.chargePayment, chargeReq(order))).rejects.toMatchObject({ type: 'ChargeRefunded', nonRetryable: true });
-    expect(await runActivity(acts.inquireCharge, { orderId: order.orderId })).toEqual({ status: 'succeeded', amountCents: 2000, refundedCents: 2000 });
-    expect(await ledger(db, order.orderId)).toEqual({ charges: [{ status: 'succeeded', amount: 2000 }], refunds: [{ amount: 2000 }] });
+    await expect(runActivity(acts.chargePayment, chargeReq(order))).rejects.toMatchObject({
+      type: 'ChargeRefunded',
+      nonRetryable: true,
+    });
+    expect(await runActivity(acts.inquireCharge, { orderId: order.orderId })).toEqual({
+      status: 'succeeded',
+      amountCents: 2000,
+      refundedCents: 2000,
+    });
+    expect(await ledger(db, order.orderId)).toEqual({
+      charges: [{ status: 'succeeded', amount: 2000 }],
+      refunds: [{ amount: 2000 }],
+    });
   });
 
   it('no refund and no release for a shipped order', async () => {
@@ -192,8 +281,14 @@ describe('preconditions of money and goods', () => {
     await runActivity(acts.chargePayment, chargeReq(order));
     await runActivity(acts.setOrderStatus, { orderId: order.orderId, status: 'CHARGED' });
     await runActivity(acts.createShipment, { orderId: order.orderId });
-    await expect(runActivity(acts.refundPayment, { orderId: order.orderId })).rejects.toMatchObject({ type: 'OrderStateConflict', details: [{ status: 'SHIPPED' }] });
-    await expect(runActivity(acts.releaseInventory, { orderId: order.orderId })).rejects.toMatchObject({ type: 'OrderStateConflict', details: [{ status: 'SHIPPED' }] });
+    await expect(runActivity(acts.refundPayment, { orderId: order.orderId })).rejects.toMatchObject({
+      type: 'OrderStateConflict',
+      details: [{ status: 'SHIPPED' }],
+    });
+    await expect(runActivity(acts.releaseInventory, { orderId: order.orderId })).rejects.toMatchObject({
+      type: 'OrderStateConflict',
+      details: [{ status: 'SHIPPED' }],
+    });
     expect(await ledger(db, order.orderId)).toEqual({ charges: [{ status: 'succeeded', amount: 2000 }], refunds: [] });
     expect(await reservations(db, order.orderId)).toEqual([{ sku: skus[0], qty: 2, status: 'SOLD' }]);
   });
@@ -203,25 +298,43 @@ describe('preconditions of money and goods', () => {
     await runActivity(acts.reserveInventory, reserveReq(order));
     await runActivity(acts.chargePayment, chargeReq(order));
     await runActivity(acts.setOrderStatus, { orderId: order.orderId, status: 'CHARGED' });
-    await db.query({ text: `UPDATE reservations SET status = 'RELEASED' WHERE order_id = $1 AND sku = $2`, values: [order.orderId, skus[1]] });
-    await expect(runActivity(acts.createShipment, { orderId: order.orderId })).rejects.toMatchObject({ type: 'ShipmentRejected', nonRetryable: true });
+    await db.query({
+      text: `UPDATE reservations SET status = 'RELEASED' WHERE order_id = $1 AND sku = $2`,
+      values: [order.orderId, skus[1]],
+    });
+    await expect(runActivity(acts.createShipment, { orderId: order.orderId })).rejects.toMatchObject({
+      type: 'ShipmentRejected',
+      nonRetryable: true,
+    });
     expect((await orderRow(db, order.orderId))?.status).toBe('CHARGED');
     expect((await reservations(db, order.orderId)).map((r) => r.status).sort()).toEqual(['HELD', 'RELEASED']);
-    expect((await db.query({ text: 'SELECT 1 FROM shipments WHERE order_id = $1', values: [order.orderId] })).rowCount).toBe(0);
+    expect(
+      (await db.query({ text: 'SELECT 1 FROM shipments WHERE order_id = $1', values: [order.orderId] })).rowCount,
+    ).toBe(0);
   });
 });
 
 describe('purchase quota and the release tombstone', () => {
   const quota = async (customerId: string, sku: string): Promise<number> =>
-    (await db.query<{ held: number }>({ text: 'SELECT held FROM purchase_quota WHERE customer_id = $1 AND sku = $2', values: [customerId, sku] })).rows[0]?.held ?? 0;
+    (
+      await db.query<{ held: number }>({
+        text: 'SELECT held FROM purchase_quota WHERE customer_id = $1 AND sku = $2',
+        values: [customerId, sku],
+      })
+    ).rows[0]?.held ?? 0;
 
   it('a failure between the quota hold and the commit holds nothing: the hold commits with the reservation or not at all', async () => {
     const { order, skus } = await placed(2);
     await db.query({ text: 'UPDATE products SET max_per_customer = 2 WHERE sku = $1', values: [skus[0]] });
     // The insert of the reservation row fails inside the commit, after the quota upsert (a planted
     // conflicting row stands for a crash at that point): the whole transaction rolls back.
-    await db.query({ text: `INSERT INTO reservations (order_id, sku, qty, status) VALUES ($1, $2, 1, 'RELEASED')`, values: [order.orderId, skus[0]] });
-    await expect(runActivity(acts.reserveInventory, reserveReq(order))).rejects.toMatchObject({ type: 'OrderStateConflict' });
+    await db.query({
+      text: `INSERT INTO reservations (order_id, sku, qty, status) VALUES ($1, $2, 1, 'RELEASED')`,
+      values: [order.orderId, skus[0]],
+    });
+    await expect(runActivity(acts.reserveInventory, reserveReq(order))).rejects.toMatchObject({
+      type: 'OrderStateConflict',
+    });
     expect(await quota(order.customerId, skus[0]!)).toBe(0);
     expect((await productRow(db, skus[0]!)).stock).toBe(10);
     expect((await orderRow(db, order.orderId))?.status).toBe('PENDING');
@@ -237,7 +350,10 @@ describe('purchase quota and the release tombstone', () => {
     const { order, skus } = await placed(2);
     await runActivity(acts.reserveInventory, reserveReq(order)); // no limit yet: holds no quota
     await db.query({ text: 'UPDATE products SET max_per_customer = 5 WHERE sku = $1', values: [skus[0]] });
-    await db.query({ text: 'INSERT INTO purchase_quota (customer_id, sku, held) VALUES ($1, $2, 3)', values: [order.customerId, skus[0]] });
+    await db.query({
+      text: 'INSERT INTO purchase_quota (customer_id, sku, held) VALUES ($1, $2, 3)',
+      values: [order.customerId, skus[0]],
+    });
     await runActivity(acts.releaseInventory, { orderId: order.orderId });
     expect(await quota(order.customerId, skus[0]!)).toBe(3); // another order's hold is untouched
     await db.query({ text: 'DELETE FROM purchase_quota WHERE customer_id = $1', values: [order.customerId] });
@@ -280,8 +396,14 @@ describe('input from outside the client', () => {
     const order = makeOrder([{ sku: p.sku, qty: 1, unitPriceCents: 1000 }], { currency: 'EUR' });
     const file = path.join(mkdtempSync(path.join(os.tmpdir(), 'order-')), 'order.json');
     writeFileSync(file, JSON.stringify(order));
-    await expect(loadOrder(file, orderStore(db))).rejects.toMatchObject({ code: 2, message: expect.stringMatching(/currency: the catalogue prices .* in USD, not EUR/) });
-    await expect(runActivity(acts.createOrder, order)).rejects.toMatchObject({ type: 'InvalidOrder', message: expect.stringMatching(/^currency:/) });
+    await expect(loadOrder(file, orderStore(db))).rejects.toMatchObject({
+      code: 2,
+      message: expect.stringMatching(/currency: the catalogue prices .* in USD, not EUR/),
+    });
+    await expect(runActivity(acts.createOrder, order)).rejects.toMatchObject({
+      type: 'InvalidOrder',
+      message: expect.stringMatching(/^currency:/),
+    });
     expect(await orderRow(db, order.orderId)).toBeUndefined();
   });
 

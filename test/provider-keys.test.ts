@@ -23,7 +23,12 @@ afterAll(async () => {
 
 async function provider(env: Record<string, string>): Promise<{ url: string; adminUrl: string }> {
   await stopProcess(child);
-  const p = await startProviderProcess({ DATABASE_URL: inject('roleUrls').provider, PROVIDER_PORT: '0', PROVIDER_ADMIN_PORT: '0', ...env });
+  const p = await startProviderProcess({
+    DATABASE_URL: inject('roleUrls').provider,
+    PROVIDER_PORT: '0',
+    PROVIDER_ADMIN_PORT: '0',
+    ...env,
+  });
   child = p.child;
   return p;
 }
@@ -34,7 +39,10 @@ const sha = (k: string): string => createHash('sha256').update(k).digest('hex');
 describe('provider keys: rotation', () => {
   it('accepts exactly the configured keys; a removed key gets 401 on the payment and the admin API', async () => {
     // During the rotation: old and new keys both work.
-    let p = await provider({ PROVIDER_API_KEYS: 'key-old-1234, key-new-5678', PROVIDER_ADMIN_KEYS: 'adm-old-1234,adm-new-5678' });
+    let p = await provider({
+      PROVIDER_API_KEYS: 'key-old-1234, key-new-5678',
+      PROVIDER_ADMIN_KEYS: 'adm-old-1234,adm-new-5678',
+    });
     const inquiry = (base: string): string => new URL('/v1/charges/never-seen%3Acharge', base).toString();
     const faults = (base: string): string => new URL('/admin/faults', base).toString();
     expect(await status(inquiry(p.url), 'key-old-1234')).toBe(404); // authenticated: the charge is unknown
@@ -59,7 +67,16 @@ describe('provider keys: rotation', () => {
   it('a malformed key list is refused at start, naming the variable', async () => {
     await stopProcess(child);
     child = undefined;
-    const start = startTsProcess('provider/server.ts', { DATABASE_URL: inject('roleUrls').provider, PROVIDER_PORT: '0', PROVIDER_ADMIN_PORT: '0', PROVIDER_API_KEYS: 'good-key-1234,' }, /listening/);
+    const start = startTsProcess(
+      'provider/server.ts',
+      {
+        DATABASE_URL: inject('roleUrls').provider,
+        PROVIDER_PORT: '0',
+        PROVIDER_ADMIN_PORT: '0',
+        PROVIDER_API_KEYS: 'good-key-1234,',
+      },
+      /listening/,
+    );
     await expect(start).rejects.toThrow(/PROVIDER_API_KEYS: each key must be 8 to 200 printable characters/);
   });
 });

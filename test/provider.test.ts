@@ -11,16 +11,30 @@ afterAll(async () => {
   await db.end();
 });
 
-async function post(path: string, body: unknown, opts: { key?: string; apiKey?: string | null } = {}): Promise<{ status: number; json: Record<string, unknown>; replayed: boolean }> {
+async function post(
+  path: string,
+  body: unknown,
+  opts: { key?: string; apiKey?: string | null } = {},
+): Promise<{ status: number; json: Record<string, unknown>; replayed: boolean }> {
   const headers: Record<string, string> = { 'content-type': 'application/json' };
   if (opts.apiKey !== null) headers.authorization = `Bearer ${opts.apiKey ?? inject('providerApiKey')}`;
   if (opts.key) headers['idempotency-key'] = opts.key;
-  const res = await fetch(new URL(path, inject('providerUrl')), { method: 'POST', headers, body: typeof body === 'string' ? body : JSON.stringify(body) });
-  return { status: res.status, json: (await res.json()) as Record<string, unknown>, replayed: res.headers.get('idempotent-replayed') === 'true' };
+  const res = await fetch(new URL(path, inject('providerUrl')), {
+    method: 'POST',
+    headers,
+    body: typeof body === 'string' ? body : JSON.stringify(body),
+  });
+  return {
+    status: res.status,
+    json: (await res.json()) as Record<string, unknown>,
+    replayed: res.headers.get('idempotent-replayed') === 'true',
+  };
 }
 
 async function get(path: string): Promise<{ status: number; json: Record<string, unknown> }> {
-  const res = await fetch(new URL(path, inject('providerUrl')), { headers: { authorization: `Bearer ${inject('providerApiKey')}` } });
+  const res = await fetch(new URL(path, inject('providerUrl')), {
+    headers: { authorization: `Bearer ${inject('providerApiKey')}` },
+  });
   return { status: res.status, json: (await res.json()) as Record<string, unknown> };
 }
 
@@ -167,8 +181,13 @@ describe('payment provider', () => {
   });
 
   it('the admin API needs its own key and names a bad field', async () => {
-    const res = await fetch(new URL('/admin/faults', inject('providerAdminUrl')), { headers: { authorization: `Bearer ${inject('providerApiKey')}` } });
+    const res = await fetch(new URL('/admin/faults', inject('providerAdminUrl')), {
+      headers: { authorization: `Bearer ${inject('providerApiKey')}` },
+    });
     expect(res.status).toBe(401);
-    await expect(testAdmin().set({ kind: 'explode' as never, count: 1 } as never)).rejects.toMatchObject({ status: 400, body: { field: 'kind' } });
+    await expect(testAdmin().set({ kind: 'explode' as never, count: 1 } as never)).rejects.toMatchObject({
+      status: 400,
+      body: { field: 'kind' },
+    });
   });
 });

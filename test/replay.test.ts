@@ -19,12 +19,17 @@ const quiet = { log() {}, trace() {}, debug() {}, info() {}, warn() {}, error() 
 
 describe('replay of saved saga histories', () => {
   it('every fixture replays with no error', async () => {
-    const files = readdirSync(DIR).filter((f) => f.endsWith('.json')).sort();
+    const files = readdirSync(DIR)
+      .filter((f) => f.endsWith('.json'))
+      .sort();
     expect(files.filter((f) => f.startsWith('v1-')).length).toBeGreaterThanOrEqual(20);
     expect(files.filter((f) => f.startsWith('v2-')).length).toBeGreaterThanOrEqual(20);
     expect(files.filter((f) => f.startsWith('v3-')).length).toBeGreaterThanOrEqual(20);
     expect(files.filter((f) => !/^v\d+-/.test(f)).length).toBeGreaterThanOrEqual(20);
-    const workflowBundle = await bundleWorkflowCode({ workflowsPath: path.resolve(__dirname, '../workflows/index.ts'), logger: quiet });
+    const workflowBundle = await bundleWorkflowCode({
+      workflowsPath: path.resolve(__dirname, '../workflows/index.ts'),
+      logger: quiet,
+    });
     const histories = files.map((f) => {
       const history = historyFromJSON(JSON.parse(readFileSync(path.join(DIR, f), 'utf8')));
       // The saga checks that it runs as order:<orderId>: replay each history under its own workflow ID.

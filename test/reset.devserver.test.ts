@@ -51,15 +51,22 @@ beforeAll(async () => {
       return out;
     },
     createShipment: async (req) => {
-      if (rejectShipment.has(req.orderId)) throw ApplicationFailure.nonRetryable('no carrier serves this address', 'ShipmentRejected');
+      if (rejectShipment.has(req.orderId))
+        throw ApplicationFailure.nonRetryable('no carrier serves this address', 'ShipmentRejected');
       return real.createShipment(req);
     },
     sendConfirmation: async (req) => {
-      if (failConfirmation.has(req.orderId)) throw ApplicationFailure.nonRetryable('mail server down', 'InjectedPermanent');
+      if (failConfirmation.has(req.orderId))
+        throw ApplicationFailure.nonRetryable('mail server down', 'InjectedPermanent');
       return real.sendConfirmation(req);
     },
   };
-  worker = await Worker.create({ connection: env.nativeConnection, taskQueue, workflowBundle: await bundleWorkflows(), activities });
+  worker = await Worker.create({
+    connection: env.nativeConnection,
+    taskQueue,
+    workflowBundle: await bundleWorkflows(),
+    activities,
+  });
   running = worker.run();
 });
 
@@ -74,12 +81,22 @@ const WFT_COMPLETED = temporal.api.enums.v1.EventType.EVENT_TYPE_WORKFLOW_TASK_C
 
 async function newOrder(kind: string, overrides: Partial<OrderInput> = {}): Promise<OrderInput> {
   const p = await createProduct(db, { stock: 10, priceCents: 1500 });
-  return makeOrder([{ sku: p.sku, qty: 2, unitPriceCents: p.priceCents }], { orderId: `rs-${kind}-${uid()}`, ...overrides });
+  return makeOrder([{ sku: p.sku, qty: 2, unitPriceCents: p.priceCents }], {
+    orderId: `rs-${kind}-${uid()}`,
+    ...overrides,
+  });
 }
 
 /** Runs the first run of an order's saga to its end; `during` may act on it meanwhile. */
-async function firstRun(order: OrderInput, during?: (handle: Awaited<ReturnType<typeof env.client.workflow.start>>) => Promise<void>): Promise<{ runId: string; result: OrderResult }> {
-  const handle = await env.client.workflow.start(orderSaga, { taskQueue, workflowId: workflowIdFor(order.orderId), args: [order] });
+async function firstRun(
+  order: OrderInput,
+  during?: (handle: Awaited<ReturnType<typeof env.client.workflow.start>>) => Promise<void>,
+): Promise<{ runId: string; result: OrderResult }> {
+  const handle = await env.client.workflow.start(orderSaga, {
+    taskQueue,
+    workflowId: workflowIdFor(order.orderId),
+    args: [order],
+  });
   await during?.(handle);
   return { runId: handle.firstExecutionRunId, result: await orderOutcome(handle) };
 }
@@ -99,7 +116,9 @@ async function resetTo(workflowId: string, runId: string, eventId: number) {
 /** Violations the checker finds for these orders, and shipments without a succeeded, unrefunded charge. */
 async function problems(orderIds: string[]): Promise<string[]> {
   const report = await checkInvariants(db, { deadlineMs: DAY, workflows: temporalLookup(env.client) });
-  const found = report.violations.filter((v) => v.orderIds.some((o) => orderIds.includes(o))).map((v) => `${v.rule}: ${v.detail} [${v.orderIds.join(', ')}]`);
+  const found = report.violations
+    .filter((v) => v.orderIds.some((o) => orderIds.includes(o)))
+    .map((v) => `${v.rule}: ${v.detail} [${v.orderIds.join(', ')}]`);
   const unpaid = await db.query<{ order_id: string }>({
     text: `SELECT s.order_id FROM shipments s
            LEFT JOIN provider.charges c ON c.idempotency_key = s.order_id || ':charge' AND c.status = 'succeeded'
@@ -192,14 +211,20 @@ describe('Reset (as the Web UI does it) of finished orders to every workflow tas
       const handle = await resetTo(workflowId, first.firstExecutionRunId, eventId);
       resets++;
       // A run reset to after the escalation waits for a person again: the operator retries.
-      const finished = await Promise.race([handle.result().then(() => true), new Promise<false>((r) => setTimeout(() => r(false), 3_000))]);
+      const finished = await Promise.race([
+        handle.result().then(() => true),
+        new Promise<false>((r) => setTimeout(() => r(false), 3_000)),
+      ]);
       if (!finished) {
         expect((await handle.query(stateQuery)).awaiting, `reset to event ${eventId}`).toBe('forward-step');
         await handle.executeUpdate(resolveUpdate, { args: [{ action: 'retry' }] });
       }
       const result = await orderOutcome(handle);
       expect(['COMPLETED', 'ALREADY_SETTLED'], `reset to event ${eventId}`).toContain(result.status);
-      const refunds = await db.query({ text: 'SELECT 1 FROM provider.refunds WHERE charge_key = $1', values: [`${order.orderId}:charge`] });
+      const refunds = await db.query({
+        text: 'SELECT 1 FROM provider.refunds WHERE charge_key = $1',
+        values: [`${order.orderId}:charge`],
+      });
       expect(refunds.rowCount, `reset to event ${eventId}`).toBe(0);
       expect(await problems([order.orderId]), `reset to event ${eventId}`).toEqual([]);
     }

@@ -18,10 +18,29 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { createActivities, type OrderActivities } from '../activities';
 import { workflowIdFor, type OrderInput, type OrderResult } from '../domain/order';
 import type { ProviderClient } from '../provider/client';
-import { cancelUpdate, orderSaga, resolveUpdate, stateQuery, type ResolveRequest, type SagaConfig, type SagaState } from '../workflows';
+import {
+  cancelUpdate,
+  orderSaga,
+  resolveUpdate,
+  stateQuery,
+  type ResolveRequest,
+  type SagaConfig,
+  type SagaState,
+} from '../workflows';
 import { NeedsAttentionKey, OrderStatusKey } from '../workflows/search-attributes';
 import { bundleWorkflows, startTimeSkipping } from './temporal-env';
-import { createProduct, ledger, makeOrder, orderRow, productRow, reservations, testAdmin, testPool, testProvider, uid } from './helpers';
+import {
+  createProduct,
+  ledger,
+  makeOrder,
+  orderRow,
+  productRow,
+  reservations,
+  testAdmin,
+  testPool,
+  testProvider,
+  uid,
+} from './helpers';
 
 const ROOT = path.resolve(__dirname, '..');
 const HOUR = 3_600_000;
@@ -47,13 +66,17 @@ afterAll(async () => {
   await env?.teardown();
 });
 
-
 type Name = keyof OrderActivities;
 type Fault = (call: number) => Error | undefined | Promise<Error | undefined>;
 
-const transient = (what: string): Error => ApplicationFailure.retryable(`injected transient failure of ${what}`, 'InjectedTransient');
-const permanent = (what: string): Error => ApplicationFailure.nonRetryable(`injected permanent failure of ${what}`, 'InjectedPermanent');
-const once = (make: () => Error): Fault => (call) => (call === 1 ? make() : undefined);
+const transient = (what: string): Error =>
+  ApplicationFailure.retryable(`injected transient failure of ${what}`, 'InjectedTransient');
+const permanent = (what: string): Error =>
+  ApplicationFailure.nonRetryable(`injected permanent failure of ${what}`, 'InjectedPermanent');
+const once =
+  (make: () => Error): Fault =>
+  (call) =>
+    call === 1 ? make() : undefined;
 
 /**
  * Test-only activity implementations: the real ones, with faults injected per activity and every call
@@ -93,9 +116,18 @@ async function withSaga<T>(
   config: Partial<SagaConfig> = {},
 ): Promise<T> {
   const taskQueue = `sem-${uid()}`;
-  const worker = await Worker.create({ connection: env.nativeConnection, taskQueue, workflowBundle: bundle, activities });
+  const worker = await Worker.create({
+    connection: env.nativeConnection,
+    taskQueue,
+    workflowBundle: bundle,
+    activities,
+  });
   return worker.runUntil(async () => {
-    const handle = await env.client.workflow.start(orderSaga, { taskQueue, workflowId: workflowIdFor(order.orderId), args: [order, config] });
+    const handle = await env.client.workflow.start(orderSaga, {
+      taskQueue,
+      workflowId: workflowIdFor(order.orderId),
+      args: [order, config],
+    });
     const out = await body({ handle, order, result: () => orderOutcome(handle) });
     await handle.result().catch(() => undefined);
     histories.push({ name, workflowId: handle.workflowId, history: await handle.fetchHistory() });
@@ -103,13 +135,26 @@ async function withSaga<T>(
   });
 }
 
-async function newOrder(opts: Partial<OrderInput> = {}, qty = 2): Promise<{ order: OrderInput; sku: string; stock: number; total: number }> {
+async function newOrder(
+  opts: Partial<OrderInput> = {},
+  qty = 2,
+): Promise<{ order: OrderInput; sku: string; stock: number; total: number }> {
   const p = await createProduct(db, { stock: 10, priceCents: 1200 });
-  return { order: makeOrder([{ sku: p.sku, qty, unitPriceCents: p.priceCents }], opts), sku: p.sku, stock: 10, total: qty * 1200 };
+  return {
+    order: makeOrder([{ sku: p.sku, qty, unitPriceCents: p.priceCents }], opts),
+    sku: p.sku,
+    stock: 10,
+    total: qty * 1200,
+  };
 }
 
 /** Skips time in steps until the saga's state satisfies `pred` (bounded). */
-async function skipUntil(handle: WorkflowHandle<typeof orderSaga>, pred: (s: SagaState) => boolean, step = '10m', max = 400): Promise<SagaState> {
+async function skipUntil(
+  handle: WorkflowHandle<typeof orderSaga>,
+  pred: (s: SagaState) => boolean,
+  step = '10m',
+  max = 400,
+): Promise<SagaState> {
   for (let i = 0; i < max; i++) {
     const s = await handle.query(stateQuery);
     if (pred(s)) return s;
@@ -118,7 +163,10 @@ async function skipUntil(handle: WorkflowHandle<typeof orderSaga>, pred: (s: Sag
   throw new Error(`state never matched; last: ${JSON.stringify(await handle.query(stateQuery))}`);
 }
 
-async function waitUntil(handle: WorkflowHandle<typeof orderSaga>, pred: (s: SagaState) => boolean): Promise<SagaState> {
+async function waitUntil(
+  handle: WorkflowHandle<typeof orderSaga>,
+  pred: (s: SagaState) => boolean,
+): Promise<SagaState> {
   for (let i = 0; i < 200; i++) {
     const s = await handle.query(stateQuery);
     if (pred(s)) return s;
@@ -155,7 +203,8 @@ function gate(): { wait: () => Promise<undefined>; open: () => void; reached: Pr
 /** Every message along an error's cause chain, for matching a workflow failure's root cause. */
 const causeMessages = (e: unknown): string => {
   const out: string[] = [];
-  for (let x = e as { message?: string; cause?: unknown } | undefined; x; x = x.cause as typeof x) out.push(String(x.message));
+  for (let x = e as { message?: string; cause?: unknown } | undefined; x; x = x.cause as typeof x)
+    out.push(String(x.message));
   return out.join(' | ');
 };
 
@@ -172,7 +221,10 @@ describe('forward steps failing once, transiently', () => {
       expect(counts.get(step)).toBe(2);
       expect(await orderRow(db, order.orderId)).toEqual({ status: 'COMPLETED', reason: null });
       expect((await productRow(db, sku)).stock).toBe(stock - 2);
-      expect(await ledger(db, order.orderId)).toEqual({ charges: [{ status: 'succeeded', amount: total }], refunds: [] });
+      expect(await ledger(db, order.orderId)).toEqual({
+        charges: [{ status: 'succeeded', amount: total }],
+        refunds: [],
+      });
     },
   );
 
@@ -191,7 +243,12 @@ describe('steps before the pivot failing permanently: backward recovery, LIFO', 
   it('createOrder fails permanently: the saga fails with the cause, writes nothing and compensates nothing', async () => {
     const { order, sku, stock } = await newOrder();
     const { activities, calls } = faultyActivities({ createOrder: () => permanent('createOrder') });
-    const failure = await withSaga('permanent-createOrder', order, activities, (r) => r.result().then(() => undefined, (e: Error) => e));
+    const failure = await withSaga('permanent-createOrder', order, activities, (r) =>
+      r.result().then(
+        () => undefined,
+        (e: Error) => e,
+      ),
+    );
     expect(causeMessages(failure)).toMatch(/injected permanent failure of createOrder/);
     expect(calls).toEqual(['createOrder']);
     expect(await orderRow(db, order.orderId)).toBeUndefined();
@@ -205,80 +262,119 @@ describe('steps before the pivot failing permanently: backward recovery, LIFO', 
     ['reserveInventory', ['refundPayment', 'releaseInventory']],
     ['chargePayment', ['refundPayment', 'releaseInventory']],
   ];
-  it.each(cases)('%s fails permanently: compensations %j run, stock and ledger back to their start', async (step, expected) => {
-    const { order, sku, stock } = await newOrder();
-    const { activities, calls } = faultyActivities({ [step]: () => permanent(step) });
-    const { result, state } = await withSaga(`permanent-${step}`, order, activities, async (r) => ({ result: await r.result(), state: await r.handle.query(stateQuery) }));
-    expect(result.status).toBe('FAILED');
-    expect(result.reason).toMatch(step === 'chargePayment' ? /PaymentUnavailable/ : /InjectedPermanent/);
-    expect(state.compensationsRun).toEqual(expected);
-    expect(calls.filter((c) => c === 'releaseInventory' || c === 'refundPayment')).toEqual(expected);
-    expect(await orderRow(db, order.orderId)).toEqual({ status: 'FAILED', reason: result.reason });
-    expect((await productRow(db, sku)).stock).toBe(stock);
-    expect(await ledger(db, order.orderId)).toEqual({ charges: [], refunds: [] });
-    expect(calls).not.toContain('createShipment');
-  });
+  it.each(cases)(
+    '%s fails permanently: compensations %j run, stock and ledger back to their start',
+    async (step, expected) => {
+      const { order, sku, stock } = await newOrder();
+      const { activities, calls } = faultyActivities({ [step]: () => permanent(step) });
+      const { result, state } = await withSaga(`permanent-${step}`, order, activities, async (r) => ({
+        result: await r.result(),
+        state: await r.handle.query(stateQuery),
+      }));
+      expect(result.status).toBe('FAILED');
+      expect(result.reason).toMatch(step === 'chargePayment' ? /PaymentUnavailable/ : /InjectedPermanent/);
+      expect(state.compensationsRun).toEqual(expected);
+      expect(calls.filter((c) => c === 'releaseInventory' || c === 'refundPayment')).toEqual(expected);
+      expect(await orderRow(db, order.orderId)).toEqual({ status: 'FAILED', reason: result.reason });
+      expect((await productRow(db, sku)).stock).toBe(stock);
+      expect(await ledger(db, order.orderId)).toEqual({ charges: [], refunds: [] });
+      expect(calls).not.toContain('createShipment');
+    },
+  );
 
   it('the shipment is rejected (the pivot did not happen): refund then release, exactly one refund', async () => {
     const { order, sku, stock, total } = await newOrder();
-    const { activities, calls } = faultyActivities({ createShipment: () => ApplicationFailure.nonRetryable('no carrier serves this address', 'ShipmentRejected') });
+    const { activities, calls } = faultyActivities({
+      createShipment: () => ApplicationFailure.nonRetryable('no carrier serves this address', 'ShipmentRejected'),
+    });
     const result = await withSaga('shipment-rejected', order, activities, (r) => r.result());
     expect(result.status).toBe('FAILED');
     expect(result.reason).toMatch(/ShipmentRejected/);
-    expect(calls.filter((c) => c === 'releaseInventory' || c === 'refundPayment')).toEqual(['refundPayment', 'releaseInventory']);
+    expect(calls.filter((c) => c === 'releaseInventory' || c === 'refundPayment')).toEqual([
+      'refundPayment',
+      'releaseInventory',
+    ]);
     expect((await productRow(db, sku)).stock).toBe(stock);
-    expect(await ledger(db, order.orderId)).toEqual({ charges: [{ status: 'succeeded', amount: total }], refunds: [{ amount: total }] });
+    expect(await ledger(db, order.orderId)).toEqual({
+      charges: [{ status: 'succeeded', amount: total }],
+      refunds: [{ amount: total }],
+    });
   });
 });
 
 describe('compensations failing', () => {
   const rejectShipment = (): Error => ApplicationFailure.nonRetryable('rejected', 'ShipmentRejected');
 
-  it.each<Name>(['refundPayment', 'releaseInventory'])('%s fails once, transiently: retried, and the saga still undoes everything', async (comp) => {
-    const { order, sku, stock, total } = await newOrder();
-    const { activities, counts } = faultyActivities({ createShipment: rejectShipment, [comp]: once(() => transient(comp)) });
-    const result = await withSaga(`comp-transient-${comp}`, order, activities, (r) => r.result());
-    expect(result.status).toBe('FAILED');
-    expect(counts.get(comp)).toBe(2);
-    expect((await productRow(db, sku)).stock).toBe(stock);
-    expect(await ledger(db, order.orderId)).toEqual({ charges: [{ status: 'succeeded', amount: total }], refunds: [{ amount: total }] });
-  });
+  it.each<Name>(['refundPayment', 'releaseInventory'])(
+    '%s fails once, transiently: retried, and the saga still undoes everything',
+    async (comp) => {
+      const { order, sku, stock, total } = await newOrder();
+      const { activities, counts } = faultyActivities({
+        createShipment: rejectShipment,
+        [comp]: once(() => transient(comp)),
+      });
+      const result = await withSaga(`comp-transient-${comp}`, order, activities, (r) => r.result());
+      expect(result.status).toBe('FAILED');
+      expect(counts.get(comp)).toBe(2);
+      expect((await productRow(db, sku)).stock).toBe(stock);
+      expect(await ledger(db, order.orderId)).toEqual({
+        charges: [{ status: 'succeeded', amount: total }],
+        refunds: [{ amount: total }],
+      });
+    },
+  );
 
-  it.each<Name>(['refundPayment', 'releaseInventory'])('%s fails permanently: NEEDS_ATTENTION with the reason, then resolve retry finishes it', async (comp) => {
-    const { order, sku, stock, total } = await newOrder();
-    const { activities } = faultyActivities({ createShipment: rejectShipment, [comp]: once(() => permanent(comp)) });
-    const result = await withSaga(`comp-permanent-${comp}`, order, activities, async ({ handle, result }) => {
-      const s = await waitUntil(handle, (st) => st.status === 'NEEDS_ATTENTION');
-      expect(s.awaiting).toBe('compensation');
-      expect(s.reason).toMatch(new RegExp(`compensation ${comp} failed`));
-      const row = await orderRow(db, order.orderId);
-      expect(row?.status).toBe('NEEDS_ATTENTION');
-      expect(row?.reason).toMatch(new RegExp(`compensation ${comp} failed`));
-      const sa = (await handle.describe()).typedSearchAttributes;
-      expect(sa.get(NeedsAttentionKey)).toBe(true);
-      expect(sa.get(OrderStatusKey)).toBe('NEEDS_ATTENTION');
-      // A wrong action is refused by the validator, and changes nothing.
-      const refused = await resolve(handle, { action: 'charge-succeeded' }).catch((e: unknown) => e);
-      expect(refused).toBeInstanceOf(WorkflowUpdateFailedError);
-      expect(String((refused as WorkflowUpdateFailedError).cause?.message)).toMatch(/action must be one of retry, mark-resolved/);
-      expect((await handle.query(stateQuery)).awaiting).toBe('compensation');
-      await resolve(handle, { action: 'retry', note: 'provider fixed' });
-      return result();
-    });
-    expect(result.status).toBe('FAILED');
-    expect((await orderRow(db, order.orderId))?.status).toBe('FAILED');
-    expect((await productRow(db, sku)).stock).toBe(stock);
-    expect(await ledger(db, order.orderId)).toEqual({ charges: [{ status: 'succeeded', amount: total }], refunds: [{ amount: total }] });
-  });
+  it.each<Name>(['refundPayment', 'releaseInventory'])(
+    '%s fails permanently: NEEDS_ATTENTION with the reason, then resolve retry finishes it',
+    async (comp) => {
+      const { order, sku, stock, total } = await newOrder();
+      const { activities } = faultyActivities({ createShipment: rejectShipment, [comp]: once(() => permanent(comp)) });
+      const result = await withSaga(`comp-permanent-${comp}`, order, activities, async ({ handle, result }) => {
+        const s = await waitUntil(handle, (st) => st.status === 'NEEDS_ATTENTION');
+        expect(s.awaiting).toBe('compensation');
+        expect(s.reason).toMatch(new RegExp(`compensation ${comp} failed`));
+        const row = await orderRow(db, order.orderId);
+        expect(row?.status).toBe('NEEDS_ATTENTION');
+        expect(row?.reason).toMatch(new RegExp(`compensation ${comp} failed`));
+        const sa = (await handle.describe()).typedSearchAttributes;
+        expect(sa.get(NeedsAttentionKey)).toBe(true);
+        expect(sa.get(OrderStatusKey)).toBe('NEEDS_ATTENTION');
+        // A wrong action is refused by the validator, and changes nothing.
+        const refused = await resolve(handle, { action: 'charge-succeeded' }).catch((e: unknown) => e);
+        expect(refused).toBeInstanceOf(WorkflowUpdateFailedError);
+        expect(String((refused as WorkflowUpdateFailedError).cause?.message)).toMatch(
+          /action must be one of retry, mark-resolved/,
+        );
+        expect((await handle.query(stateQuery)).awaiting).toBe('compensation');
+        await resolve(handle, { action: 'retry', note: 'provider fixed' });
+        return result();
+      });
+      expect(result.status).toBe('FAILED');
+      expect((await orderRow(db, order.orderId))?.status).toBe('FAILED');
+      expect((await productRow(db, sku)).stock).toBe(stock);
+      expect(await ledger(db, order.orderId)).toEqual({
+        charges: [{ status: 'succeeded', amount: total }],
+        refunds: [{ amount: total }],
+      });
+    },
+  );
 });
 
 describe('charges whose outcome is unknown: inquiry before deciding', () => {
   it('lost response after commit: the inquiry finds succeeded, no second charge, the saga goes on', async () => {
     const { order, total } = await newOrder();
     const lostBefore = (await admin.list()).injected['lose-response-after-commit'] ?? 0;
-    await admin.set({ kind: 'lose-response-after-commit', target: 'charges', count: 10, keyPrefix: `${order.orderId}:` });
+    await admin.set({
+      kind: 'lose-response-after-commit',
+      target: 'charges',
+      count: 10,
+      keyPrefix: `${order.orderId}:`,
+    });
     const { activities } = faultyActivities({});
-    const { result, state } = await withSaga('lost-response', order, activities, async (r) => ({ result: await r.result(), state: await r.handle.query(stateQuery) }));
+    const { result, state } = await withSaga('lost-response', order, activities, async (r) => ({
+      result: await r.result(),
+      state: await r.handle.query(stateQuery),
+    }));
     expect(result.status).toBe('COMPLETED');
     expect(state.attempts.inquiry).toBe(1);
     expect(await ledger(db, order.orderId)).toEqual({ charges: [{ status: 'succeeded', amount: total }], refunds: [] });
@@ -288,17 +384,32 @@ describe('charges whose outcome is unknown: inquiry before deciding', () => {
 
   it('lost response after commit, then a later permanent failure: exactly one refund', async () => {
     const { order, sku, stock, total } = await newOrder();
-    await admin.set({ kind: 'lose-response-after-commit', target: 'charges', count: 10, keyPrefix: `${order.orderId}:` });
-    const { activities } = faultyActivities({ createShipment: () => ApplicationFailure.nonRetryable('rejected', 'ShipmentRejected') });
+    await admin.set({
+      kind: 'lose-response-after-commit',
+      target: 'charges',
+      count: 10,
+      keyPrefix: `${order.orderId}:`,
+    });
+    const { activities } = faultyActivities({
+      createShipment: () => ApplicationFailure.nonRetryable('rejected', 'ShipmentRejected'),
+    });
     const result = await withSaga('lost-response-then-failure', order, activities, (r) => r.result());
     expect(result.status).toBe('FAILED');
     expect((await productRow(db, sku)).stock).toBe(stock);
-    expect(await ledger(db, order.orderId)).toEqual({ charges: [{ status: 'succeeded', amount: total }], refunds: [{ amount: total }] });
+    expect(await ledger(db, order.orderId)).toEqual({
+      charges: [{ status: 'succeeded', amount: total }],
+      refunds: [{ amount: total }],
+    });
   });
 
   it('the provider answers processing for hours: no refund in that time; escalates at the limit; resolve settles it', async () => {
     const { order, total } = await newOrder();
-    await admin.set({ kind: 'lose-response-after-commit', target: 'charges', count: 10, keyPrefix: `${order.orderId}:` });
+    await admin.set({
+      kind: 'lose-response-after-commit',
+      target: 'charges',
+      count: 10,
+      keyPrefix: `${order.orderId}:`,
+    });
     await admin.set({ kind: 'processing', target: 'inquiries', count: 100_000, keyPrefix: `${order.orderId}:` });
     const { activities } = faultyActivities({});
     const t0 = await env.currentTimeMs();
@@ -407,7 +518,12 @@ describe('cancel and deadlines', () => {
 
   it('the global deadline fires (time-skipped by a day) on a saga stuck on UNKNOWN: it escalates, it does not compensate', async () => {
     const { order, sku, stock, total } = await newOrder();
-    await admin.set({ kind: 'lose-response-after-commit', target: 'charges', count: 10, keyPrefix: `${order.orderId}:` });
+    await admin.set({
+      kind: 'lose-response-after-commit',
+      target: 'charges',
+      count: 10,
+      keyPrefix: `${order.orderId}:`,
+    });
     await admin.set({ kind: 'processing', target: 'inquiries', count: 100_000, keyPrefix: `${order.orderId}:` });
     const { activities, calls } = faultyActivities({});
     const t0 = await env.currentTimeMs();
@@ -440,7 +556,9 @@ describe('after the pivot: forward recovery only', () => {
     const { order, sku, stock, total } = await newOrder();
     const failForADay: Fault = () => {
       const info = Context.current().info;
-      return info.currentAttemptScheduledTimestampMs - info.scheduledTimestampMs < 24 * HOUR ? transient('sendConfirmation') : undefined;
+      return info.currentAttemptScheduledTimestampMs - info.scheduledTimestampMs < 24 * HOUR
+        ? transient('sendConfirmation')
+        : undefined;
     };
     const { activities, calls, counts } = faultyActivities({ sendConfirmation: failForADay });
     const result = await withSaga('confirmation-fails-for-a-day', order, activities, async ({ handle, result }) => {
@@ -493,7 +611,11 @@ describe('the order row is the lock', () => {
       return result();
     });
     expect(cancelled.status).toBe('CANCELLED');
-    const after = { ledger: await ledger(db, order.orderId), stock: (await productRow(db, sku)).stock, reservations: await reservations(db, order.orderId) };
+    const after = {
+      ledger: await ledger(db, order.orderId),
+      stock: (await productRow(db, sku)).stock,
+      reservations: await reservations(db, order.orderId),
+    };
     expect(after.ledger).toEqual({ charges: [{ status: 'succeeded', amount: total }], refunds: [{ amount: total }] });
     expect(after.stock).toBe(stock);
 
@@ -505,7 +627,9 @@ describe('the order row is the lock', () => {
     expect(await ledger(db, order.orderId)).toEqual(after.ledger);
     expect((await productRow(db, sku)).stock).toBe(after.stock);
     expect(await reservations(db, order.orderId)).toEqual(after.reservations);
-    expect((await db.query({ text: 'SELECT 1 FROM shipments WHERE order_id = $1', values: [order.orderId] })).rowCount).toBe(0);
+    expect(
+      (await db.query({ text: 'SELECT 1 FROM shipments WHERE order_id = $1', values: [order.orderId] })).rowCount,
+    ).toBe(0);
     expect(await orderRow(db, order.orderId)).toEqual({ status: 'CANCELLED', reason: 'customer changed their mind' });
   });
 
@@ -524,7 +648,9 @@ describe('the order row is the lock', () => {
     expect(second.calls).not.toContain('releaseInventory');
     expect(await reservations(db, order.orderId)).toEqual([{ sku, qty: 2, status: 'SOLD' }]);
     expect(await ledger(db, order.orderId)).toEqual({ charges: [{ status: 'succeeded', amount: total }], refunds: [] });
-    expect((await db.query({ text: 'SELECT 1 FROM shipments WHERE order_id = $1', values: [order.orderId] })).rowCount).toBe(1);
+    expect(
+      (await db.query({ text: 'SELECT 1 FROM shipments WHERE order_id = $1', values: [order.orderId] })).rowCount,
+    ).toBe(1);
   });
 
   it('a charge request no worker picks up is dropped unsent, and after the cancel no new one goes out', async () => {
@@ -554,8 +680,12 @@ describe('the order row is the lock', () => {
     const wfOnly = await Worker.create(phase);
     await wfOnly.runUntil(async () => {
       await waitUntil(handle, (st) => st.attempts.charge === 1);
-      await handle.startUpdate(cancelUpdate, { args: ['cancelled while no worker was up'], waitForStage: WorkflowUpdateStage.ACCEPTED });
-      for (let i = 0; i < 600 && !(await event((e) => !!e.activityTaskTimedOutEventAttributes)); i++) await new Promise((r) => setTimeout(r, 50));
+      await handle.startUpdate(cancelUpdate, {
+        args: ['cancelled while no worker was up'],
+        waitForStage: WorkflowUpdateStage.ACCEPTED,
+      });
+      for (let i = 0; i < 600 && !(await event((e) => !!e.activityTaskTimedOutEventAttributes)); i++)
+        await new Promise((r) => setTimeout(r, 50));
     });
     // Phase 3: everything again; the saga inquires (nothing there) and ends without a new request.
     const again = await Worker.create({ ...phase, activities });
@@ -572,12 +702,20 @@ describe('the order row is the lock', () => {
     await admin.set({ kind: 'fail-before-commit', target: 'charges', count: 100_000, keyPrefix: `${order.orderId}:` });
     const { activities, counts } = faultyActivities({});
     const injectedBefore = (await admin.list()).injected['fail-before-commit'] ?? 0;
-    const { result, sentAtCancel } = await withSaga('cancel-during-outage', order, activities, async ({ handle, result }) => {
-      await waitUntil(handle, (s) => (s.attempts.charge ?? 0) >= 1 && s.unknowns.length === 0 && s.stepsDone.includes('reserveInventory'));
-      const sentAtCancel = counts.get('chargePayment') ?? 0;
-      await handle.executeUpdate(cancelUpdate, { args: ['customer gave up during the outage'] });
-      return { sentAtCancel, result: await result() };
-    });
+    const { result, sentAtCancel } = await withSaga(
+      'cancel-during-outage',
+      order,
+      activities,
+      async ({ handle, result }) => {
+        await waitUntil(
+          handle,
+          (s) => (s.attempts.charge ?? 0) >= 1 && s.unknowns.length === 0 && s.stepsDone.includes('reserveInventory'),
+        );
+        const sentAtCancel = counts.get('chargePayment') ?? 0;
+        await handle.executeUpdate(cancelUpdate, { args: ['customer gave up during the outage'] });
+        return { sentAtCancel, result: await result() };
+      },
+    );
     expect(result).toMatchObject({ status: 'CANCELLED', reason: 'customer gave up during the outage' });
     expect(counts.get('chargePayment')).toBe(sentAtCancel); // no new charge request after the cancel
     expect(await ledger(db, order.orderId)).toEqual({ charges: [], refunds: [] });
@@ -632,7 +770,10 @@ describe('the order row is the lock', () => {
     });
     expect(result.status).toBe('COMPLETED');
     expect(await reservations(db, order.orderId)).toEqual([{ sku, qty: 2, status: 'SOLD' }]);
-    const shipment = await db.query<{ tracking_number: string }>({ text: 'SELECT tracking_number FROM shipments WHERE order_id = $1', values: [order.orderId] });
+    const shipment = await db.query<{ tracking_number: string }>({
+      text: 'SELECT tracking_number FROM shipments WHERE order_id = $1',
+      values: [order.orderId],
+    });
     expect(shipment.rows[0]?.tracking_number).toMatch(/^MANUAL-TRK-/);
     expect(await ledger(db, order.orderId)).toEqual({ charges: [{ status: 'succeeded', amount: total }], refunds: [] });
   });
@@ -640,7 +781,17 @@ describe('the order row is the lock', () => {
   it('a zero deadline in the config is refused before anything is written, naming the field', async () => {
     const { order } = await newOrder();
     const { activities, calls } = faultyActivities({});
-    const failure = await withSaga('zero-deadline', order, activities, (r) => r.result().then(() => undefined, (e: Error) => e), { deadlineMs: 0 });
+    const failure = await withSaga(
+      'zero-deadline',
+      order,
+      activities,
+      (r) =>
+        r.result().then(
+          () => undefined,
+          (e: Error) => e,
+        ),
+      { deadlineMs: 0 },
+    );
     expect(causeMessages(failure)).toMatch(/config\.deadlineMs: must be a whole number/);
     expect(calls).toEqual([]);
     expect(await orderRow(db, order.orderId)).toBeUndefined();
@@ -652,7 +803,13 @@ describe('the order row is the lock', () => {
     // The reservation is sent to a lane (lane 5 of 7), whose task queue nobody polls in this test.
     const routed: OrderActivities = {
       ...activities,
-      reserveInventory: async () => ({ outcome: 'route-to-lane', path: 'cas', attempts: 0, conflicts: 0, reason: 'test: hot SKU' }),
+      reserveInventory: async () => ({
+        outcome: 'route-to-lane',
+        path: 'cas',
+        attempts: 0,
+        conflicts: 0,
+        reason: 'test: hot SKU',
+      }),
     };
     const result = await withSaga(
       'unpolled-lane',
@@ -663,9 +820,17 @@ describe('the order row is the lock', () => {
         const r = await result();
         // The lane's task had the time left to the deadline, and timed out unstarted.
         const events = (await handle.fetchHistory()).events ?? [];
-        const lane = events.find((e) => e.activityTaskScheduledEventAttributes?.activityType?.name === 'reserveInventorySerial');
-        expect(Number(lane?.activityTaskScheduledEventAttributes?.scheduleToCloseTimeout?.seconds)).toBeLessThanOrEqual(5);
-        expect(events.some((e) => e.activityTaskTimedOutEventAttributes?.scheduledEventId?.toString() === lane?.eventId?.toString())).toBe(true);
+        const lane = events.find(
+          (e) => e.activityTaskScheduledEventAttributes?.activityType?.name === 'reserveInventorySerial',
+        );
+        expect(Number(lane?.activityTaskScheduledEventAttributes?.scheduleToCloseTimeout?.seconds)).toBeLessThanOrEqual(
+          5,
+        );
+        expect(
+          events.some(
+            (e) => e.activityTaskTimedOutEventAttributes?.scheduledEventId?.toString() === lane?.eventId?.toString(),
+          ),
+        ).toBe(true);
         return r;
       },
       { inventoryLanes: 7, deadlineMs: 5_000 },
@@ -681,15 +846,21 @@ describe('replay', () => {
   it('every history above replays without a nondeterminism error', async () => {
     expect(histories.length).toBeGreaterThanOrEqual(20);
     const results = [];
-    for await (const r of Worker.runReplayHistories({ workflowBundle: bundle }, histories.map((h): HistoryAndWorkflowId => ({ workflowId: h.workflowId, history: h.history })))) results.push(r);
+    for await (const r of Worker.runReplayHistories(
+      { workflowBundle: bundle },
+      histories.map((h): HistoryAndWorkflowId => ({ workflowId: h.workflowId, history: h.history })),
+    ))
+      results.push(r);
     expect(results).toHaveLength(histories.length);
     for (const r of results) expect(r.error, r.workflowId).toBeUndefined();
     if (process.env.UPDATE_FIXTURES) {
       const dir = path.join(ROOT, 'test', 'fixtures', 'histories');
       mkdirSync(dir, { recursive: true });
       // Stack traces name this machine's paths, and replay never reads them: saved empty.
-      const scrub = (json: string): string => JSON.stringify(JSON.parse(json), (k, v: unknown) => (k === 'stackTrace' ? '' : v), 2);
-      for (const h of histories) writeFileSync(path.join(dir, `${h.name}.json`), `${scrub(historyToJSON(h.history))}\n`);
+      const scrub = (json: string): string =>
+        JSON.stringify(JSON.parse(json), (k, v: unknown) => (k === 'stackTrace' ? '' : v), 2);
+      for (const h of histories)
+        writeFileSync(path.join(dir, `${h.name}.json`), `${scrub(historyToJSON(h.history))}\n`);
     }
   });
 });

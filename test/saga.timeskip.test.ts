@@ -13,7 +13,17 @@ import { createActivities } from '../activities';
 import { workflowIdFor, type OrderResult } from '../domain/order';
 import { orderSaga } from '../workflows';
 import { bundleWorkflows, startTimeSkipping } from './temporal-env';
-import { createProduct, ledger, makeOrder, orderRow, productRow, reservations, testPool, testProvider, uid } from './helpers';
+import {
+  createProduct,
+  ledger,
+  makeOrder,
+  orderRow,
+  productRow,
+  reservations,
+  testPool,
+  testProvider,
+  uid,
+} from './helpers';
 
 let env: TestWorkflowEnvironment;
 let bundle: WorkflowBundleWithSourceMap;
@@ -30,7 +40,6 @@ afterAll(async () => {
   await env?.teardown();
 });
 
-
 async function runSaga(order: ReturnType<typeof makeOrder>): Promise<OrderResult> {
   const taskQueue = `saga-${uid()}`;
   const worker = await Worker.create({
@@ -40,7 +49,13 @@ async function runSaga(order: ReturnType<typeof makeOrder>): Promise<OrderResult
     activities: createActivities({ db, provider: testProvider() }),
   });
   return worker.runUntil(async () =>
-    orderOutcome(await env.client.workflow.start(orderSaga, { taskQueue, workflowId: workflowIdFor(order.orderId), args: [order] })),
+    orderOutcome(
+      await env.client.workflow.start(orderSaga, {
+        taskQueue,
+        workflowId: workflowIdFor(order.orderId),
+        args: [order],
+      }),
+    ),
   );
 }
 
@@ -57,7 +72,10 @@ describe('order saga (time-skipping)', () => {
     expect(await reservations(db, order.orderId)).toEqual([{ sku: p.sku, qty: 3, status: 'SOLD' }]);
     expect(await ledger(db, order.orderId)).toEqual({ charges: [{ status: 'succeeded', amount: 4500 }], refunds: [] });
     const shipped = await db.query({ text: 'SELECT 1 FROM shipments WHERE order_id = $1', values: [order.orderId] });
-    const confirmed = await db.query({ text: 'SELECT 1 FROM notifications WHERE order_id = $1', values: [order.orderId] });
+    const confirmed = await db.query({
+      text: 'SELECT 1 FROM notifications WHERE order_id = $1',
+      values: [order.orderId],
+    });
     expect(shipped.rowCount).toBe(1);
     expect(confirmed.rowCount).toBe(1);
   });
@@ -73,9 +91,16 @@ describe('order saga (time-skipping)', () => {
     // The workflow itself failed (the Web UI lists it as Failed), benign, typed with the business reason.
     const handle = env.client.workflow.getHandle(workflowIdFor(order.orderId));
     expect((await handle.describe()).status.name).toBe('FAILED');
-    const failure = await handle.result().then(() => undefined, (e: WorkflowFailedError) => e.cause as ApplicationFailure);
+    const failure = await handle.result().then(
+      () => undefined,
+      (e: WorkflowFailedError) => e.cause as ApplicationFailure,
+    );
     expect(failure).toBeInstanceOf(ApplicationFailure);
-    expect(failure).toMatchObject({ type: 'PaymentDeclined', category: ApplicationFailureCategory.BENIGN, details: [result] });
+    expect(failure).toMatchObject({
+      type: 'PaymentDeclined',
+      category: ApplicationFailureCategory.BENIGN,
+      details: [result],
+    });
     expect(await orderRow(db, order.orderId)).toEqual({ status: 'FAILED', reason: result.reason });
     const stock = await productRow(db, p.sku);
     expect(stock.stock).toBe(5); // back to its start

@@ -3,7 +3,12 @@ import path from 'node:path';
 import { inject } from 'vitest';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { bundleWorkflowCode, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
-import { devServerExecutable, fileBackedDevServer, registerSearchAttributes, testServerExecutable } from '../lib/temporal-servers';
+import {
+  devServerExecutable,
+  fileBackedDevServer,
+  registerSearchAttributes,
+  testServerExecutable,
+} from '../lib/temporal-servers';
 import { CustomerIdKey, NeedsAttentionKey, OrderStatusKey, TotalCentsKey } from '../workflows/search-attributes';
 
 export const quietLogger = { log() {}, trace() {}, debug() {}, info() {}, warn() {}, error() {} };
@@ -21,7 +26,9 @@ export async function startTimeSkipping(): Promise<TestWorkflowEnvironment> {
 }
 
 /** The Temporal CLI's dev server on loopback (in memory, or as npm start keeps it in a file), with the search attributes and optionally the Web UI. */
-export async function startDevServer(opts: { uiPort?: number; dbFilename?: string } = {}): Promise<TestWorkflowEnvironment> {
+export async function startDevServer(
+  opts: { uiPort?: number; dbFilename?: string } = {},
+): Promise<TestWorkflowEnvironment> {
   const executable = devServerExecutable();
   return TestWorkflowEnvironment.createLocal({
     server: {
@@ -40,9 +47,16 @@ export async function startDevServer(opts: { uiPort?: number; dbFilename?: strin
  * Web UI on `uiPort`). Under `npm run test:server`: the real Postgres-backed Temporal server the
  * global setup started once, with its standalone Web UI (teardown leaves that server running).
  */
-export async function startE2eServer(opts: { uiPort?: number } = {}): Promise<{ env: TestWorkflowEnvironment; uiUrl?: string; real: boolean }> {
+export async function startE2eServer(
+  opts: { uiPort?: number } = {},
+): Promise<{ env: TestWorkflowEnvironment; uiUrl?: string; real: boolean }> {
   const real = inject('temporalServer');
-  if (real) return { env: await TestWorkflowEnvironment.createFromExistingServer({ address: real.address }), uiUrl: real.uiUrl, real: true };
+  if (real)
+    return {
+      env: await TestWorkflowEnvironment.createFromExistingServer({ address: real.address }),
+      uiUrl: real.uiUrl,
+      real: true,
+    };
   const env = await startDevServer(opts);
   return { env, ...(opts.uiPort ? { uiUrl: `http://127.0.0.1:${opts.uiPort}` } : {}), real: false };
 }

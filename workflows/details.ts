@@ -5,10 +5,15 @@
 import { chargeKeyFor, refundKeyFor, TERMINAL_STATUSES, type OrderInput } from '../domain/order';
 import type { SagaState } from './messages';
 
-const cli = (orderId: string, action: string): string => `npx tsx client.ts resolve ${orderId} --action ${action} --note "<what you checked>"`;
+const cli = (orderId: string, action: string): string =>
+  `npx tsx client.ts resolve ${orderId} --action ${action} --note "<what you checked>"`;
 
 /** What to check, and the exact commands, for each thing the saga can wait on a person for. */
-export function operatorHelp(orderId: string, awaiting: NonNullable<SagaState['awaiting']>, step: string): { check: string; commands: string[] } {
+export function operatorHelp(
+  orderId: string,
+  awaiting: NonNullable<SagaState['awaiting']>,
+  step: string,
+): { check: string; commands: string[] } {
   const charge = chargeKeyFor(orderId);
   if (awaiting === 'charge-outcome') {
     return {
@@ -42,7 +47,18 @@ export function currentDetails(order: OrderInput, s: SagaState): string {
   if (s.awaiting) {
     // First, so that it is what a person sees without scrolling.
     const help = operatorHelp(order.orderId, s.awaiting, s.step);
-    lines.push(`### Needs attention: ${s.awaiting}`, '', help.check, '', 'Settle it with one of:', '', '```', ...help.commands, '```', '');
+    lines.push(
+      `### Needs attention: ${s.awaiting}`,
+      '',
+      help.check,
+      '',
+      'Settle it with one of:',
+      '',
+      '```',
+      ...help.commands,
+      '```',
+      '',
+    );
   }
   lines.push(
     `- **${s.status}** · ${TERMINAL_STATUSES.includes(s.status) ? 'last step' : 'step'}: ${s.step}`,

@@ -33,7 +33,16 @@ import {
   type OrderStatus,
 } from '../domain/order';
 import { currentDetails } from './details';
-import { acceptedUpdate, cancelUpdate, resolveUpdate, stateQuery, type Acceptance, type ResolveAction, type ResolveRequest, type SagaState } from './messages';
+import {
+  acceptedUpdate,
+  cancelUpdate,
+  resolveUpdate,
+  stateQuery,
+  type Acceptance,
+  type ResolveAction,
+  type ResolveRequest,
+  type SagaState,
+} from './messages';
 import {
   act,
   actLocalFirst,
@@ -99,7 +108,12 @@ class OrderSaga {
       cfg = locked ? parseSagaConfig(config) : { ...DEFAULT_SAGA_CONFIG, ...config };
     } catch (err) {
       if (err instanceof OrderValidationError) {
-        throw ApplicationFailure.create({ type: 'InvalidOrder', message: err.message, nonRetryable: true, details: [{ field: err.field }] });
+        throw ApplicationFailure.create({
+          type: 'InvalidOrder',
+          message: err.message,
+          nonRetryable: true,
+          details: [{ field: err.field }],
+        });
       }
       throw err;
     }
@@ -144,7 +158,16 @@ class OrderSaga {
   ) {
     this.orderId = order.orderId;
     this.lines = order.items.map((i) => `${i.qty}×${i.sku}`).join(', ');
-    this.state = { orderId: this.orderId, status: 'PENDING', step: 'start', stepsDone: [], compensationsRun: [], unknowns: [], attempts: {}, pivotPassed: false };
+    this.state = {
+      orderId: this.orderId,
+      status: 'PENDING',
+      step: 'start',
+      stepsDone: [],
+      compensationsRun: [],
+      unknowns: [],
+      attempts: {},
+      pivotPassed: false,
+    };
   }
 
   async run(): Promise<OrderResult> {
@@ -193,13 +216,20 @@ class OrderSaga {
    */
   private async createOrder(): Promise<void> {
     const summary = `create order ${this.orderId} (PENDING)`;
-    const create = () => (this.lean ? actLocalFirst(orderOpts, 'createOrder', summary, this.order) : act(orderOpts, 'createOrder', summary, this.order));
+    const create = () =>
+      this.lean
+        ? actLocalFirst(orderOpts, 'createOrder', summary, this.order)
+        : act(orderOpts, 'createOrder', summary, this.order);
     // Under the lock not cancellable: once sent, the row exists, so a cancel compensates it.
-    const created = await this.step('createOrder', () => (this.locked ? CancellationScope.nonCancellable(create) : create()));
+    const created = await this.step('createOrder', () =>
+      this.locked ? CancellationScope.nonCancellable(create) : create(),
+    );
     if (this.locked && created?.outcome === 'settled') throw settled(created.status);
     if (this.locked && created?.outcome === 'owned') this.mirror(created.status); // an open order this run took over
     this.register('releaseInventory', () =>
-      act(compensationOpts(this.cfg.compensationRetryMaxMs), 'releaseInventory', `compensate: release ${this.lines}`, { orderId: this.orderId }),
+      act(compensationOpts(this.cfg.compensationRetryMaxMs), 'releaseInventory', `compensate: release ${this.lines}`, {
+        orderId: this.orderId,
+      }),
     );
     // Under the lock, the refund is registered before the reservation too: a run that meets an order
     // another run has moved on cannot know whether it was charged, so its backward recovery always
@@ -211,7 +241,8 @@ class OrderSaga {
   private async reserveInventory(): Promise<void> {
     // Not cancellable: its release must never run before a late commit of the reservation.
     await this.step('reserveInventory', () => CancellationScope.nonCancellable(() => this.reserve()));
-    if (this.locked) this.mirror('RESERVED'); // the reservation's own transaction moved the row
+    if (this.locked)
+      this.mirror('RESERVED'); // the reservation's own transaction moved the row
     else await this.setStatus('RESERVED');
     if (!this.locked) this.registerRefund();
   }
@@ -219,7 +250,8 @@ class OrderSaga {
   /** 3. Charge. Key: `<orderId>:charge`, computed here. Compensation: the refund (registered before). */
   private async chargePayment(): Promise<void> {
     const charged = await this.step('chargePayment', () => (this.locked ? this.chargeLocked() : this.chargeUnlocked()));
-    if (charged === 'row-charged') this.mirror('CHARGED'); // the charge activity moved the row
+    if (charged === 'row-charged')
+      this.mirror('CHARGED'); // the charge activity moved the row
     else await this.setStatus('CHARGED');
   }
 
@@ -236,9 +268,15 @@ class OrderSaga {
         let byOperator = false;
         for (;;) {
           try {
-            const summary = byOperator ? `record the shipment made by hand for ${this.orderId} (pivot)` : `create shipment for ${this.orderId} (pivot)`;
+            const summary = byOperator
+              ? `record the shipment made by hand for ${this.orderId} (pivot)`
+              : `create shipment for ${this.orderId} (pivot)`;
             const req = this.locked ? { orderId: this.orderId, byOperator } : { orderId: this.orderId };
-            this.tracking = (await (this.lean ? actLocalFirst(opts, 'createShipment', summary, req) : act(opts, 'createShipment', summary, req))).trackingNumber;
+            this.tracking = (
+              await (this.lean
+                ? actLocalFirst(opts, 'createShipment', summary, req)
+                : act(opts, 'createShipment', summary, req))
+            ).trackingNumber;
             return;
           } catch (err) {
             if (failureType(err) === 'OrderSettled') throw err;
@@ -247,11 +285,15 @@ class OrderSaga {
             if (this.locked && failureType(err) === 'OrderStateConflict') {
               // An escalation this run did not make (its waiting run was reset or terminated): the
               // restart counts as the operator's retry, from where the row stood.
-              if (conflictStatus(err) === 'NEEDS_ATTENTION' && ['CHARGED', 'SHIPPED'].includes(await this.resumeRow())) continue;
+              if (conflictStatus(err) === 'NEEDS_ATTENTION' && ['CHARGED', 'SHIPPED'].includes(await this.resumeRow()))
+                continue;
               throw err;
             }
             // Anything else may have shipped: never compensate, escalate.
-            if ((await this.escalate('forward-step', `createShipment failed at the pivot: ${describe(err)}`)) === 'mark-resolved') {
+            if (
+              (await this.escalate('forward-step', `createShipment failed at the pivot: ${describe(err)}`)) ===
+              'mark-resolved'
+            ) {
               // Shipped by hand: the same bookkeeping (lines SOLD, order SHIPPED), so nothing stays HELD.
               if (!this.locked) return;
               byOperator = true;
@@ -274,12 +316,18 @@ class OrderSaga {
     await this.step('sendConfirmation', async () => {
       for (;;) {
         try {
-          await (this.lean ? actLocalFirst(opts, 'sendConfirmation', summary, req) : act(opts, 'sendConfirmation', summary, req));
+          await (this.lean
+            ? actLocalFirst(opts, 'sendConfirmation', summary, req)
+            : act(opts, 'sendConfirmation', summary, req));
           confirmed = true;
           return;
         } catch (err) {
           if (failureType(err) === 'OrderSettled') throw err;
-          if ((await this.escalate('forward-step', `sendConfirmation failed after the pivot: ${describe(err)}`)) === 'mark-resolved') return;
+          if (
+            (await this.escalate('forward-step', `sendConfirmation failed after the pivot: ${describe(err)}`)) ===
+            'mark-resolved'
+          )
+            return;
         }
       }
     });
@@ -290,13 +338,19 @@ class OrderSaga {
     return CancellationScope.nonCancellable(async () => {
       this.state.pivotPassed = true;
       this.compensations.length = 0;
-      if (this.locked) this.mirror('SHIPPED'); // the shipment's own transaction moved the row
+      if (this.locked)
+        this.mirror('SHIPPED'); // the shipment's own transaction moved the row
       else await this.setStatus('SHIPPED');
       const confirmed = await this.sendConfirmation();
-      if (this.locked && confirmed) this.mirror('COMPLETED'); // the confirmation's own transaction completed the order
+      if (this.locked && confirmed)
+        this.mirror('COMPLETED'); // the confirmation's own transaction completed the order
       else await this.setStatus('COMPLETED');
       await condition(allHandlersFinished);
-      return { orderId: this.orderId, status: this.state.status, ...(this.state.reason ? { reason: this.state.reason } : {}) };
+      return {
+        orderId: this.orderId,
+        status: this.state.status,
+        ...(this.state.reason ? { reason: this.state.reason } : {}),
+      };
     });
   }
 
@@ -310,10 +364,15 @@ class OrderSaga {
   private registerRefund(): void {
     const keys = this.lean ? { chargeKey: chargeKeyFor(this.orderId), idempotencyKey: refundKeyFor(this.orderId) } : {};
     this.register('refundPayment', () =>
-      act(compensationOpts(this.cfg.compensationRetryMaxMs), 'refundPayment', `compensate: refund ${chargeKeyFor(this.orderId)} (key ${refundKeyFor(this.orderId)})`, {
-        orderId: this.orderId,
-        ...keys,
-      }),
+      act(
+        compensationOpts(this.cfg.compensationRetryMaxMs),
+        'refundPayment',
+        `compensate: refund ${chargeKeyFor(this.orderId)} (key ${refundKeyFor(this.orderId)})`,
+        {
+          orderId: this.orderId,
+          ...keys,
+        },
+      ),
     );
   }
 
@@ -432,7 +491,10 @@ class OrderSaga {
     this.state.step = 'already settled';
     this.settledElsewhere = true;
     this.state.awaiting = undefined; // nothing here is waiting for a person any more
-    this.mirror(status, `order ${this.orderId} is already ${status}: settled by another run; this run stopped without effects`);
+    this.mirror(
+      status,
+      `order ${this.orderId} is already ${status}: settled by another run; this run stopped without effects`,
+    );
     await condition(allHandlersFinished);
     return { orderId: this.orderId, status: 'ALREADY_SETTLED', orderStatus: status, reason: this.state.reason };
   }
@@ -456,13 +518,21 @@ class OrderSaga {
       if (failureType(err) !== 'ContentionExhausted' || !patched(SERIAL_LANE_FALLBACK)) throw err;
       why = describe(err);
     }
-    const lane = laneFor(this.order.items.map((i) => i.sku), this.cfg.inventoryLanes);
+    const lane = laneFor(
+      this.order.items.map((i) => i.sku),
+      this.cfg.inventoryLanes,
+    );
     this.state.attempts.reserveLane = (this.state.attempts.reserveLane ?? 0) + 1;
     log.info('reservation sent to the serial lane', { orderId: this.orderId, lane, why });
     // A lane no worker polls must not hold the saga past its deadline.
     const untilDeadline = Math.max(1_000, this.cfg.deadlineMs - (Date.now() - this.started));
     await act(
-      { ...laneOpts, taskQueue: laneTaskQueue(workflowInfo().taskQueue, lane), scheduleToStartTimeout: untilDeadline, scheduleToCloseTimeout: untilDeadline },
+      {
+        ...laneOpts,
+        taskQueue: laneTaskQueue(workflowInfo().taskQueue, lane),
+        scheduleToStartTimeout: untilDeadline,
+        scheduleToCloseTimeout: untilDeadline,
+      },
       'reserveInventorySerial',
       `reserve ${this.lines} (serial lane ${lane}: ${why})`,
       req,
@@ -490,19 +560,41 @@ class OrderSaga {
       try {
         // Not cancellable: a cancel waits for this request's answer (it may already be at the provider).
         const r = await CancellationScope.nonCancellable(() =>
-          act(chargeOnceOpts, 'chargePayment', `charge ${formatMoney(request.amountCents, this.order.currency)} (key ${key}, request ${round})`, request),
+          act(
+            chargeOnceOpts,
+            'chargePayment',
+            `charge ${formatMoney(request.amountCents, this.order.currency)} (key ${key}, request ${round})`,
+            request,
+          ),
         );
         return r.status === 'CHARGED' ? 'row-charged' : 'charged';
       } catch (err) {
         if (FINAL_CHARGE_ANSWERS.includes(failureType(err) ?? '')) throw err;
-        log.warn('charge timed out or failed; inquiring before deciding', { orderId: this.orderId, error: describe(err) });
+        log.warn('charge timed out or failed; inquiring before deciding', {
+          orderId: this.orderId,
+          error: describe(err),
+        });
       }
       const verdict = await CancellationScope.nonCancellable(() => this.inquireUntilKnown());
       if (verdict === 'succeeded') return 'charged';
-      if (verdict === 'refunded') throw ApplicationFailure.create({ type: 'ChargeRefunded', message: `charge ${key} was refunded`, nonRetryable: true });
-      if (verdict === 'failed') throw ApplicationFailure.create({ type: 'PaymentDeclined', message: 'charge failed at the provider', nonRetryable: true });
+      if (verdict === 'refunded')
+        throw ApplicationFailure.create({
+          type: 'ChargeRefunded',
+          message: `charge ${key} was refunded`,
+          nonRetryable: true,
+        });
+      if (verdict === 'failed')
+        throw ApplicationFailure.create({
+          type: 'PaymentDeclined',
+          message: 'charge failed at the provider',
+          nonRetryable: true,
+        });
       if (round >= CHARGE_ROUNDS) {
-        throw ApplicationFailure.create({ type: 'PaymentUnavailable', message: `charge not taken after ${round} requests`, nonRetryable: true });
+        throw ApplicationFailure.create({
+          type: 'PaymentUnavailable',
+          message: `charge not taken after ${round} requests`,
+          nonRetryable: true,
+        });
       }
       // not_found: nothing was charged. Pause, unless a cancel or the deadline comes first.
       const pauseMs = Math.min(this.cfg.inquiryMaxMs, 1000 * 2 ** (round - 1));
@@ -516,26 +608,48 @@ class OrderSaga {
 
   /** The charge of runs from before the order-row lock, as they recorded it (server retries, three rounds). */
   private async chargeUnlocked(): Promise<'charged'> {
-    const request = { orderId: this.orderId, amountCents: orderTotalCents(this.order), currency: this.order.currency, paymentMethod: this.order.paymentMethod };
+    const request = {
+      orderId: this.orderId,
+      amountCents: orderTotalCents(this.order),
+      currency: this.order.currency,
+      paymentMethod: this.order.paymentMethod,
+    };
     for (let round = 1; ; round++) {
       this.state.attempts.charge = round;
       try {
         // Not cancellable: a cancel waits for the charge's answer, so the refund that follows knows it.
         await CancellationScope.nonCancellable(() =>
-          act(paymentOpts, 'chargePayment', `charge ${formatMoney(request.amountCents, this.order.currency)} (key ${this.orderId}:charge)`, request),
+          act(
+            paymentOpts,
+            'chargePayment',
+            `charge ${formatMoney(request.amountCents, this.order.currency)} (key ${this.orderId}:charge)`,
+            request,
+          ),
         );
         return 'charged';
       } catch (err) {
         const type = failureType(err);
         if (type === 'PaymentDeclined' || type === 'PaymentRejected') throw err;
-        log.warn('charge timed out or failed; inquiring before deciding', { orderId: this.orderId, error: describe(err) });
+        log.warn('charge timed out or failed; inquiring before deciding', {
+          orderId: this.orderId,
+          error: describe(err),
+        });
       }
       // Not cancellable either: a cancel waits until the charge's outcome is known (or escalated).
       const verdict = await CancellationScope.nonCancellable(() => this.inquireUntilKnown());
       if (verdict === 'succeeded') return 'charged';
-      if (verdict === 'failed') throw ApplicationFailure.create({ type: 'PaymentDeclined', message: 'charge failed at the provider', nonRetryable: true });
+      if (verdict === 'failed')
+        throw ApplicationFailure.create({
+          type: 'PaymentDeclined',
+          message: 'charge failed at the provider',
+          nonRetryable: true,
+        });
       if (round >= 3) {
-        throw ApplicationFailure.create({ type: 'PaymentUnavailable', message: `charge not taken after ${round} rounds`, nonRetryable: true });
+        throw ApplicationFailure.create({
+          type: 'PaymentUnavailable',
+          message: `charge not taken after ${round} rounds`,
+          nonRetryable: true,
+        });
       }
       // not_found: nothing was charged; retry with the same key.
     }
@@ -543,7 +657,10 @@ class OrderSaga {
 
   /** What the provider knows of `<orderId>:charge`, asked by its key. */
   private inquire(summary: string): ReturnType<typeof act<'inquireCharge'>> {
-    return act(inquiryOpts, 'inquireCharge', summary, { orderId: this.orderId, ...(this.lean ? { chargeKey: chargeKeyFor(this.orderId) } : {}) });
+    return act(inquiryOpts, 'inquireCharge', summary, {
+      orderId: this.orderId,
+      ...(this.lean ? { chargeKey: chargeKeyFor(this.orderId) } : {}),
+    });
   }
 
   /** When the charge's outcome is unknown: ask the provider by key until it knows, on durable timers. */
@@ -569,7 +686,10 @@ class OrderSaga {
         const waited = Date.now() - started;
         const why = this.overdue ? 'saga deadline passed' : `no answer after ${duration(waited)}`;
         // Never refund blindly: a person settles it (after checking the provider's dashboard).
-        const action = await this.escalate('charge-outcome', `charge ${chargeKeyFor(this.orderId)} outcome unknown (${why})`);
+        const action = await this.escalate(
+          'charge-outcome',
+          `charge ${chargeKeyFor(this.orderId)} outcome unknown (${why})`,
+        );
         this.state.unknowns = [];
         return action === 'charge-succeeded' ? 'succeeded' : 'failed';
       }
@@ -583,7 +703,9 @@ class OrderSaga {
     return this.cancelReason !== undefined || this.overdue || this.preScope.consideredCancelled;
   }
   private stopReason(): string {
-    return this.cancelReason ?? (this.overdue ? 'saga deadline passed' : 'cancelled by a Temporal cancellation request');
+    return (
+      this.cancelReason ?? (this.overdue ? 'saga deadline passed' : 'cancelled by a Temporal cancellation request')
+    );
   }
 
   // ---- Status, escalation, bookkeeping -------------------------------------------------------
@@ -609,7 +731,11 @@ class OrderSaga {
     if (!this.locked) this.mirror(status, reason); // old runs: the command order they recorded
     const write = reason ?? this.state.reason;
     await CancellationScope.nonCancellable(() =>
-      act(statusOpts, 'setOrderStatus', `order ${this.orderId} → ${status}`, { orderId: this.orderId, status, reason: write }),
+      act(statusOpts, 'setOrderStatus', `order ${this.orderId} → ${status}`, {
+        orderId: this.orderId,
+        status,
+        reason: write,
+      }),
     );
     if (this.locked) this.mirror(status, reason); // only once the row took it
   }
@@ -717,15 +843,22 @@ class OrderSaga {
     setHandler(stateQuery, () => this.snapshot());
     setHandler(acceptedUpdate, () => this.accepted());
     setHandler(cancelUpdate, (reason) => this.cancel(reason), { validator: (reason) => this.validateCancel(reason) });
-    setHandler(resolveUpdate, (req: ResolveRequest) => this.resolve(req), { validator: (req: ResolveRequest) => this.validateResolve(req) });
+    setHandler(resolveUpdate, (req: ResolveRequest) => this.resolve(req), {
+      validator: (req: ResolveRequest) => this.validateResolve(req),
+    });
   }
 
   /** The early answer: reserved (or found already further along), or refused and why. */
   private async accepted(): Promise<Acceptance> {
     const { orderId, state } = this;
-    const reserved = (): boolean => state.stepsDone.includes('reserveInventory') || this.pivotStarted || ['CHARGED', 'SHIPPED', 'COMPLETED'].includes(state.status);
+    const reserved = (): boolean =>
+      state.stepsDone.includes('reserveInventory') ||
+      this.pivotStarted ||
+      ['CHARGED', 'SHIPPED', 'COMPLETED'].includes(state.status);
     // Waits are shielded from a Temporal cancellation: the saga's own end answers them.
-    await CancellationScope.nonCancellable(() => condition(() => reserved() || this.unwinding !== undefined || this.settledElsewhere || isFinal(state.status)));
+    await CancellationScope.nonCancellable(() =>
+      condition(() => reserved() || this.unwinding !== undefined || this.settledElsewhere || isFinal(state.status)),
+    );
     if (this.settledElsewhere) return { orderId, accepted: false, status: 'ALREADY_SETTLED', reason: state.reason };
     if (reserved()) return { orderId, accepted: true, status: state.status };
     return { orderId, accepted: false, status: state.status, reason: this.unwinding ?? state.reason };
@@ -734,17 +867,24 @@ class OrderSaga {
   private async cancel(reason: string): Promise<SagaState> {
     this.cancelReason = reason || 'cancelled';
     this.preScope.cancel();
-    await CancellationScope.nonCancellable(() => condition(() => isFinal(this.state.status) || this.state.status === 'NEEDS_ATTENTION' || this.settledElsewhere));
+    await CancellationScope.nonCancellable(() =>
+      condition(() => isFinal(this.state.status) || this.state.status === 'NEEDS_ATTENTION' || this.settledElsewhere),
+    );
     return this.snapshot();
   }
 
   private validateCancel(reason: unknown): void {
     const { orderId, state } = this;
-    if (typeof reason !== 'string' || reason.length > 500) throw new Error('reason must be a string of at most 500 characters');
-    if (this.pivotStarted) throw new Error(`order ${orderId} has reached the shipment (the pivot); it can only move forward`);
+    if (typeof reason !== 'string' || reason.length > 500)
+      throw new Error('reason must be a string of at most 500 characters');
+    if (this.pivotStarted)
+      throw new Error(`order ${orderId} has reached the shipment (the pivot); it can only move forward`);
     if (isFinal(state.status)) throw new Error(`order ${orderId} is already ${state.status}`);
     if (this.cancelReason !== undefined) throw new Error(`order ${orderId} is already being cancelled`);
-    if (this.unwinding !== undefined) throw new Error(`order ${orderId} is already being compensated (${this.unwinding}); there is nothing left to cancel`);
+    if (this.unwinding !== undefined)
+      throw new Error(
+        `order ${orderId} is already being compensated (${this.unwinding}); there is nothing left to cancel`,
+      );
   }
 
   private async resolve({ action, note }: { action: ResolveAction; note?: string }): Promise<SagaState> {
@@ -755,7 +895,9 @@ class OrderSaga {
         await this.checkResolveWithProvider(action);
       }
       this.resolution = { action, note };
-      await CancellationScope.nonCancellable(() => condition(() => this.resolution === undefined || this.settledElsewhere));
+      await CancellationScope.nonCancellable(() =>
+        condition(() => this.resolution === undefined || this.settledElsewhere),
+      );
       return this.snapshot();
     } finally {
       this.resolving = false;
@@ -764,7 +906,8 @@ class OrderSaga {
 
   private validateResolve({ action, note }: { action: ResolveAction; note?: string }): void {
     const { orderId, state } = this;
-    if (note !== undefined && (typeof note !== 'string' || note.length > 500)) throw new Error('note must be a string of at most 500 characters');
+    if (note !== undefined && (typeof note !== 'string' || note.length > 500))
+      throw new Error('note must be a string of at most 500 characters');
     if (this.resolution !== undefined || this.resolving) throw new Error('another resolve is being applied');
     const allowed: Record<NonNullable<SagaState['awaiting']>, ResolveAction[]> = {
       'charge-outcome': ['charge-succeeded', 'charge-failed'],
@@ -784,15 +927,28 @@ class OrderSaga {
     try {
       answer = await this.inquire(`resolve ${action}: ask the provider about ${key}`);
     } catch (err) {
-      throw ApplicationFailure.create({ type: 'ResolveRefused', message: `cannot confirm ${action} with the provider: ${describe(err)}`, nonRetryable: true });
+      throw ApplicationFailure.create({
+        type: 'ResolveRefused',
+        message: `cannot confirm ${action} with the provider: ${describe(err)}`,
+        nonRetryable: true,
+      });
     }
     const refunded = (answer.refundedCents ?? 0) > 0;
     const says = `the provider says charge ${key} is ${answer.status}${refunded ? ` and refunded (${answer.refundedCents} cents)` : ''}`;
     const paid = answer.status === 'succeeded' && !refunded;
-    if (action === 'charge-succeeded' && !paid) throw ApplicationFailure.create({ type: 'ResolveRefused', message: `${says}; not charge-succeeded`, nonRetryable: true });
+    if (action === 'charge-succeeded' && !paid)
+      throw ApplicationFailure.create({
+        type: 'ResolveRefused',
+        message: `${says}; not charge-succeeded`,
+        nonRetryable: true,
+      });
     if (action === 'charge-failed' && (paid || answer.status === 'processing')) {
       const next = paid ? 'resolve charge-succeeded' : 'wait until it decides, then resolve again';
-      throw ApplicationFailure.create({ type: 'ResolveRefused', message: `${says}; not charge-failed (${next})`, nonRetryable: true });
+      throw ApplicationFailure.create({
+        type: 'ResolveRefused',
+        message: `${says}; not charge-failed (${next})`,
+        nonRetryable: true,
+      });
     }
   }
 }

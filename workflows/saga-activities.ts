@@ -18,12 +18,28 @@ import { TERMINAL_STATUSES, type OrderStatus } from '../domain/order';
 
 /** Business answers that no retry can change. */
 export const NON_RETRYABLE = [
-  'InvalidOrder', 'InsufficientStock', 'ContentionExhausted', 'PurchaseLimitExceeded',
-  'PaymentDeclined', 'PaymentRejected', 'RefundRejected', 'ShipmentRejected',
-  'OrderStateConflict', 'OrderMismatch', 'ChargeRefunded', 'ChargeProcessing',
+  'InvalidOrder',
+  'InsufficientStock',
+  'ContentionExhausted',
+  'PurchaseLimitExceeded',
+  'PaymentDeclined',
+  'PaymentRejected',
+  'RefundRejected',
+  'ShipmentRejected',
+  'OrderStateConflict',
+  'OrderMismatch',
+  'ChargeRefunded',
+  'ChargeProcessing',
 ];
 /** Answers about the charge that no retry or inquiry can change. */
-export const FINAL_CHARGE_ANSWERS = ['PaymentDeclined', 'PaymentRejected', 'OrderStateConflict', 'OrderMismatch', 'ChargeRefunded', 'OrderSettled'];
+export const FINAL_CHARGE_ANSWERS = [
+  'PaymentDeclined',
+  'PaymentRejected',
+  'OrderStateConflict',
+  'OrderMismatch',
+  'ChargeRefunded',
+  'OrderSettled',
+];
 
 const backoff = { initialInterval: '1s', backoffCoefficient: 2 } as const;
 
@@ -47,7 +63,11 @@ export const paymentOpts: ActivityOptions = {
  * A request not picked up soon is dropped unsent (then inquired): one scheduled before a cancel cannot
  * go out long after it, when no worker was there to take it.
  */
-export const chargeOnceOpts: ActivityOptions = { scheduleToStartTimeout: '10s', startToCloseTimeout: '15s', retry: { maximumAttempts: 1 } };
+export const chargeOnceOpts: ActivityOptions = {
+  scheduleToStartTimeout: '10s',
+  startToCloseTimeout: '15s',
+  retry: { maximumAttempts: 1 },
+};
 /** Rounds of charge request + inquiry before the saga gives up (backward) on a provider that never took it. */
 export const CHARGE_ROUNDS = 5;
 export const inquiryOpts: ActivityOptions = {
@@ -79,7 +99,12 @@ export type Args<K extends ActName> = Parameters<OrderActivities[K]>;
 export type Ret<K extends ActName> = Awaited<ReturnType<OrderActivities[K]>>;
 
 /** Runs one activity with a readable summary, shown for the activity in the Web UI. */
-export function act<K extends ActName>(opts: ActivityOptions, name: K, summary: string, ...args: Args<K>): Promise<Ret<K>> {
+export function act<K extends ActName>(
+  opts: ActivityOptions,
+  name: K,
+  summary: string,
+  ...args: Args<K>
+): Promise<Ret<K>> {
   const fn = proxyActivities<OrderActivities>(opts)[name] as ActivityFunctionWithOptions<OrderActivities[K]>;
   return stopIfSettled(fn.executeWithOptions({ ...opts, summary }, args));
 }
@@ -90,7 +115,12 @@ export function act<K extends ActName>(opts: ActivityOptions, name: K, summary: 
  * with anything a retry could change, the regular activity takes over with the step's whole policy,
  * so a step that keeps failing is a pending activity in the Web UI, with its attempts and last failure.
  */
-export async function actLocalFirst<K extends ActName>(opts: ActivityOptions, name: K, summary: string, ...args: Args<K>): Promise<Ret<K>> {
+export async function actLocalFirst<K extends ActName>(
+  opts: ActivityOptions,
+  name: K,
+  summary: string,
+  ...args: Args<K>
+): Promise<Ret<K>> {
   const local: LocalActivityOptions = { startToCloseTimeout: opts.startToCloseTimeout, retry: { maximumAttempts: 1 } };
   const fn = proxyLocalActivities<OrderActivities>(local)[name] as LocalActivityFunctionWithOptions<OrderActivities[K]>;
   try {
@@ -116,7 +146,11 @@ async function stopIfSettled<T>(call: Promise<T>): Promise<T> {
 /** A failure no retry of the same activity can change: non-retryable, or of a type its policy does not retry. */
 function isFinalFailure(err: unknown, opts: ActivityOptions): boolean {
   for (let e: unknown = err; e instanceof Error; e = (e as { cause?: unknown }).cause) {
-    if (e instanceof ApplicationFailure && (e.nonRetryable || (e.type && opts.retry?.nonRetryableErrorTypes?.includes(e.type)))) return true;
+    if (
+      e instanceof ApplicationFailure &&
+      (e.nonRetryable || (e.type && opts.retry?.nonRetryableErrorTypes?.includes(e.type)))
+    )
+      return true;
   }
   return false;
 }
@@ -135,7 +169,12 @@ export function conflictStatus(err: unknown): OrderStatus | undefined {
 
 /** The order is terminal and this run does not own it: another run settled it. Stop, change nothing. */
 export const settled = (status: OrderStatus): ApplicationFailure =>
-  ApplicationFailure.create({ type: 'OrderSettled', message: `the order is already ${status}, settled by another run`, nonRetryable: true, details: [{ status }] });
+  ApplicationFailure.create({
+    type: 'OrderSettled',
+    message: `the order is already ${status}, settled by another run`,
+    nonRetryable: true,
+    details: [{ status }],
+  });
 
 export function settledStatus(err: unknown): OrderStatus | undefined {
   const status = conflictStatus(err);
@@ -161,4 +200,10 @@ export function describe(err: unknown): string {
 
 /** "90 s", "15 min", "24 h": durations as a timer's summary says them. */
 export const duration = (ms: number): string =>
-  ms < 1_000 ? `${ms} ms` : ms < 120_000 ? `${Math.round(ms / 1000)} s` : ms < 2 * 3_600_000 ? `${Math.round(ms / 60_000)} min` : `${Math.round(ms / 3_600_000)} h`;
+  ms < 1_000
+    ? `${ms} ms`
+    : ms < 120_000
+      ? `${Math.round(ms / 1000)} s`
+      : ms < 2 * 3_600_000
+        ? `${Math.round(ms / 60_000)} min`
+        : `${Math.round(ms / 3_600_000)} h`;

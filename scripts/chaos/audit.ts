@@ -48,8 +48,10 @@ export async function auditOrders(
   const violations: PeopleViolation[] = [];
   const statuses: Record<string, number> = {};
   const notTerminal: string[] = [];
-  const bad = (rule: string, id: string, detail: string): void => void violations.push({ rule, orderIds: [id], detail });
-  const lines = (l: { sku: string; qty: number }[]): string => JSON.stringify([...l].sort((a, b) => (a.sku < b.sku ? -1 : 1)).map((i) => [i.sku, i.qty]));
+  const bad = (rule: string, id: string, detail: string): void =>
+    void violations.push({ rule, orderIds: [id], detail });
+  const lines = (l: { sku: string; qty: number }[]): string =>
+    JSON.stringify([...l].sort((a, b) => (a.sku < b.sku ? -1 : 1)).map((i) => [i.sku, i.qty]));
   for (const o of orders) {
     const id = o.input.orderId;
     const row = byId.get(id);
@@ -60,23 +62,52 @@ export async function auditOrders(
     statuses[row.status] = (statuses[row.status] ?? 0) + 1;
     if (!TERMINAL_STATUSES.includes(row.status)) notTerminal.push(id);
     const total = orderTotalCents(o.input);
-    if (Number(row.total_cents) !== total || lines(row.items) !== lines(o.input.items) || row.payment_method !== o.input.paymentMethod) {
-      bad('the order row says what was placed', id, `row total ${row.total_cents}, lines ${lines(row.items)}, card ${row.payment_method}; placed ${total}, ${lines(o.input.items)}, ${o.input.paymentMethod}`);
+    if (
+      Number(row.total_cents) !== total ||
+      lines(row.items) !== lines(o.input.items) ||
+      row.payment_method !== o.input.paymentMethod
+    ) {
+      bad(
+        'the order row says what was placed',
+        id,
+        `row total ${row.total_cents}, lines ${lines(row.items)}, card ${row.payment_method}; placed ${total}, ${lines(o.input.items)}, ${o.input.paymentMethod}`,
+      );
     }
     const charged = row.charge_status === 'succeeded' ? Number(row.charge_amount) : 0;
     const kept = charged - Number(row.refunded);
     if (row.status === 'COMPLETED' || row.status === 'SHIPPED') {
-      if (charged !== total || Number(row.refunded) !== 0) bad('a shipped order is paid once, in full', id, `${row.status}: charged ${charged}, refunded ${row.refunded}, total ${total}`);
+      if (charged !== total || Number(row.refunded) !== 0)
+        bad(
+          'a shipped order is paid once, in full',
+          id,
+          `${row.status}: charged ${charged}, refunded ${row.refunded}, total ${total}`,
+        );
       if (lines(row.sold) !== lines(o.input.items) || row.held.length > 0 || !row.shipped) {
-        bad('a shipped order sold exactly its lines', id, `${row.status}: sold ${lines(row.sold)}, held ${lines(row.held)}, shipment ${row.shipped}`);
+        bad(
+          'a shipped order sold exactly its lines',
+          id,
+          `${row.status}: sold ${lines(row.sold)}, held ${lines(row.held)}, shipment ${row.shipped}`,
+        );
       }
-      if (o.input.paymentMethod === 'tok_declined') bad('a declined card never ships', id, `${row.status} with a declined card`);
+      if (o.input.paymentMethod === 'tok_declined')
+        bad('a declined card never ships', id, `${row.status} with a declined card`);
     }
     if (row.status === 'FAILED' || row.status === 'CANCELLED') {
-      if (kept !== 0 || row.refunds > 1) bad('a failed order keeps no money', id, `${row.status}: charged ${charged}, refunded ${row.refunded} in ${row.refunds} refund(s)`);
-      if (row.held.length > 0 || row.sold.length > 0 || row.shipped) bad('a failed order holds no stock', id, `${row.status}: held ${lines(row.held)}, sold ${lines(row.sold)}, shipment ${row.shipped}`);
+      if (kept !== 0 || row.refunds > 1)
+        bad(
+          'a failed order keeps no money',
+          id,
+          `${row.status}: charged ${charged}, refunded ${row.refunded} in ${row.refunds} refund(s)`,
+        );
+      if (row.held.length > 0 || row.sold.length > 0 || row.shipped)
+        bad(
+          'a failed order holds no stock',
+          id,
+          `${row.status}: held ${lines(row.held)}, sold ${lines(row.sold)}, shipment ${row.shipped}`,
+        );
     }
-    if (expect.cancelAccepted.has(id) && row.status !== 'CANCELLED') bad('an accepted cancel ends CANCELLED', id, `cancel accepted, order ${row.status}`);
+    if (expect.cancelAccepted.has(id) && row.status !== 'CANCELLED')
+      bad('an accepted cancel ends CANCELLED', id, `cancel accepted, order ${row.status}`);
   }
   return { violations, statuses, notTerminal };
 }
@@ -96,8 +127,18 @@ export interface HistoryFacts {
   compensatedUnderFault: Set<string>;
 }
 
-export async function readHistories(client: Client, orderIds: Set<string>, onProgress?: (done: number, total: number) => void): Promise<HistoryFacts> {
-  const facts: HistoryFacts = { runs: 0, unknownPayment: new Set(), compensationsFaulted: new Set(), compensationsRun: new Set(), compensatedUnderFault: new Set() };
+export async function readHistories(
+  client: Client,
+  orderIds: Set<string>,
+  onProgress?: (done: number, total: number) => void,
+): Promise<HistoryFacts> {
+  const facts: HistoryFacts = {
+    runs: 0,
+    unknownPayment: new Set(),
+    compensationsFaulted: new Set(),
+    compensationsRun: new Set(),
+    compensatedUnderFault: new Set(),
+  };
   const runs: { workflowId: string; runId: string }[] = [];
   for await (const wf of client.workflow.list({ query: `WorkflowType = 'orderSaga'` })) {
     if (orderIds.has(wf.workflowId.replace(/^order:/, ''))) runs.push({ workflowId: wf.workflowId, runId: wf.runId });

@@ -77,7 +77,8 @@ export function makeOrders(n: number, tag: string, cat: Catalogue): ChaosOrder[]
     if (unit(i, 2) < 0.3) add(cat.hot, 1, PRICE);
     // 12 %: SKU-LIMITED, 1 or 2 units, against a limit of 2 per customer: repeat customers hit it.
     if (unit(i, 3) < 0.12) add(LIMITED_SKU, 1 + Math.floor(unit(i, 4) * 2), cat.limitedPrice);
-    for (let l = 0; items.length < lines && l < 10; l++) add(cat.cold[Math.floor(unit(i * 10 + l, 5) * cat.cold.length)]!, 1 + Math.floor(unit(i * 10 + l, 6) * 3), PRICE);
+    for (let l = 0; items.length < lines && l < 10; l++)
+      add(cat.cold[Math.floor(unit(i * 10 + l, 5) * cat.cold.length)]!, 1 + Math.floor(unit(i * 10 + l, 6) * 3), PRICE);
     const slot = i % block;
     const meddle: Meddle = slot < MEDDLES.length ? MEDDLES[(slot + Math.floor(i / block)) % MEDDLES.length]! : 'none';
     return {

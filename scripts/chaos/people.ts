@@ -19,7 +19,14 @@ import { WorkflowFailedError, WorkflowNotFoundError, type Client } from '@tempor
 import { WorkflowIdReusePolicy } from '@temporalio/common';
 import { temporal } from '@temporalio/proto';
 import { runCli } from '../../client';
-import { chargeKeyFor, orderSummary, refundKeyFor, workflowIdFor, type OrderInput, type OrderResult } from '../../domain/order';
+import {
+  chargeKeyFor,
+  orderSummary,
+  refundKeyFor,
+  workflowIdFor,
+  type OrderInput,
+  type OrderResult,
+} from '../../domain/order';
 import type { AppConfig } from '../../lib/config';
 import { createProviderClient } from '../../provider/client';
 import type { SagaConfig } from '../../workflows/order-saga';
@@ -39,7 +46,13 @@ export interface PeopleViolation {
   detail: string;
 }
 
-type CancelMoment = 'before the charge' | 'during the charge' | 'after the charge' | 'after the pivot' | 'during compensation' | 'after the end';
+type CancelMoment =
+  | 'before the charge'
+  | 'during the charge'
+  | 'after the charge'
+  | 'after the pivot'
+  | 'during compensation'
+  | 'after the end';
 
 const WFT_COMPLETED = temporal.api.enums.v1.EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED;
 
@@ -66,14 +79,23 @@ export class People {
 
   /** The provider's API, as an operator uses it (the same keys and faults as the worker's calls). */
   private get provider() {
-    return createProviderClient({ baseUrl: this.stack.providerUrl, apiKey: this.stack.apiKey, timeoutMs: 5_000, clientName: OPERATOR_CLIENT });
+    return createProviderClient({
+      baseUrl: this.stack.providerUrl,
+      apiKey: this.stack.apiKey,
+      timeoutMs: 5_000,
+      clientName: OPERATOR_CLIENT,
+    });
   }
 
   private get client(): Client {
     return this.stack.env.client;
   }
 
-  private count(action: string, outcome: 'sent' | 'accepted' | 'refused', into: Map<string, Tally> = this.actions): void {
+  private count(
+    action: string,
+    outcome: 'sent' | 'accepted' | 'refused',
+    into: Map<string, Tally> = this.actions,
+  ): void {
     const t = into.get(action) ?? { sent: 0, accepted: 0, refused: 0 };
     t[outcome]++;
     into.set(action, t);
@@ -101,7 +123,12 @@ export class People {
   private async cli(args: string[]): Promise<{ code: number; out: string; err: string }> {
     const out: string[] = [];
     const err: string[] = [];
-    const code = await runCli(args, this.cliCfg, { out: (l) => out.push(l), err: (l) => err.push(l) }, { client: this.client });
+    const code = await runCli(
+      args,
+      this.cliCfg,
+      { out: (l) => out.push(l), err: (l) => err.push(l) },
+      { client: this.client },
+    );
     return { code, out: out.join('\n'), err: err.join('\n') };
   }
 
@@ -170,7 +197,9 @@ export class People {
     }
     if (meddle === 'start-again-same' || meddle === 'start-again-other') {
       const other = meddle === 'start-again-other';
-      const again: OrderInput = other ? { ...input, items: input.items.map((it, i) => (i === 0 ? { ...it, qty: it.qty + 1 } : it)) } : input;
+      const again: OrderInput = other
+        ? { ...input, items: input.items.map((it, i) => (i === 0 ? { ...it, qty: it.qty + 1 } : it)) }
+        : input;
       await this.startAgain(again, other ? 'start again, other input' : 'start again, same input', limitMs);
     }
     if (meddle === 'place-again') await this.placeAgain(input);
@@ -214,7 +243,8 @@ export class People {
     } else {
       this.count('cancel', 'refused');
       this.count(at, 'refused', this.cancels);
-      if (!/refused/.test(r.err)) this.violation('a cancel gets an answer', id, `cancel failed without a refusal: ${r.err}`);
+      if (!/refused/.test(r.err))
+        this.violation('a cancel gets an answer', id, `cancel failed without a refusal: ${r.err}`);
     }
   }
 
@@ -250,16 +280,23 @@ export class People {
     const handle = await this.start(input, true);
     let outcome: string;
     try {
-      const r = (await Promise.race([handle.result(), sleep(limitMs).then(() => undefined)])) as OrderResult | undefined;
+      const r = (await Promise.race([handle.result(), sleep(limitMs).then(() => undefined)])) as
+        OrderResult | undefined;
       outcome = r?.status ?? 'still running';
     } catch (err) {
       const types: string[] = [];
-      for (let e: unknown = err; e instanceof Error; e = (e as { cause?: unknown }).cause) types.push((e as { type?: string }).type ?? e.name);
-      outcome = types.includes('OrderMismatch') || types.includes('InvalidOrder') ? 'refused' : `failed (${types.join(' ← ')})`;
+      for (let e: unknown = err; e instanceof Error; e = (e as { cause?: unknown }).cause)
+        types.push((e as { type?: string }).type ?? e.name);
+      outcome =
+        types.includes('OrderMismatch') || types.includes('InvalidOrder') ? 'refused' : `failed (${types.join(' ← ')})`;
     }
     if (outcome === 'ALREADY_SETTLED' || outcome === 'refused') return this.count(action, 'refused');
     this.count(action, 'accepted');
-    this.violation('a closed order started again changes nothing', input.orderId, `${action}: the new run ended ${outcome}, not ALREADY_SETTLED`);
+    this.violation(
+      'a closed order started again changes nothing',
+      input.orderId,
+      `${action}: the new run ended ${outcome}, not ALREADY_SETTLED`,
+    );
   }
 
   /** `client.ts place` of the same order file again: exit code 3, nothing started. */
@@ -270,7 +307,11 @@ export class People {
     const r = await this.cli(['place', '--file', file, '--json']);
     if (r.code === 3) return this.count('place again (client.ts)', 'refused');
     this.count('place again (client.ts)', 'accepted');
-    this.violation('a duplicate order ID gets exit code 3', input.orderId, `client.ts place exited ${r.code}: ${r.out || r.err}`);
+    this.violation(
+      'a duplicate order ID gets exit code 3',
+      input.orderId,
+      `client.ts place exited ${r.code}: ${r.out || r.err}`,
+    );
   }
 
   // ---- Operators ---------------------------------------------------------------------------------
@@ -310,10 +351,14 @@ export class People {
    * key). Asking also lets the provider finish a charge a crash left `processing`. Undefined when it
    * does not answer (a fault, the outage): the operator looks again later.
    */
-  private async ledger(orderId: string): Promise<{ status: string; amountCents: number; refundedCents: number } | undefined> {
+  private async ledger(
+    orderId: string,
+  ): Promise<{ status: string; amountCents: number; refundedCents: number } | undefined> {
     try {
       const charge = await this.provider.getCharge(chargeKeyFor(orderId));
-      return charge ? { status: charge.status, amountCents: charge.amountCents, refundedCents: charge.refundedCents } : { status: 'not_found', amountCents: 0, refundedCents: 0 };
+      return charge
+        ? { status: charge.status, amountCents: charge.amountCents, refundedCents: charge.refundedCents }
+        : { status: 'not_found', amountCents: 0, refundedCents: 0 };
     } catch {
       return undefined;
     }
@@ -345,12 +390,19 @@ export class People {
     if (s.awaiting === 'charge-outcome') {
       if (ledger.status === 'processing') return; // not decided yet: look again later
       const supported = paid ? 'charge-succeeded' : 'charge-failed';
-      if (!this.wrongTried.has(orderId) && this.choose(`resolve ${paid ? 'charge-failed' : 'charge-succeeded'}, unchecked (must be refused)`, n, 21, 0.3)) {
+      if (
+        !this.wrongTried.has(orderId) &&
+        this.choose(`resolve ${paid ? 'charge-failed' : 'charge-succeeded'}, unchecked (must be refused)`, n, 21, 0.3)
+      ) {
         // A second operator who did not look at the ledger: the saga must refuse the wrong answer.
         this.wrongTried.add(orderId);
         const wrong = paid ? 'charge-failed' : 'charge-succeeded';
         if (await this.resolve(orderId, wrong, `chaos: unchecked (${says})`, ', unchecked (must be refused)')) {
-          this.violation('a resolve the provider contradicts is refused', orderId, `resolve ${wrong} was accepted; ${says}`);
+          this.violation(
+            'a resolve the provider contradicts is refused',
+            orderId,
+            `resolve ${wrong} was accepted; ${says}`,
+          );
         }
         return;
       }
@@ -362,7 +414,8 @@ export class People {
         if (ledger.status === 'processing') return;
         if (paid && this.choose('resolve mark-resolved', n, 22, 0.5)) {
           // Refund by hand, with the saga's own key (so it can never be a second refund), then mark it resolved.
-          if (await this.refundByHand(orderId, ledger.amountCents)) await this.resolve(orderId, 'mark-resolved', `chaos: refunded by hand (${says})`);
+          if (await this.refundByHand(orderId, ledger.amountCents))
+            await this.resolve(orderId, 'mark-resolved', `chaos: refunded by hand (${says})`);
           return;
         }
         if (!paid && this.choose('resolve mark-resolved', n, 23, 0.7)) {
@@ -374,7 +427,11 @@ export class People {
       return;
     }
     // forward-step: after the pivot; retry, or record that it was done by hand.
-    await this.resolve(orderId, this.choose('resolve mark-resolved', n, 24, 0.5) ? 'mark-resolved' : 'retry', `chaos: ${s.step} (${says})`);
+    await this.resolve(
+      orderId,
+      this.choose('resolve mark-resolved', n, 24, 0.5) ? 'mark-resolved' : 'retry',
+      `chaos: ${s.step} (${says})`,
+    );
   }
 
   private async refundByHand(orderId: string, amountCents: number): Promise<boolean> {

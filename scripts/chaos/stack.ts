@@ -103,12 +103,18 @@ export class ChaosStack {
       });
     }
     // Bundled once: each worker restart loads it instead of bundling again (seconds of CPU each time).
-    const bundle = await bundleWorkflowCode({ workflowsPath: require.resolve('../../workflows'), logger: new DefaultLogger('ERROR') });
+    const bundle = await bundleWorkflowCode({
+      workflowsPath: require.resolve('../../workflows'),
+      logger: new DefaultLogger('ERROR'),
+    });
     this.bundlePath = path.join(this.pgOpts.dataDir, '..', 'workflow-bundle.js');
     writeFileSync(this.bundlePath, bundle.code);
     this.providerPorts = { api: await freePort(), admin: await freePort() };
     await this.startProvider();
-    this.admin = createProviderAdmin({ baseUrl: `http://127.0.0.1:${this.providerPorts.admin}`, adminKey: this.adminKey });
+    this.admin = createProviderAdmin({
+      baseUrl: `http://127.0.0.1:${this.providerPorts.admin}`,
+      adminKey: this.adminKey,
+    });
     this.workers = await Promise.all(Array.from({ length: workerCount }, () => this.startWorker()));
   }
 
@@ -168,7 +174,11 @@ export class ChaosStack {
     for (const r of this.rules) await this.admin.set(r);
     const health = await fetch(`${this.providerUrl}/healthz`, { signal: AbortSignal.timeout(5_000) });
     if (!health.ok) throw new Error(`provider restart: /healthz answered ${health.status}`);
-    const restart = { what: 'provider', ms: Date.now() - t, evidence: `pid ${old.pid} → ${this.provider!.pid}, /healthz 200, fault rules set again` };
+    const restart = {
+      what: 'provider',
+      ms: Date.now() - t,
+      evidence: `pid ${old.pid} → ${this.provider!.pid}, /healthz 200, fault rules set again`,
+    };
     this.restarts.push(restart);
     return restart;
   }
@@ -181,7 +191,11 @@ export class ChaosStack {
     if (!this.real) throw new Error('restartTemporal: the soak runs on the dev server');
     const { downMs } = await this.real.restart();
     const info = await this.env.connection.workflowService.getSystemInfo({});
-    const restart = { what: 'Temporal server', ms: downMs, evidence: `process stopped (SIGTERM) and started again; frontend answers (server ${info.serverVersion})` };
+    const restart = {
+      what: 'Temporal server',
+      ms: downMs,
+      evidence: `process stopped (SIGTERM) and started again; frontend answers (server ${info.serverVersion})`,
+    };
     this.restarts.push(restart);
     return restart;
   }

@@ -17,7 +17,10 @@ async function main(): Promise<void> {
   const point = process.env.CRASH_POINT ?? '';
   const marker = process.env.CRASH_MARKER ?? '';
   const db = createPool(cfg.databaseUrl!);
-  const real = createActivities({ db, provider: createProviderClient({ baseUrl: cfg.providerUrl, apiKey: cfg.providerApiKey, timeoutMs: 60_000 }) });
+  const real = createActivities({
+    db,
+    provider: createProviderClient({ baseUrl: cfg.providerUrl, apiKey: cfg.providerApiKey, timeoutMs: 60_000 }),
+  });
   /** Runs the real activity; at this crash point, marks the file and never completes. */
   const hangAfter =
     <A extends unknown[], R>(at: string, fn: (...args: A) => Promise<R>) =>
@@ -35,7 +38,12 @@ async function main(): Promise<void> {
     releaseInventory: hangAfter('after-release-commit', real.releaseInventory),
   };
   const connection = await NativeConnection.connect({ address: cfg.temporalAddress });
-  const worker = await Worker.create({ connection, taskQueue: cfg.taskQueue, workflowsPath: require.resolve('../../workflows'), activities });
+  const worker = await Worker.create({
+    connection,
+    taskQueue: cfg.taskQueue,
+    workflowsPath: require.resolve('../../workflows'),
+    activities,
+  });
   process.stdout.write('crash-worker: ready\n');
   await worker.run();
 }
