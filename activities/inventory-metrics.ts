@@ -112,6 +112,16 @@ export class InventoryMetrics {
     return false;
   }
 
+  /**
+   * After a conflict: should this reservation go to the serial lane now rather than retry? Yes after
+   * `laneAfter` conflicts, and at once when a SKU is being probed (it was hot, its cooldown ran out,
+   * and no clean window has cleared it yet): a probe that conflicts has its answer.
+   */
+  laneAfterConflict(skus: string[], conflicts: number, laneAfter: number | undefined): boolean {
+    if (laneAfter !== undefined && conflicts >= laneAfter) return true;
+    return skus.some((sku) => this.hotUntil.has(sku));
+  }
+
   snapshot(): SkuStats[] {
     return [...this.counters.entries()]
       .map(([sku, c]) => ({

@@ -217,7 +217,7 @@ export async function reserveOptimistic(
       if (!(err instanceof CasConflict)) throw err;
       conflicts++;
       io.metrics?.recordAttempt(skus, true);
-      if (io.metrics && opts.laneAfterConflicts !== undefined && conflicts >= opts.laneAfterConflicts) {
+      if (io.metrics?.laneAfterConflict(skus, conflicts, opts.laneAfterConflicts)) {
         io.metrics.recordFallback(skus);
         return {
           outcome: 'route-to-lane',

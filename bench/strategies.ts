@@ -179,7 +179,7 @@ function operation(
           const committed = await casAttempt(id);
           metrics.recordAttempt(key, !committed);
           if (committed) return true;
-          if (cas.laneAfterConflicts !== undefined && attempt + 1 >= cas.laneAfterConflicts) break; // the tail goes to the lane
+          if (metrics.laneAfterConflict(key, attempt + 1, cas.laneAfterConflicts)) break; // the tail goes to the lane
           await sleep(backoffMs(attempt, cas));
         }
         metrics.recordFallback(key);

@@ -252,6 +252,22 @@ describe('routing to the serial lane', () => {
     expect(m.useLane('S', 0.3)).toBe(false);
   });
 
+  it('after a conflict: the lane at once while a SKU is probed after its cooldown; else only after laneAfter conflicts', () => {
+    let now = 0;
+    const m = new InventoryMetrics({ now: () => now, cooldownMs: 1_000, windowMs: 60_000 });
+    expect(m.laneAfterConflict(['S'], 1, 2)).toBe(false); // never hot: retry once
+    expect(m.laneAfterConflict(['S'], 2, 2)).toBe(true);
+    expect(m.laneAfterConflict(['S'], 5, undefined)).toBe(false); // no bound: pure CAS
+    for (let i = 0; i < 10; i++) m.recordAttempt(['S'], i < 5);
+    expect(m.useLane('S', 0.3)).toBe(true);
+    now = 1_000;
+    expect(m.useLane('S', 0.3)).toBe(false); // cooldown over: a probe
+    expect(m.laneAfterConflict(['T', 'S'], 1, 2)).toBe(true); // the probe conflicted: the lane now
+    for (let i = 0; i < 10; i++) m.recordAttempt(['S'], false);
+    expect(m.useLane('S', 0.3)).toBe(false); // a clean window: no longer probed
+    expect(m.laneAfterConflict(['S'], 1, 2)).toBe(false);
+  });
+
   it('lanes: the same SKUs always hash to the same lane, and SKUs spread over the lanes', () => {
     expect(laneFor(['SKU-B', 'SKU-A'], 4)).toBe(laneFor(['SKU-A'], 4));
     const used = new Set(Array.from({ length: 50 }, (_, i) => laneFor([`SKU-${i}`], 4)));
