@@ -2,7 +2,13 @@
 import type { Pool } from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createActivities } from '../activities';
-import { backoffMs, DEFAULT_CAS, type ReserveLogic, type ReserveResult } from '../activities/inventory';
+import {
+  backoffMs,
+  DEFAULT_CAS,
+  type CasOptions,
+  type ReserveLogic,
+  type ReserveResult,
+} from '../activities/inventory';
 import { InventoryMetrics } from '../activities/inventory-metrics';
 import { UndoLog } from '../activities/undo-log';
 import { laneFor } from '../domain/lanes';
@@ -49,22 +55,28 @@ describe('conflict backoff', () => {
     expect(backoffMs(10, o, () => 0)).toBe(250);
   });
 
-  it('gives up after maxAttempts conflicting attempts with ContentionExhausted, leaving nothing behind', async () => {
+  /** A product, an order row, and activities whose every CAS attempt conflicts (another writer moves the version on). */
+  async function alwaysConflicting(kind: string, cas: CasOptions) {
     const p = await createProduct(db, { stock: 50 });
-    const id = `exhaust-${uid()}`;
+    const id = `${kind}-${uid()}`;
     await orderRows([id]);
-    // Every attempt's logic lets another writer move the version on: every CAS conflicts.
     const interfere: ReserveLogic = async () => {
       await db.query({ text: 'UPDATE products SET version = version + 1 WHERE sku = $1', values: [p.sku] });
     };
     const metrics = new InventoryMetrics();
+    const acts = createActivities({ db, provider: testProvider(), reserveLogic: interfere, metrics, cas });
+    return { p, id, metrics, acts };
+  }
+
+  it('gives up after maxAttempts conflicting attempts with ContentionExhausted, leaving nothing behind', async () => {
     // No laneAfterConflicts: only the attempt bound decides.
-    const acts = createActivities({
-      db,
-      provider: testProvider(),
-      reserveLogic: interfere,
-      metrics,
-      cas: { maxAttempts: 3, baseMs: 1, maxMs: 2, jitterMs: 1, abortRateThreshold: 1, laneAfterConflicts: undefined },
+    const { p, id, metrics, acts } = await alwaysConflicting('exhaust', {
+      maxAttempts: 3,
+      baseMs: 1,
+      maxMs: 2,
+      jitterMs: 1,
+      abortRateThreshold: 1,
+      laneAfterConflicts: undefined,
     });
     await expect(
       runActivity(acts.reserveInventory, { orderId: id, customerId: 'c', items: [{ sku: p.sku, qty: 1 }] }),
@@ -78,19 +90,12 @@ describe('conflict backoff', () => {
   });
 
   it('with the adaptive router, laneAfterConflicts conflicts send the reservation to the lane before the attempts run out', async () => {
-    const p = await createProduct(db, { stock: 50 });
-    const id = `lane-after-${uid()}`;
-    await orderRows([id]);
-    const interfere: ReserveLogic = async () => {
-      await db.query({ text: 'UPDATE products SET version = version + 1 WHERE sku = $1', values: [p.sku] });
-    };
-    const metrics = new InventoryMetrics();
-    const acts = createActivities({
-      db,
-      provider: testProvider(),
-      reserveLogic: interfere,
-      metrics,
-      cas: { ...DEFAULT_CAS, baseMs: 1, maxMs: 2, jitterMs: 1, abortRateThreshold: 1 },
+    const { p, id, metrics, acts } = await alwaysConflicting('lane-after', {
+      ...DEFAULT_CAS,
+      baseMs: 1,
+      maxMs: 2,
+      jitterMs: 1,
+      abortRateThreshold: 1,
     });
     const r = await runActivity(acts.reserveInventory, {
       orderId: id,
