@@ -121,7 +121,12 @@ export async function actLocalFirst<K extends ActName>(
   summary: string,
   ...args: Args<K>
 ): Promise<Ret<K>> {
-  const local: LocalActivityOptions = { startToCloseTimeout: opts.startToCloseTimeout, retry: { maximumAttempts: 1 } };
+  // The attempt stays within the step's own limit (a forward step's retry window, for one).
+  const local: LocalActivityOptions = {
+    startToCloseTimeout: opts.startToCloseTimeout,
+    ...(opts.scheduleToCloseTimeout !== undefined ? { scheduleToCloseTimeout: opts.scheduleToCloseTimeout } : {}),
+    retry: { maximumAttempts: 1 },
+  };
   const fn = proxyLocalActivities<OrderActivities>(local)[name] as LocalActivityFunctionWithOptions<OrderActivities[K]>;
   try {
     return await stopIfSettled(fn.executeWithOptions({ ...local, summary }, args));

@@ -115,6 +115,16 @@ export class People {
   }
   private readonly forced = new Set<string>();
 
+  /**
+   * `retry` or `mark-resolved` for an escalated order: the first such choice marks it resolved, the
+   * second retries (so the coverage check cannot miss either when escalations are few), then by hash.
+   */
+  private retryOrMark(n: number, salt: number, pMark: number): 'retry' | 'mark-resolved' {
+    if (!this.forced.has('resolve mark-resolved')) return (this.forced.add('resolve mark-resolved'), 'mark-resolved');
+    if (!this.forced.has('resolve retry')) return (this.forced.add('resolve retry'), 'retry');
+    return unit(n, salt) < pMark ? 'mark-resolved' : 'retry';
+  }
+
   private violation(rule: string, orderId: string, detail: string): void {
     this.violations.push({ rule, orderIds: [orderId], detail });
   }
@@ -222,15 +232,22 @@ export class People {
       'cancel-after-pivot': (m) => m === 'after the pivot' || m === 'after the end' || m === 'during compensation',
     };
     let seen: SagaState | undefined;
-    if (o.meddle === 'cancel-early') {
-      await sleep(o.when * 600);
-      seen = await this.state(id);
-    } else {
-      // Watch the saga (as a person refreshing the Web UI) until the moment comes, for at most 20 s.
-      for (const until = Date.now() + 20_000; Date.now() < until; await sleep(150)) {
+    // After the pivot the saga ships and confirms in one workflow task: to see it there, a slow
+    // database holds the shipment's row (an open transaction inserting it) until the cancel is sent.
+    const hold = o.meddle === 'cancel-after-pivot' ? await this.holdShipment(id) : undefined;
+    try {
+      if (o.meddle === 'cancel-early') {
+        await sleep(o.when * 600);
         seen = await this.state(id);
-        if (want[o.meddle]!(moment(seen))) break;
+      } else {
+        // Watch the saga (as a person refreshing the Web UI) until the moment comes, for at most 20 s.
+        for (const until = Date.now() + (hold ? 40_000 : 20_000); Date.now() < until; await sleep(150)) {
+          seen = await this.state(id);
+          if (want[o.meddle]!(moment(seen))) break;
+        }
       }
+    } finally {
+      if (hold) await hold.release();
     }
     const at = moment(seen);
     this.count('cancel', 'sent');
@@ -246,6 +263,47 @@ export class People {
       if (!/refused/.test(r.err))
         this.violation('a cancel gets an answer', id, `cancel failed without a refusal: ${r.err}`);
     }
+  }
+
+  /**
+   * Once the order row exists, an open transaction inserts its shipment row (and waits): the saga's
+   * shipment, which inserts the same key, waits for it. Released (rolled back) by the caller; at most
+   * 45 s. Undefined when the order ended or its row never came.
+   */
+  private async holdShipment(orderId: string): Promise<{ release(): Promise<void> } | undefined> {
+    for (const until = Date.now() + 10_000; Date.now() < until; await sleep(50)) {
+      const s = await this.state(orderId);
+      if (s && ['COMPLETED', 'FAILED', 'CANCELLED'].includes(s.status)) return undefined;
+      if (s?.stepsDone.includes('createOrder')) break;
+    }
+    const c = await this.stack.db.connect().catch(() => undefined);
+    if (!c) return undefined;
+    // A Postgres restart ends this session while it is held: the hold simply ends with it.
+    const ignore = (): void => undefined;
+    c.on('error', ignore);
+    try {
+      await c.query('BEGIN');
+      await c.query({
+        text: "INSERT INTO shipments (order_id, tracking_number) VALUES ($1, 'CHAOS-HOLD')",
+        values: [orderId],
+      });
+    } catch {
+      await c.query('ROLLBACK').catch(() => undefined);
+      c.off('error', ignore);
+      c.release(true);
+      return undefined; // shipped already, or the database is restarting: nothing held
+    }
+    let released = false;
+    const release = async (): Promise<void> => {
+      if (released) return;
+      released = true;
+      clearTimeout(timer);
+      await c.query('ROLLBACK').catch(() => undefined);
+      c.off('error', ignore);
+      c.release(true); // a fresh connection next time: this one may have died with a restart
+    };
+    const timer = setTimeout(() => void release(), 45_000);
+    return { release };
   }
 
   /** The Web UI's Reset: to a random completed workflow task of the latest run. */
@@ -412,13 +470,13 @@ export class People {
     if (s.awaiting === 'compensation') {
       if (s.step === 'compensate:refundPayment') {
         if (ledger.status === 'processing') return;
-        if (paid && this.choose('resolve mark-resolved', n, 22, 0.5)) {
+        if (paid && this.retryOrMark(n, 22, 0.5) === 'mark-resolved') {
           // Refund by hand, with the saga's own key (so it can never be a second refund), then mark it resolved.
           if (await this.refundByHand(orderId, ledger.amountCents))
             await this.resolve(orderId, 'mark-resolved', `chaos: refunded by hand (${says})`);
           return;
         }
-        if (!paid && this.choose('resolve mark-resolved', n, 23, 0.7)) {
+        if (!paid && this.retryOrMark(n, 23, 0.7) === 'mark-resolved') {
           await this.resolve(orderId, 'mark-resolved', `chaos: nothing to refund (${says})`);
           return;
         }
@@ -427,11 +485,7 @@ export class People {
       return;
     }
     // forward-step: after the pivot; retry, or record that it was done by hand.
-    await this.resolve(
-      orderId,
-      this.choose('resolve mark-resolved', n, 24, 0.5) ? 'mark-resolved' : 'retry',
-      `chaos: ${s.step} (${says})`,
-    );
+    await this.resolve(orderId, this.retryOrMark(n, 24, 0.5), `chaos: ${s.step} (${says})`);
   }
 
   private async refundByHand(orderId: string, amountCents: number): Promise<boolean> {
