@@ -12,6 +12,7 @@ import {
   Connection,
   ScheduleAlreadyRunning,
   ScheduleOverlapPolicy,
+  ServiceError,
   WithStartWorkflowOperation,
   WorkflowExecutionAlreadyStartedError,
   WorkflowFailedError,
@@ -400,6 +401,13 @@ async function update(
     if (err instanceof WorkflowNotFoundError) throw noOrder(orderId);
     if (err instanceof WorkflowUpdateFailedError)
       throw new CliError(`${command} refused: ${err.cause?.message ?? err.message}`, EXIT.notCompleted);
+    // The server dropped the request before the saga answered it (the run was reset or closed, say).
+    if (err instanceof ServiceError)
+      throw new CliError(
+        `${command}: the server gave no answer for order ${orderId} (${err.cause?.message ?? err.message}); ` +
+          `see client.ts status ${orderId} before sending it again`,
+        EXIT.notCompleted,
+      );
     throw err;
   }
 }
