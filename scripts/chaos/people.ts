@@ -233,7 +233,7 @@ export class People {
     };
     let seen: SagaState | undefined;
     // After the pivot the saga ships and confirms in one workflow task: to see it there, a slow
-    // database holds the shipment's row (an open transaction inserting it) until the cancel is sent.
+    // database holds the shipment's row (an open transaction inserting it) until the saga is seen there.
     const hold = o.meddle === 'cancel-after-pivot' ? await this.holdShipment(id) : undefined;
     try {
       if (o.meddle === 'cancel-early') {
