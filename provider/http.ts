@@ -2,7 +2,8 @@
  * The HTTP edge of the provider, shared with the worker's metrics endpoint: hono apps on Node's
  * HTTP server, and every answer is JSON, the framework's own refusals and Node's included.
  */
-import http, { STATUS_CODES, type ServerResponse } from 'node:http';
+import http, { STATUS_CODES, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { Socket } from 'node:net';
 import { getRequestListener, type HttpBindings } from '@hono/node-server';
 import { Hono, type Context, type MiddlewareHandler } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
@@ -83,20 +84,53 @@ const invalidPath = (): Response =>
     headers: { 'content-type': 'application/json' },
   });
 
+/** How long a connection may keep sending a refused body after its answer, before it is cut. */
+const LINGER_MS = 5_000;
+const lingering = new WeakSet<Socket>();
+const currentRequest = new WeakMap<Socket, IncomingMessage>();
+
+/**
+ * A lingering close. When Node closes a connection after its answer (Connection: close) while the
+ * request's body is still arriving (a 413 refused it by its Content-Length, or after reading part
+ * of a chunked one, or a 401 before reading it), closing the socket with unread bytes makes the
+ * kernel send a reset, and the reset can reach the client before it has read the answer: it sees
+ * none. Instead, send FIN after the answer, read and drop the rest of the body, and close when the
+ * client does, or after LINGER_MS.
+ */
+function lingerOnRefusal(req: IncomingMessage): void {
+  const socket = req.socket as Socket & { destroySoon(): void };
+  currentRequest.set(socket, req);
+  if (lingering.has(socket)) return;
+  lingering.add(socket);
+  const closeSoon = socket.destroySoon.bind(socket);
+  socket.destroySoon = () => {
+    const unread = currentRequest.get(socket);
+    if (!unread || unread.complete || socket.destroyed) return closeSoon();
+    socket.end();
+    unread.removeAllListeners('data');
+    unread.resume();
+    socket.resume();
+    const timer = setTimeout(() => socket.destroy(), LINGER_MS);
+    timer.unref();
+    socket.once('close', () => clearTimeout(timer));
+  };
+}
+
 /**
  * Node's HTTP server running `app`, whose answer to a request Node cannot even parse (a bad request
  * line, a header with forbidden bytes, headers too large, a broken chunked body), or the adapter
  * cannot turn into a URL, is a JSON 4xx too, instead of a plain-text one.
  */
 export function jsonServer<E extends JsonEnv>(app: Hono<E>): http.Server {
-  // A body the app refused unread (413 by its Content-Length) is left to Node, which reads it to the
-  // end: the adapter's own clean-up cuts the connection after 500 ms, and the reset can take the
-  // answer with it (the fuzz test's 1 MB bodies saw that).
+  // A body the app refused unread (413 by its Content-Length) is left to Node and lingerOnRefusal:
+  // the adapter's own clean-up would cut the connection after 500 ms, and the reset can take the
+  // answer with it.
   const listener = getRequestListener(app.fetch, { errorHandler: invalidPath, autoCleanupIncoming: false });
   // Nothing here needs the Host header: every URL is built on one origin, whatever Host says (or
   // without one, where Node would answer a plain-text 400 itself).
   const server = http.createServer({ requireHostHeader: false }, (req, res) => {
     req.headers.host = 'localhost';
+    lingerOnRefusal(req);
     void listener(req, res);
   });
   server.on('clientError', (err: NodeJS.ErrnoException, socket) => {

@@ -449,6 +449,68 @@ describe('the HTTP edge under fuzzing', () => {
     expect(((await rules.json()) as { rules: unknown[] }).rules).toEqual([]);
   });
 
+  it('a body refused while the client is still sending it: the answer arrives every time, and nothing is written', async () => {
+    // Without a lingering close, about one in a hundred of these answers was lost to the reset that
+    // closing a socket with unread bytes sends.
+    const cases: { name: string; port: number; r: Req; status: number }[] = [];
+    for (let round = 0; round < 40; round++) {
+      for (const size of [64 * 1024 + 1, 1_000_000]) {
+        for (const chunked of [false, true]) {
+          const k = `${prefix}-big-${round}-${size}-${chunked}`;
+          const body = Buffer.from(JSON.stringify({ ...validCharge(k), reference: 'x'.repeat(size) }));
+          const headers = { ...json, 'idempotency-key': k };
+          const admin = { authorization: `Bearer ${ADMIN_KEY}`, 'content-type': 'application/json' };
+          const how = `${size} B ${chunked ? 'chunked' : 'by length'}`;
+          cases.push(
+            {
+              name: `charge ${how}`,
+              port: ports.api,
+              status: 413,
+              r: { method: 'POST', path: '/v1/charges', headers, body, chunked },
+            },
+            {
+              name: `fault ${how}`,
+              port: ports.admin,
+              status: 413,
+              r: { method: 'POST', path: '/admin/faults', headers: admin, body, chunked },
+            },
+            {
+              name: `charge without a key ${how}`,
+              port: ports.api,
+              status: 401,
+              r: {
+                method: 'POST',
+                path: '/v1/charges',
+                headers: { 'content-type': 'application/json', 'idempotency-key': k },
+                body,
+                chunked,
+              },
+            },
+          );
+        }
+      }
+    }
+    const lost: Record<string, number> = {};
+    const wrong: string[] = [];
+    await pool(cases, 16, async (c) => {
+      try {
+        const reply = await request(c.port, c.r);
+        if (reply.status !== c.status || typeof (JSON.parse(reply.body) as { error?: unknown }).error !== 'string')
+          wrong.push(`${c.name}: ${reply.status} ${reply.body.slice(0, 80)}`);
+      } catch {
+        lost[c.name] = (lost[c.name] ?? 0) + 1;
+      }
+    });
+    console.log(`http fuzz: ${cases.length} refused bodies still being sent; answers lost: ${JSON.stringify(lost)}`);
+    expect(lost).toEqual({});
+    expect(wrong.slice(0, 10)).toEqual([]);
+    const written = await db.query({
+      text: `SELECT count(*)::int AS n FROM provider.charges WHERE idempotency_key LIKE $1`,
+      values: [`${prefix}-big-%`],
+    });
+    expect(written.rows[0]).toEqual({ n: 0 });
+  });
+
   it('concurrent requests with one Idempotency-Key and different bodies: one wins, the rest get a JSON 409 or 422, one row', async () => {
     const races = 10;
     const width = 8;
