@@ -30,7 +30,7 @@ import { concurrentLoops, percentile, progressBar } from '../lib/load';
 import { readConfig } from '../lib/config';
 import { FAULT_KINDS, FAULT_TARGETS, type FaultRequest } from '../provider/faults';
 import type { SagaConfig } from '../workflows/order-saga';
-import { auditOrders, readHistories } from './chaos/audit';
+import { auditOrders, readHistories, whyOpen } from './chaos/audit';
 import { LIMITED_SKU, makeOrders, MEDDLES, stockCatalogue, type ChaosOrder } from './chaos/orders';
 import { People } from './chaos/people';
 import { ChaosStack, OPERATOR_CLIENT } from './chaos/stack';
@@ -268,7 +268,12 @@ async function main(): Promise<number> {
     if (fullTargets && facts.compensationsFaulted.size < 20)
       missing.push(`20 compensations meeting a fault (${facts.compensationsFaulted.size})`);
 
-    const violations = [...report.violations, ...audit.violations, ...people.violations];
+    const taskFailed = [...facts.taskFailures].map(([orderId, failures]) => ({
+      rule: 'the saga code never fails a workflow task',
+      detail: `${failures.length} failed task(s); first: ${failures[0]}`,
+      orderIds: [orderId],
+    }));
+    const violations = [...report.violations, ...audit.violations, ...people.violations, ...taskFailed];
     const stillAttention = audit.notTerminal;
     const seconds = Math.round((Date.now() - started) / 1000);
     const fmt = (m: Map<string, { sent: number; accepted: number; refused: number }>): string[] =>
@@ -340,8 +345,9 @@ async function main(): Promise<number> {
     say(
       `settled:      ${running === 0 ? 'every saga closed' : `no: ${running} still running`}${unsettled.length ? `; not closed within 5 min: ${unsettled.join(', ')}` : ''}`,
     );
+    for (const id of unsettled) say(`  open: ${await whyOpen(stack.env.client, id)}`);
     for (const line of formatReport(report)) say(line);
-    for (const v of [...audit.violations, ...people.violations])
+    for (const v of [...audit.violations, ...people.violations, ...taskFailed])
       say(`  VIOLATION ${v.rule}: ${v.detail} [orders: ${v.orderIds.join(', ')}]`);
     say(
       `coverage:     ${missing.length ? `MISSING ${missing.join('; ')}` : `every fault kind on every target, every operator action (${MEDDLES.length} meddles)`}`,

@@ -3,8 +3,10 @@
  * code: a change that would break a running saga fails here. Older generations must keep replaying:
  * `v1-*` are histories of the code before the order-row lock (patch `order-row-lock`), `v2-*` of the
  * code before failed outcomes (patch `failed-outcomes`), `v3-*` of the code before the lean steps
- * (patch `lean-steps`: the charge moves the row, short steps local first, keys from the workflow). Regenerate the current ones after an
- * intended, patched() change (keep the old ones under a new prefix) with:
+ * (patch `lean-steps`: the charge moves the row, short steps local first, keys from the workflow),
+ * and `v4-*` (the paths with an inquiry only) of the code that measured an unknown charge by the
+ * workflow clock (patch `unknown-by-timers`). Regenerate the current ones after an intended,
+ * patched() change (keep the old ones under a new prefix) with:
  * UPDATE_FIXTURES=1 npx vitest run test/saga-semantics.timeskip.test.ts
  */
 import { readdirSync, readFileSync } from 'node:fs';
@@ -25,6 +27,7 @@ describe('replay of saved saga histories', () => {
     expect(files.filter((f) => f.startsWith('v1-')).length).toBeGreaterThanOrEqual(20);
     expect(files.filter((f) => f.startsWith('v2-')).length).toBeGreaterThanOrEqual(20);
     expect(files.filter((f) => f.startsWith('v3-')).length).toBeGreaterThanOrEqual(20);
+    expect(files.filter((f) => f.startsWith('v4-')).length).toBeGreaterThanOrEqual(10);
     expect(files.filter((f) => !/^v\d+-/.test(f)).length).toBeGreaterThanOrEqual(20);
     const workflowBundle = await bundleWorkflowCode({
       workflowsPath: path.resolve(__dirname, '../workflows/index.ts'),

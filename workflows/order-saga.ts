@@ -84,6 +84,13 @@ const DEADLINE_TIMER_ENDS = 'deadline-timer-ends';
  */
 const LEAN_STEPS = 'lean-steps';
 const SERIAL_LANE_FALLBACK = 'serial-lane-fallback';
+/**
+ * New runs measure how long a charge has been unknown by the durable timers they slept, not by the
+ * workflow clock: in the first workflow task after one that timed out (a worker killed while it held
+ * the run), the SDK's clock can read the earlier task's time the first time and the later task's on
+ * replay, and a decision on the difference then fails every replay with a nondeterminism error.
+ */
+const UNKNOWN_BY_TIMERS = 'unknown-by-timers';
 const TEMPORAL_CANCELLATION = 'TemporalCancellation';
 
 /** The order saga. */
@@ -667,7 +674,9 @@ class OrderSaga {
   private async inquireUntilKnown(): Promise<ChargeVerdict> {
     this.state.unknowns = ['charge'];
     this.refresh();
+    const byTimers = patched(UNKNOWN_BY_TIMERS);
     const started = Date.now();
+    let slept = 0; // the durable timers' time so far (the inquiries' own time is not counted)
     for (let n = 0; ; n++) {
       try {
         const r = await this.inquire(`inquire charge ${chargeKeyFor(this.orderId)}`);
@@ -682,8 +691,8 @@ class OrderSaga {
       }
       if (this.state.status !== 'UNKNOWN_PAYMENT') await this.setStatus('UNKNOWN_PAYMENT');
       const wait = Math.min(this.cfg.inquiryMaxMs, this.cfg.inquiryBaseMs * 2 ** n);
-      if (this.overdue || Date.now() - started + wait > this.cfg.unknownEscalationMs) {
-        const waited = Date.now() - started;
+      const waited = byTimers ? slept : Date.now() - started;
+      if (this.overdue || waited + wait > this.cfg.unknownEscalationMs) {
         const why = this.overdue ? 'saga deadline passed' : `no answer after ${duration(waited)}`;
         // Never refund blindly: a person settles it (after checking the provider's dashboard).
         const action = await this.escalate(
@@ -695,6 +704,7 @@ class OrderSaga {
       }
       // A durable timer (the caller runs this loop non-cancellably: an unknown charge is settled first).
       await sleep(wait, { summary: `charge outcome unknown; next inquiry in ${duration(wait)}` });
+      slept += wait;
     }
   }
 

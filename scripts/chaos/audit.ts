@@ -125,7 +125,23 @@ export interface HistoryFacts {
   compensationsRun: Set<string>;
   /** Orders with a compensation that met a fault. */
   compensatedUnderFault: Set<string>;
+  /**
+   * Workflow tasks the saga's own code failed (an error thrown in workflow code, a nondeterminism, a
+   * deadlock), by order: a bug, since such a task fails again on every retry and the run is stuck.
+   * The server's own (a Reset's, a terminate's or timeout's force close, an unhandled message's) are
+   * not counted.
+   */
+  taskFailures: Map<string, string[]>;
 }
+
+const WFT = temporal.api.enums.v1.WorkflowTaskFailedCause;
+/** Failed workflow tasks that are part of normal operation, not the code's fault. */
+const BENIGN_TASK_FAILURES = new Set<number>([
+  WFT.WORKFLOW_TASK_FAILED_CAUSE_RESET_WORKFLOW,
+  WFT.WORKFLOW_TASK_FAILED_CAUSE_UNHANDLED_COMMAND,
+  WFT.WORKFLOW_TASK_FAILED_CAUSE_RESET_STICKY_TASK_QUEUE,
+  WFT.WORKFLOW_TASK_FAILED_CAUSE_FORCE_CLOSE_COMMAND,
+]);
 
 export async function readHistories(
   client: Client,
@@ -138,6 +154,7 @@ export async function readHistories(
     compensationsFaulted: new Set(),
     compensationsRun: new Set(),
     compensatedUnderFault: new Set(),
+    taskFailures: new Map(),
   };
   const runs: { workflowId: string; runId: string }[] = [];
   for await (const wf of client.workflow.list({ query: `WorkflowType = 'orderSaga'` })) {
@@ -164,6 +181,12 @@ export async function readHistories(
             if (input.includes('"status":"UNKNOWN_PAYMENT"')) facts.unknownPayment.add(orderId);
           }
         }
+        const wft = e.workflowTaskFailedEventAttributes;
+        if (wft && !BENIGN_TASK_FAILURES.has(wft.cause ?? 0)) {
+          const cause = WFT[wft.cause ?? 0] ?? String(wft.cause);
+          const what = `run ${run.runId} event ${String(e.eventId)}: ${cause.replace('WORKFLOW_TASK_FAILED_CAUSE_', '')}: ${(wft.failure?.message ?? '').slice(0, 300)}`;
+          facts.taskFailures.set(orderId, [...(facts.taskFailures.get(orderId) ?? []), what]);
+        }
         const started = e.activityTaskStartedEventAttributes;
         const failed = e.activityTaskFailedEventAttributes ?? e.activityTaskTimedOutEventAttributes;
         const comp = compensation.get(Number((started ?? failed)?.scheduledEventId ?? -1));
@@ -177,4 +200,29 @@ export async function readHistories(
   };
   await Promise.all(Array.from({ length: 8 }, one));
   return facts;
+}
+
+/**
+ * Why an order's latest run is still open: its pending workflow task (state and attempt) and the last
+ * events of its history, with a failed task's cause and message.
+ */
+export async function whyOpen(client: Client, orderId: string): Promise<string> {
+  try {
+    const handle = client.workflow.getHandle(`order:${orderId}`);
+    const d = await handle.describe();
+    const wft = d.raw.pendingWorkflowTask;
+    const task = wft
+      ? `workflow task ${temporal.api.enums.v1.PendingWorkflowTaskState[wft.state ?? 0]} attempt ${wft.attempt}`
+      : 'no workflow task pending';
+    const events = (await handle.fetchHistory()).events ?? [];
+    const last = events.slice(-8).map((e) => {
+      const name = T[e.eventType ?? 0]?.replace('EVENT_TYPE_', '') ?? String(e.eventType);
+      const failed = e.workflowTaskFailedEventAttributes;
+      const cause = failed ? WFT[failed.cause ?? 0]?.replace('WORKFLOW_TASK_FAILED_CAUSE_', '') : undefined;
+      return failed ? `${name}(${cause}: ${(failed.failure?.message ?? '').slice(0, 200)})` : name;
+    });
+    return `${orderId}: ${d.status.name}, ${task}, ${events.length} events; last: ${last.join(' → ')}`;
+  } catch (err) {
+    return `${orderId}: cannot describe: ${(err as Error).message}`;
+  }
 }
