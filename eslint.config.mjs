@@ -42,6 +42,24 @@ export default defineConfig(
     },
   },
   {
+    files: ['workflows/**/*.ts'],
+    rules: {
+      // A decision on the workflow clock can differ between a run and its replay (after a timed-out
+      // workflow task the clock read 12 s apart): durations come from durable timers.
+      'no-restricted-properties': [
+        'error',
+        { object: 'Date', property: 'now', message: 'workflow code decides by durable timers, not by the clock' },
+      ],
+      'no-restricted-syntax': [
+        'error',
+        {
+          selector: "NewExpression[callee.name='Date']",
+          message: 'workflow code decides by durable timers, not by the clock',
+        },
+      ],
+    },
+  },
+  {
     files: ['**/*.mjs'],
     extends: [tseslint.configs.disableTypeChecked],
   },

@@ -77,6 +77,19 @@ function faultRules(orders: ChaosOrder[], slowMs: number): FaultRequest[] {
       rules.push({ ...base, rate: r, forMs: always });
     }
   }
+  for (const o of orders) {
+    // The customer who cancels during the charge meets a slow charge: it is taken (after the request
+    // timed out), the inquiry finds it, and the cancel then refunds it. Refunds are otherwise few, and
+    // the soak must see every refund fault.
+    if (o.meddle === 'cancel-in-charge')
+      rules.unshift({
+        kind: 'delay',
+        target: 'charges',
+        keyPrefix: chargeKeyFor(o.input.orderId),
+        count: 1,
+        delayMs: slowMs,
+      });
+  }
   for (const [i, o] of orders.entries()) {
     if (i % STUCK_EVERY !== STUCK_EVERY - 1) continue;
     const keyPrefix = chargeKeyFor(o.input.orderId);

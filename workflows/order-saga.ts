@@ -138,6 +138,8 @@ class OrderSaga {
 
   private readonly orderId: string;
   private readonly lines: string;
+  /** Read only for the lane activity's timeouts (not compared on replay), never for a decision. */
+  // eslint-disable-next-line no-restricted-properties -- see above
   private readonly started = Date.now();
   private readonly state: Omit<SagaState, 'compensations'>;
   /** The one list of compensations, bottom first; they run from the top (LIFO). */
@@ -532,6 +534,7 @@ class OrderSaga {
     this.state.attempts.reserveLane = (this.state.attempts.reserveLane ?? 0) + 1;
     log.info('reservation sent to the serial lane', { orderId: this.orderId, lane, why });
     // A lane no worker polls must not hold the saga past its deadline.
+    // eslint-disable-next-line no-restricted-properties -- an activity's timeout, not a decision
     const untilDeadline = Math.max(1_000, this.cfg.deadlineMs - (Date.now() - this.started));
     await act(
       {
@@ -674,7 +677,8 @@ class OrderSaga {
   private async inquireUntilKnown(): Promise<ChargeVerdict> {
     this.state.unknowns = ['charge'];
     this.refresh();
-    const byTimers = patched(UNKNOWN_BY_TIMERS);
+    let byTimers = patched(UNKNOWN_BY_TIMERS);
+    // eslint-disable-next-line no-restricted-properties -- the clock path of runs from before the patch
     const started = Date.now();
     let slept = 0; // the durable timers' time so far (the inquiries' own time is not counted)
     for (let n = 0; ; n++) {
@@ -691,6 +695,9 @@ class OrderSaga {
       }
       if (this.state.status !== 'UNKNOWN_PAYMENT') await this.setStatus('UNKNOWN_PAYMENT');
       const wait = Math.min(this.cfg.inquiryMaxMs, this.cfg.inquiryBaseMs * 2 ** n);
+      // A run that was already in this loop when the patch came switches at its first new decision.
+      if (!byTimers) byTimers = patched(UNKNOWN_BY_TIMERS);
+      // eslint-disable-next-line no-restricted-properties -- the clock path of runs from before the patch
       const waited = byTimers ? slept : Date.now() - started;
       if (this.overdue || waited + wait > this.cfg.unknownEscalationMs) {
         const why = this.overdue ? 'saga deadline passed' : `no answer after ${duration(waited)}`;
