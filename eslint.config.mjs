@@ -44,8 +44,8 @@ export default defineConfig(
   {
     files: ['workflows/**/*.ts'],
     rules: {
-      // A decision on the workflow clock can differ between a run and its replay (after a timed-out
-      // workflow task the clock read 12 s apart): durations come from durable timers.
+      // A decision on the workflow clock can differ between a run and its replay (the chaos soak saw
+      // a run and its replay measure 12 s apart): durations come from durable timers.
       'no-restricted-properties': [
         'error',
         { object: 'Date', property: 'now', message: 'workflow code decides by durable timers, not by the clock' },

@@ -86,9 +86,9 @@ const LEAN_STEPS = 'lean-steps';
 const SERIAL_LANE_FALLBACK = 'serial-lane-fallback';
 /**
  * New runs measure how long a charge has been unknown by the durable timers they slept, not by the
- * workflow clock: in the first workflow task after one that timed out (a worker killed while it held
- * the run), the SDK's clock can read the earlier task's time the first time and the later task's on
- * replay, and a decision on the difference then fails every replay with a nondeterminism error.
+ * workflow clock. In the chaos soak a run measured 12 s where its replay measured none (its history
+ * had a workflow task that timed out on a killed worker): the run escalated, the replay started a
+ * timer, and every replay then failed with a nondeterminism error, so the run was stuck.
  */
 const UNKNOWN_BY_TIMERS = 'unknown-by-timers';
 const TEMPORAL_CANCELLATION = 'TemporalCancellation';

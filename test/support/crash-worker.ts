@@ -3,6 +3,8 @@
  * the file CRASH_MARKER and then hangs, so the test can SIGKILL it at exactly that point.
  *   after-reserve-commit  the reservation has committed; the activity has not completed
  *   after-release-commit  the release has committed; the activity has not completed
+ *   workflows-only        no crash point: it runs workflow tasks and their local activities only
+ *                         (the test runs the regular activities)
  * (The charge case needs no hook: the provider's hang fault commits and never answers.)
  */
 import { writeFileSync } from 'node:fs';
@@ -43,6 +45,7 @@ async function main(): Promise<void> {
     taskQueue: cfg.taskQueue,
     workflowsPath: require.resolve('../../workflows'),
     activities,
+    enableNonLocalActivities: point !== 'workflows-only',
   });
   process.stdout.write('crash-worker: ready\n');
   await worker.run();
