@@ -236,10 +236,14 @@ async function place(
   });
   const sent = Date.now();
   const waitMs = opts.waitSeconds * 1000;
+  // The call waits for the saga's early answer; past --wait it is cut, not left to the server's long poll.
+  const cut = new AbortController();
   let acceptance: Acceptance | typeof LATE | Error;
   try {
     acceptance = await Promise.race([
-      client.workflow.executeUpdateWithStart(acceptedUpdate, { startWorkflowOperation: start }),
+      client.withAbortSignal(cut.signal, () =>
+        client.workflow.executeUpdateWithStart(acceptedUpdate, { startWorkflowOperation: start }),
+      ),
       lateAfter(waitMs),
     ]);
   } catch (err) {
@@ -254,17 +258,25 @@ async function place(
     acceptance = err;
   }
   const answerMs = Date.now() - sent;
+  if (acceptance === LATE) {
+    cut.abort();
+    start.workflowHandle().catch(() => undefined); // cut with the call
+    const run = await client.workflow
+      .getHandle(workflowId)
+      .describe()
+      .catch(() => undefined);
+    throw new CliError(
+      run
+        ? `order ${order.orderId}: started, but no answer within ${opts.waitSeconds} s (is a worker running?); see ${runUrl(cfg, workflowId, run.runId)}`
+        : `order ${order.orderId}: no answer within ${opts.waitSeconds} s, and the server does not show it started; see client.ts status ${order.orderId}`,
+      EXIT.notCompleted,
+    );
+  }
   const handle = await start.workflowHandle();
   // The start's run ID, when the server's answer carried it; else as the server describes the run.
   const runId =
     (handle as Partial<WorkflowHandleWithFirstExecutionRunId>).firstExecutionRunId || (await handle.describe()).runId;
   const base = { orderId: order.orderId, workflowId, runId, uiUrl: runUrl(cfg, workflowId, runId) };
-  if (acceptance === LATE) {
-    throw new CliError(
-      `order ${order.orderId}: started, but no answer within ${opts.waitSeconds} s (is a worker running?); see ${base.uiUrl}`,
-      EXIT.notCompleted,
-    );
-  }
   // With --no-wait, the early answer: accepted (RESERVED) and running on, or refused with the reason.
   // A saga that ended before it could answer: wait for the end, which says why (an invalid order is
   // exit 2, as if the client had caught it).

@@ -95,12 +95,14 @@ afterAll(async () => {
 });
 
 /** Runs `npx tsx client.ts …` as its own process, as a person would. */
-async function cli(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  const r = await runProcess(
-    process.execPath,
-    [require.resolve('tsx/cli'), path.join(ROOT, 'client.ts'), ...args],
-    childEnv,
-  );
+async function cli(
+  args: string[],
+  extraEnv: NodeJS.ProcessEnv = {},
+): Promise<{ code: number; stdout: string; stderr: string }> {
+  const r = await runProcess(process.execPath, [require.resolve('tsx/cli'), path.join(ROOT, 'client.ts'), ...args], {
+    ...childEnv,
+    ...extraEnv,
+  });
   return { code: r.code ?? -1, stdout: r.stdout, stderr: r.stderr };
 }
 
@@ -259,6 +261,24 @@ describe('end to end on the dev server', () => {
     const again = await cli(['place', '--file', orderFile(order), '--no-wait']);
     expect(again.code).toBe(3);
     expect((await productRow(db, p.sku)).stock).toBe(1);
+  });
+
+  it('place --wait with no worker: exit 1 once the wait is over, saying the order started and where to see it', async () => {
+    const p = await createProduct(db, { stock: 3, priceCents: 700 });
+    const order = makeOrder([{ sku: p.sku, qty: 1, unitPriceCents: p.priceCents }]);
+    const idle = `idle-${uid()}`; // a task queue no worker polls
+    const t0 = Date.now();
+    const r = await cli(['place', '--file', orderFile(order), '--wait', '2'], { TASK_QUEUE: idle });
+    console.log(`place --wait 2 with no worker: exit ${r.code} after ${Date.now() - t0} ms (the command's own run)`);
+    expect(r.code, r.stderr).toBe(1);
+    expect(r.stderr).toContain(
+      `order ${order.orderId}: started, but no answer within 2 s (is a worker running?); see `,
+    );
+    expect(r.stderr).toContain(`/workflows/order%3A${order.orderId}/`);
+    const handle = env.client.workflow.getHandle(workflowIdFor(order.orderId));
+    expect((await handle.describe()).status.name).toBe('RUNNING');
+    await handle.terminate('test: no worker polls its task queue');
+    expect((await productRow(db, p.sku)).stock).toBe(3);
   });
 
   it('client resolve is refused when there is nothing to resolve; list filters by status', async () => {
