@@ -5,6 +5,7 @@
  */
 import { WorkflowNotFoundError, type Client } from '@temporalio/client';
 import type { Pool } from 'pg';
+import { withTransaction } from './pool';
 
 export interface Violation {
   rule: string;
@@ -63,52 +64,50 @@ export async function checkInvariants(
   db: Pool,
   opts: { deadlineMs: number; now?: Date; workflows?: WorkflowLookup },
 ): Promise<CheckReport> {
-  const client = await db.connect();
-  let broken = false;
-  const ignore = (): void => void (broken = true); // see withTransaction: the next statement reports the failure
-  client.on('error', ignore);
-  try {
-    await client.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
-    const violations: Violation[] = [];
-    const add = (rule: string, rows: { order_id: string; detail: string }[]): void => {
-      for (const r of rows) violations.push({ rule, orderIds: [r.order_id], detail: r.detail });
-    };
+  const violations: Violation[] = [];
+  // One consistent snapshot of the database; Temporal is asked after it, with the client released.
+  const { open, counts } = await withTransaction(
+    db,
+    async (client) => {
+      const add = (rule: string, rows: { order_id: string; detail: string }[]): void => {
+        for (const r of rows) violations.push({ rule, orderIds: [r.order_id], detail: r.detail });
+      };
 
-    add(
-      RULES.doubleCharge,
-      (
-        await client.query<{ order_id: string; detail: string }>(`
+      add(
+        RULES.doubleCharge,
+        (
+          await client.query<{ order_id: string; detail: string }>(`
       SELECT reference AS order_id, count(*) || ' successful charges: ' || string_agg(idempotency_key, ', ') AS detail
       FROM provider.charges WHERE status = 'succeeded' AND reference IS NOT NULL
       GROUP BY reference HAVING count(*) > 1`)
-      ).rows,
-    );
+        ).rows,
+      );
 
-    add(
-      RULES.refundWithoutCharge,
-      (
-        await client.query<{ order_id: string; detail: string }>(`
+      add(
+        RULES.refundWithoutCharge,
+        (
+          await client.query<{ order_id: string; detail: string }>(`
       SELECT COALESCE(c.reference, r.charge_key) AS order_id, 'refund ' || r.idempotency_key || ' of a charge that is ' || c.status AS detail
       FROM provider.refunds r JOIN provider.charges c ON c.idempotency_key = r.charge_key
       WHERE c.status <> 'succeeded'`)
-      ).rows,
-    );
+        ).rows,
+      );
 
-    add(
-      RULES.refundAboveCharge,
-      (
-        await client.query<{ order_id: string; detail: string }>(`
+      add(
+        RULES.refundAboveCharge,
+        (
+          await client.query<{ order_id: string; detail: string }>(`
       SELECT COALESCE(c.reference, c.idempotency_key) AS order_id,
              'refunded ' || sum(r.amount_cents) || ' of a ' || c.amount_cents || ' charge' AS detail
       FROM provider.refunds r JOIN provider.charges c ON c.idempotency_key = r.charge_key
       GROUP BY c.idempotency_key, c.reference, c.amount_cents HAVING sum(r.amount_cents) > c.amount_cents`)
-      ).rows,
-    );
+        ).rows,
+      );
 
-    add(
-      RULES.failedChargedRefundedOnce,
-      (
-        await client.query<{ order_id: string; detail: string }>(`
+      add(
+        RULES.failedChargedRefundedOnce,
+        (
+          await client.query<{ order_id: string; detail: string }>(`
       SELECT o.order_id, o.status || ', charged ' || c.amount_cents || ', ' || count(r.*) || ' refund(s) totalling ' || COALESCE(sum(r.amount_cents), 0) AS detail
       FROM orders o
       JOIN provider.charges c ON c.idempotency_key = o.order_id || ':charge' AND c.status = 'succeeded'
@@ -116,10 +115,10 @@ export async function checkInvariants(
       WHERE o.status IN ('FAILED', 'CANCELLED')
       GROUP BY o.order_id, o.status, c.amount_cents
       HAVING count(r.*) <> 1 OR COALESCE(sum(r.amount_cents), 0) <> c.amount_cents`)
-      ).rows,
-    );
+        ).rows,
+      );
 
-    const stock = await client.query<{ sku: string; detail: string; orders: string[] | null }>(`
+      const stock = await client.query<{ sku: string; detail: string; orders: string[] | null }>(`
       SELECT p.sku,
              'initial ' || p.initial_stock || ' ≠ stock ' || p.stock || ' + held ' || COALESCE(h.held, 0) || ' + sold ' || COALESCE(h.sold, 0) AS detail,
              h.orders
@@ -128,50 +127,50 @@ export async function checkInvariants(
                         array_agg(order_id ORDER BY order_id) FILTER (WHERE status <> 'RELEASED') AS orders
                  FROM reservations GROUP BY sku) h ON h.sku = p.sku
       WHERE p.stock + COALESCE(h.held, 0) + COALESCE(h.sold, 0) <> p.initial_stock`);
-    for (const r of stock.rows)
-      violations.push({
-        rule: RULES.stockConserved,
-        orderIds: (r.orders ?? []).slice(0, 20),
-        detail: `${r.sku}: ${r.detail}`,
-      });
+      for (const r of stock.rows)
+        violations.push({
+          rule: RULES.stockConserved,
+          orderIds: (r.orders ?? []).slice(0, 20),
+          detail: `${r.sku}: ${r.detail}`,
+        });
 
-    add(
-      RULES.orderDecided,
-      (
-        await client.query<{ order_id: string; detail: string }>({
-          text: `SELECT order_id, status || CASE WHEN status = 'NEEDS_ATTENTION' THEN ' with no reason' ELSE ' since ' || created_at END AS detail
+      add(
+        RULES.orderDecided,
+        (
+          await client.query<{ order_id: string; detail: string }>({
+            text: `SELECT order_id, status || CASE WHEN status = 'NEEDS_ATTENTION' THEN ' with no reason' ELSE ' since ' || created_at END AS detail
              FROM orders
              WHERE (status = 'NEEDS_ATTENTION' AND (reason IS NULL OR reason = ''))
                 OR (status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED', 'NEEDS_ATTENTION') AND created_at < $1::timestamptz - ($2::bigint * interval '1 millisecond'))`,
-          values: [(opts.now ?? new Date()).toISOString(), opts.deadlineMs],
-        })
-      ).rows,
-    );
+            values: [(opts.now ?? new Date()).toISOString(), opts.deadlineMs],
+          })
+        ).rows,
+      );
 
-    add(
-      RULES.noHeldOnFailed,
-      (
-        await client.query<{ order_id: string; detail: string }>(`
+      add(
+        RULES.noHeldOnFailed,
+        (
+          await client.query<{ order_id: string; detail: string }>(`
       SELECT o.order_id, o.status || ' with ' || count(*) || ' HELD reservation(s)' AS detail
       FROM orders o JOIN reservations r ON r.order_id = o.order_id AND r.status = 'HELD'
       WHERE o.status IN ('FAILED', 'CANCELLED') GROUP BY o.order_id, o.status`)
-      ).rows,
-    );
+        ).rows,
+      );
 
-    add(
-      RULES.orphanCharge,
-      (
-        await client.query<{ order_id: string; detail: string }>(`
+      add(
+        RULES.orphanCharge,
+        (
+          await client.query<{ order_id: string; detail: string }>(`
       SELECT c.reference AS order_id, 'charge ' || c.idempotency_key || ' succeeded for an order that does not exist' AS detail
       FROM provider.charges c LEFT JOIN orders o ON o.order_id = c.reference
       WHERE c.status = 'succeeded' AND c.reference IS NOT NULL AND o.order_id IS NULL`)
-      ).rows,
-    );
+        ).rows,
+      );
 
-    add(
-      RULES.shippedPaidOnce,
-      (
-        await client.query<{ order_id: string; detail: string }>(`
+      add(
+        RULES.shippedPaidOnce,
+        (
+          await client.query<{ order_id: string; detail: string }>(`
       SELECT o.order_id,
              o.status || ' order of ' || o.total_cents || ' ' || o.currency || ': ' ||
              COALESCE(c.status || ' charge of ' || c.amount_cents || ' ' || c.currency || ', refunded ' || COALESCE(r.refunded, 0), 'no charge') AS detail
@@ -181,26 +180,26 @@ export async function checkInvariants(
       WHERE o.status IN ('SHIPPED', 'COMPLETED')
         AND (c.idempotency_key IS NULL OR c.status <> 'succeeded' OR c.amount_cents <> o.total_cents OR c.currency <> o.currency
              OR COALESCE(r.refunded, 0) <> 0)`)
-      ).rows,
-    );
+        ).rows,
+      );
 
-    add(
-      RULES.noRefundOnShipped,
-      (
-        await client.query<{ order_id: string; detail: string }>(`
+      add(
+        RULES.noRefundOnShipped,
+        (
+          await client.query<{ order_id: string; detail: string }>(`
       SELECT o.order_id, 'refund ' || r.idempotency_key || ' of ' || r.amount_cents || ' on a ' || o.status || ' order'
              || CASE WHEN s.order_id IS NOT NULL THEN ' with shipment ' || s.tracking_number ELSE '' END AS detail
       FROM provider.refunds r
       JOIN orders o ON r.charge_key = o.order_id || ':charge'
       LEFT JOIN shipments s ON s.order_id = o.order_id
       WHERE o.status IN ('SHIPPED', 'COMPLETED') OR s.order_id IS NOT NULL`)
-      ).rows,
-    );
+        ).rows,
+      );
 
-    add(
-      RULES.shipmentsMatchSold,
-      (
-        await client.query<{ order_id: string; detail: string }>(`
+      add(
+        RULES.shipmentsMatchSold,
+        (
+          await client.query<{ order_id: string; detail: string }>(`
       SELECT o.order_id,
              o.status || CASE WHEN s.order_id IS NULL THEN ' order without a shipment' ELSE ' order with shipment ' || s.tracking_number END
              || ': ' || count(r.*) FILTER (WHERE r.status = 'SOLD') || ' SOLD, ' || count(r.*) FILTER (WHERE r.status = 'HELD') || ' HELD, '
@@ -214,10 +213,10 @@ export async function checkInvariants(
                                           OR o.status IN ('FAILED', 'CANCELLED')))
           OR (s.order_id IS NULL AND count(r.*) FILTER (WHERE r.status = 'SOLD') > 0)
           OR (o.status = 'COMPLETED' AND count(r.*) FILTER (WHERE r.status = 'HELD') > 0)`)
-      ).rows,
-    );
+        ).rows,
+      );
 
-    const quota = await client.query<{ customer_id: string; sku: string; detail: string; orders: string[] | null }>(`
+      const quota = await client.query<{ customer_id: string; sku: string; detail: string; orders: string[] | null }>(`
       SELECT COALESCE(q.customer_id, h.customer_id) AS customer_id, COALESCE(q.sku, h.sku) AS sku, h.orders,
              'quota held ' || COALESCE(q.held, 0) || ' ≠ ' || COALESCE(h.held, 0) || ' held by HELD/SOLD reservations' AS detail
       FROM purchase_quota q
@@ -226,55 +225,51 @@ export async function checkInvariants(
                        WHERE r.status IN ('HELD', 'SOLD') AND r.quota_qty > 0 GROUP BY o.customer_id, r.sku) h
         ON h.customer_id = q.customer_id AND h.sku = q.sku
       WHERE COALESCE(q.held, 0) <> COALESCE(h.held, 0)`);
-    for (const r of quota.rows) {
-      violations.push({
-        rule: RULES.quotaMatchesHolds,
-        orderIds: (r.orders ?? []).slice(0, 20),
-        detail: `${r.customer_id}/${r.sku}: ${r.detail}`,
-      });
-    }
-
-    const open = await client.query<{ order_id: string; workflow_id: string; status: string }>(
-      `SELECT order_id, workflow_id, status FROM orders WHERE status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED') ORDER BY order_id LIMIT 5000`,
-    );
-
-    const counts = await client.query<{ orders: string; skus: string }>(
-      'SELECT (SELECT count(*) FROM orders) AS orders, (SELECT count(*) FROM products) AS skus',
-    );
-    await client.query('COMMIT');
-    // Temporal's visibility: an open order whose workflow has closed will never be settled by it.
-    if (opts.workflows && open.rows.length > 0) {
-      const runs = await opts.workflows([...new Set(open.rows.map((r) => r.workflow_id))]);
-      const closed = open.rows.filter((r) => (runs.get(r.workflow_id) ?? 'RUNNING') !== 'RUNNING');
-      // A run writes the terminal status just before it closes: re-read, so that is not a finding.
-      const still = closed.length
-        ? await db.query<{ order_id: string; status: string }>({
-            text: `SELECT order_id, status FROM orders WHERE order_id = ANY($1::text[]) AND status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED')`,
-            values: [closed.map((r) => r.order_id)],
-          })
-        : { rows: [] };
-      for (const r of still.rows) {
-        const workflowId = closed.find((c) => c.order_id === r.order_id)!.workflow_id;
+      for (const r of quota.rows) {
         violations.push({
-          rule: RULES.closedRunTerminal,
-          orderIds: [r.order_id],
-          detail: `${r.status} order, but workflow ${workflowId} is ${runs.get(workflowId)}`,
+          rule: RULES.quotaMatchesHolds,
+          orderIds: (r.orders ?? []).slice(0, 20),
+          detail: `${r.customer_id}/${r.sku}: ${r.detail}`,
         });
       }
+
+      const open = await client.query<{ order_id: string; workflow_id: string; status: string }>(
+        `SELECT order_id, workflow_id, status FROM orders WHERE status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED') ORDER BY order_id LIMIT 5000`,
+      );
+
+      const counts = await client.query<{ orders: string; skus: string }>(
+        'SELECT (SELECT count(*) FROM orders) AS orders, (SELECT count(*) FROM products) AS skus',
+      );
+      return { open, counts };
+    },
+    'BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY',
+  );
+  // Temporal's visibility: an open order whose workflow has closed will never be settled by it.
+  if (opts.workflows && open.rows.length > 0) {
+    const runs = await opts.workflows([...new Set(open.rows.map((r) => r.workflow_id))]);
+    const closed = open.rows.filter((r) => (runs.get(r.workflow_id) ?? 'RUNNING') !== 'RUNNING');
+    // A run writes the terminal status just before it closes: re-read, so that is not a finding.
+    const still = closed.length
+      ? await db.query<{ order_id: string; status: string }>({
+          text: `SELECT order_id, status FROM orders WHERE order_id = ANY($1::text[]) AND status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED')`,
+          values: [closed.map((r) => r.order_id)],
+        })
+      : { rows: [] };
+    for (const r of still.rows) {
+      const workflowId = closed.find((c) => c.order_id === r.order_id)!.workflow_id;
+      violations.push({
+        rule: RULES.closedRunTerminal,
+        orderIds: [r.order_id],
+        detail: `${r.status} order, but workflow ${workflowId} is ${runs.get(workflowId)}`,
+      });
     }
-    return {
-      checkedAt: (opts.now ?? new Date()).toISOString(),
-      orders: Number(counts.rows[0]!.orders),
-      skus: Number(counts.rows[0]!.skus),
-      violations,
-    };
-  } catch (err) {
-    await client.query('ROLLBACK').catch(() => undefined);
-    throw err;
-  } finally {
-    client.off('error', ignore);
-    client.release(broken ? new Error('connection lost') : undefined); // a broken client is discarded
   }
+  return {
+    checkedAt: (opts.now ?? new Date()).toISOString(),
+    orders: Number(counts.rows[0]!.orders),
+    skus: Number(counts.rows[0]!.skus),
+    violations,
+  };
 }
 
 export function formatReport(r: CheckReport): string[] {

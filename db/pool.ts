@@ -8,8 +8,15 @@ export function createPool(connectionString: string, extra: Partial<PoolConfig> 
   return pool;
 }
 
-/** Runs fn inside BEGIN/COMMIT, rolls back on any error and always releases the client. */
-export async function withTransaction<T>(pool: Pool, fn: (client: PoolClient) => Promise<T>): Promise<T> {
+/**
+ * Runs fn inside BEGIN/COMMIT, rolls back on any error and always releases the client. `begin` is
+ * the opening statement (a read-only snapshot, say).
+ */
+export async function withTransaction<T>(
+  pool: Pool,
+  fn: (client: PoolClient) => Promise<T>,
+  begin = 'BEGIN',
+): Promise<T> {
   const client = await pool.connect();
   // If the server goes away between two statements, pg emits 'error' on the checked-out client; the
   // next statement rejects anyway, so the event must not crash the process.
@@ -17,7 +24,7 @@ export async function withTransaction<T>(pool: Pool, fn: (client: PoolClient) =>
   const ignore = (): void => void (broken = true);
   client.on('error', ignore);
   try {
-    await client.query('BEGIN');
+    await client.query(begin);
     const result = await fn(client);
     await client.query('COMMIT');
     return result;
