@@ -15,12 +15,19 @@ export const ErrorTypes = {
   PurchaseLimitExceeded: 'PurchaseLimitExceeded',
   /** The order row does not allow the step: details name its current status (the semantic lock). */
   OrderStateConflict: 'OrderStateConflict',
+  /** The calling run was superseded by a later run of the same order (a Reset, a new start): it may not move the row. */
+  NotOrderOwner: 'NotOrderOwner',
   /** An order with this ID exists with other contents, or belongs to another workflow. */
   OrderMismatch: 'OrderMismatch',
   /** The provider reports the charge refunded: it does not count as paid. */
   ChargeRefunded: 'ChargeRefunded',
   /** The provider still says `processing`: a refund would be blind, so a person decides. */
   ChargeProcessing: 'ChargeProcessing',
+  /**
+   * The provider refuses the charge: its key was closed by a technical cancel (the refund step, on a
+   * backward path), so nothing was charged and nothing can be under this key.
+   */
+  ChargeClosed: 'ChargeClosed',
 } as const;
 export type ErrorType = (typeof ErrorTypes)[keyof typeof ErrorTypes];
 

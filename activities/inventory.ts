@@ -1,6 +1,7 @@
 import { Context, log } from '@temporalio/activity';
 import type { Pool, PoolClient } from 'pg';
 import { withTransaction } from '../db/pool';
+import type { OrderStatus } from '../domain/order';
 import { businessFailure, ErrorTypes } from './errors';
 import { ABORT_RATE_CRITICAL, InventoryMetrics } from './inventory-metrics';
 import { readOrder, stateConflict, transition } from './order-lock';
@@ -53,7 +54,14 @@ export function backoffMs(
 export type ReserveLogic = (req: ReserveRequest, snapshot: SnapshotRow[], undo: UndoLog) => Promise<void>;
 
 export type ReserveResult =
-  | { outcome: 'reserved' | 'already-reserved'; path: 'cas' | 'lane'; attempts: number; conflicts: number }
+  /** `status`: the order row's status afterwards (RESERVED, or further along when it was already reserved). */
+  | {
+      outcome: 'reserved' | 'already-reserved';
+      path: 'cas' | 'lane';
+      attempts: number;
+      conflicts: number;
+      status: OrderStatus;
+    }
   /** The SKUs are too contended for optimism right now: the workflow sends this to the serial lane. */
   | { outcome: 'route-to-lane'; path: 'cas'; attempts: number; conflicts: number; reason: string };
 
@@ -69,7 +77,7 @@ const sortItems = <T extends { sku: string }>(items: T[]): T[] =>
  * other status is refused. A release leaves the order COMPENSATING or terminal: that is its tombstone,
  * so a late reservation after it is refused here and again inside the commit.
  */
-async function reserveGate(db: Pool | PoolClient, orderId: string): Promise<'reserve' | 'already-reserved'> {
+async function reserveGate(db: Pool | PoolClient, orderId: string): Promise<OrderStatus | 'reserve'> {
   const order = await readOrder(db, orderId);
   if (order?.status === 'PENDING') return 'reserve';
   if (order && ['RESERVED', 'UNKNOWN_PAYMENT', 'CHARGED', 'SHIPPED'].includes(order.status)) {
@@ -78,7 +86,7 @@ async function reserveGate(db: Pool | PoolClient, orderId: string): Promise<'res
              FROM reservations WHERE order_id = $1`,
       values: [orderId],
     });
-    if (Number(rows[0]!.kept) > 0 && Number(rows[0]!.released) === 0) return 'already-reserved';
+    if (Number(rows[0]!.kept) > 0 && Number(rows[0]!.released) === 0) return order.status;
   }
   return stateConflict(orderId, order?.status, 'reserve inventory');
 }
@@ -109,9 +117,10 @@ function checkStock(items: ReserveRequest['items'], snapshot: SnapshotRow[]): vo
 }
 
 /** After a commit found rows of this order already there: only a real reservation counts as one. */
-async function confirmReserved(db: Pool, orderId: string): Promise<void> {
-  if ((await reserveGate(db, orderId)) === 'reserve')
-    stateConflict(orderId, 'PENDING', 'reserve: reservation rows of this order exist already');
+async function confirmReserved(db: Pool, orderId: string): Promise<OrderStatus> {
+  const gate = await reserveGate(db, orderId);
+  if (gate === 'reserve') stateConflict(orderId, 'PENDING', 'reserve: reservation rows of this order exist already');
+  return gate;
 }
 
 /**
@@ -127,7 +136,7 @@ async function commitReservation(
   writeStock: () => Promise<SnapshotRow[]>,
 ): Promise<void> {
   // Another execution of this same reserve committed first (the order is RESERVED): undo ours, report theirs.
-  if (!(await transition(c, req.orderId, 'RESERVED'))) throw new AlreadyReserved();
+  if (!(await transition(c, req.orderId, 'RESERVED')).changed) throw new AlreadyReserved();
   const snapshot = await writeStock();
   const quota = await holdPurchaseQuota(c, req, snapshot);
   for (const item of items) {
@@ -164,8 +173,9 @@ export async function reserveOptimistic(
   let conflicts = 0;
   for (let attempt = 0; attempt < opts.maxAttempts; attempt++) {
     io.heartbeat({ attempt, conflicts }); // every attempt: a stuck one is detected by its heartbeat timeout
-    if ((await reserveGate(db, req.orderId)) === 'already-reserved')
-      return { outcome: 'already-reserved', path: 'cas', attempts: attempt, conflicts };
+    const gate = await reserveGate(db, req.orderId);
+    if (gate !== 'reserve')
+      return { outcome: 'already-reserved', path: 'cas', attempts: attempt, conflicts, status: gate };
     const pinned = skus.find((s) => opts.laneSkus?.includes(s));
     if (pinned)
       return {
@@ -207,12 +217,12 @@ export async function reserveOptimistic(
         }),
       );
       io.metrics?.recordAttempt(skus, false);
-      return { outcome: 'reserved', path: 'cas', attempts: attempt + 1, conflicts };
+      return { outcome: 'reserved', path: 'cas', attempts: attempt + 1, conflicts, status: 'RESERVED' };
     } catch (err) {
       await undo.rollback();
       if (err instanceof AlreadyReserved) {
-        await confirmReserved(db, req.orderId);
-        return { outcome: 'already-reserved', path: 'cas', attempts: attempt + 1, conflicts };
+        const status = await confirmReserved(db, req.orderId);
+        return { outcome: 'already-reserved', path: 'cas', attempts: attempt + 1, conflicts, status };
       }
       if (!(err instanceof CasConflict)) throw err;
       conflicts++;
@@ -257,8 +267,8 @@ export async function reserveSerial(
   const items = sortItems(req.items);
   const skus = items.map((i) => i.sku);
   io.heartbeat({ lane: true });
-  if ((await reserveGate(db, req.orderId)) === 'already-reserved')
-    return { outcome: 'already-reserved', path: 'lane', attempts: 0, conflicts: 0 };
+  const gate = await reserveGate(db, req.orderId);
+  if (gate !== 'reserve') return { outcome: 'already-reserved', path: 'lane', attempts: 0, conflicts: 0, status: gate };
   const undo = new UndoLog();
   try {
     const snapshot = await readSnapshot(db, skus);
@@ -278,12 +288,12 @@ export async function reserveSerial(
       }),
     );
     io.metrics?.recordLaneCommit(skus);
-    return { outcome: 'reserved', path: 'lane', attempts: 1, conflicts: 0 };
+    return { outcome: 'reserved', path: 'lane', attempts: 1, conflicts: 0, status: 'RESERVED' };
   } catch (err) {
     await undo.rollback();
     if (err instanceof AlreadyReserved) {
-      await confirmReserved(db, req.orderId);
-      return { outcome: 'already-reserved', path: 'lane', attempts: 1, conflicts: 0 };
+      const status = await confirmReserved(db, req.orderId);
+      return { outcome: 'already-reserved', path: 'lane', attempts: 1, conflicts: 0, status };
     }
     throw err;
   }

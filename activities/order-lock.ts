@@ -1,7 +1,9 @@
 /**
- * The order row as the saga's lock (seed 004's semantic lock). Every status write goes through
- * `transition`: one guarded UPDATE against the `order_transitions` table, its rowCount checked. A
- * refused transition is a typed, non-retryable `OrderStateConflict` that names the current status.
+ * The order row as the saga's lock (seed 004's semantic lock) and its only truth. Every status write
+ * goes through `transition`: one guarded UPDATE against the `order_transitions` table, its rowCount
+ * checked. A refused transition is a typed, non-retryable `OrderStateConflict` that names the current
+ * status. The run that writes becomes the owner; the owner it replaced is superseded, and a write from
+ * a superseded run (an activity left over from a reset or terminated run) is refused with `NotOrderOwner`.
  */
 import { Context } from '@temporalio/activity';
 import type { Pool, PoolClient } from 'pg';
@@ -13,6 +15,8 @@ type Db = Pool | PoolClient;
 export interface OrderLockRow {
   status: OrderStatus;
   owner_run_id: string | null;
+  superseded_runs: string[];
+  attention_from: OrderStatus | null;
   customer_id: string;
   currency: string;
   payment_method: string;
@@ -31,7 +35,8 @@ export function callerRunId(): string | undefined {
 
 export async function readOrder(db: Db, orderId: string, forUpdate = false): Promise<OrderLockRow | undefined> {
   const { rows } = await db.query<OrderLockRow>({
-    text: `SELECT status, owner_run_id, customer_id, currency, payment_method, total_cents, items FROM orders WHERE order_id = $1${forUpdate ? ' FOR UPDATE' : ''}`,
+    text: `SELECT status, owner_run_id, superseded_runs, attention_from, customer_id, currency, payment_method, total_cents, items
+             FROM orders WHERE order_id = $1${forUpdate ? ' FOR UPDATE' : ''}`,
     values: [orderId],
   });
   return rows[0];
@@ -48,37 +53,77 @@ export function stateConflict(orderId: string, status: OrderStatus | undefined, 
   );
 }
 
+/** Refuses a run that a later run of the same order has superseded; `runId` undefined (outside a run) passes. */
+export function assertNotSuperseded(
+  orderId: string,
+  row: Pick<OrderLockRow, 'superseded_runs' | 'owner_run_id' | 'status'>,
+  runId: string | null | undefined,
+  wanted: string,
+): void {
+  if (runId && row.superseded_runs.includes(runId)) {
+    throw businessFailure(
+      ErrorTypes.NotOrderOwner,
+      `order ${orderId} is driven by run ${row.owner_run_id ?? '?'} now; run ${runId} was superseded (refused: ${wanted})`,
+      { orderId, status: row.status, owner: row.owner_run_id, runId },
+    );
+  }
+}
+
+/**
+ * The SET part shared by every write that changes the owner: the caller ($runParam) becomes the owner
+ * and the owner it replaces joins `superseded_runs`.
+ */
+export const takeOwnership = (runParam: string): string =>
+  `superseded_runs = CASE WHEN ${runParam}::text IS NOT NULL AND owner_run_id IS NOT NULL AND owner_run_id <> ${runParam}::text
+                           THEN array_append(superseded_runs, owner_run_id) ELSE superseded_runs END,
+   owner_run_id = COALESCE(${runParam}::text, owner_run_id)`;
+/** The WHERE part: the caller is not a superseded run. */
+export const notSuperseded = (runParam: string): string =>
+  `(${runParam}::text IS NULL OR NOT (${runParam}::text = ANY (superseded_runs)))`;
+
 /** The forward path. A forward write to a status the order has already passed is a no-op, not an error. */
 const FORWARD: readonly OrderStatus[] = ['PENDING', 'RESERVED', 'UNKNOWN_PAYMENT', 'CHARGED', 'SHIPPED', 'COMPLETED'];
 const isPast = (current: OrderStatus, to: OrderStatus): boolean =>
   FORWARD.includes(to) && FORWARD.indexOf(current) >= FORWARD.indexOf(to);
+/** Where an escalation may still turn backward from: it began before the pivot. */
+export const BEFORE_PIVOT_ORIGINS: readonly OrderStatus[] = ['PENDING', 'RESERVED', 'UNKNOWN_PAYMENT', 'COMPENSATING'];
+
+/** What a guarded write did: whether the status changed, and the row's status afterwards. */
+export interface TransitionResult {
+  changed: boolean;
+  status: OrderStatus;
+}
 
 /**
  * Moves the order to `to` if the table allows it from the current status: one guarded UPDATE, its
  * rowCount checked. Rewriting the current status, or a forward status the order has already passed
  * (a late or repeated write), changes nothing and succeeds, except on a terminal order that another
- * run owns: a second run must not act on a settled order. The writing run becomes the owner.
- * Returns whether the status changed.
+ * run owns: a second run must not act on a settled order. The writing run becomes the owner; a
+ * superseded run is refused. Returns the row's real status afterwards.
  */
 export async function transition(
   db: Db,
   orderId: string,
   to: OrderStatus,
   opts: { reason?: string; runId?: string } = {},
-): Promise<boolean> {
+): Promise<TransitionResult> {
   const runId = opts.runId ?? callerRunId() ?? null;
   const res = await db.query({
     name: 'order-transition',
-    text: `UPDATE orders SET status = $2, reason = COALESCE($3, reason), owner_run_id = COALESCE($4, owner_run_id), updated_at = now()
+    text: `UPDATE orders SET status = $2, reason = COALESCE($3, reason), ${takeOwnership('$4')}, updated_at = now()
            WHERE order_id = $1 AND status IN (SELECT from_status FROM order_transitions WHERE to_status = $2)
-             AND (status <> 'NEEDS_ATTENTION' OR attention_from = $2)`,
-    values: [orderId, to, opts.reason ?? null, runId],
+             AND (status <> 'NEEDS_ATTENTION' OR attention_from = $2
+                  OR ($2 = 'COMPENSATING' AND attention_from = ANY ($5::text[])))
+             AND ${notSuperseded('$4')}`,
+    values: [orderId, to, opts.reason ?? null, runId, BEFORE_PIVOT_ORIGINS],
   });
-  if (res.rowCount === 1) return true;
+  if (res.rowCount === 1) return { changed: true, status: to };
   const current = await readOrder(db, orderId);
+  if (current) assertNotSuperseded(orderId, current, runId, `→ ${to}`);
   if (current && (current.status === to || isPast(current.status, to))) {
-    if (!isTerminal(current.status)) return false;
-    if (runId === null || current.owner_run_id === runId) return false; // the owner's own retry
+    if (!isTerminal(current.status)) return { changed: false, status: current.status };
+    // The owner's own retry
+    if (runId === null || current.owner_run_id === runId) return { changed: false, status: current.status };
   }
   return stateConflict(orderId, current?.status, `→ ${to}`);
 }
@@ -90,13 +135,16 @@ export async function transition(
 export async function resumeFromAttention(db: Db, orderId: string, reason?: string): Promise<OrderStatus> {
   const runId = callerRunId() ?? null;
   const { rows } = await db.query<{ status: OrderStatus }>({
-    text: `UPDATE orders SET status = attention_from, reason = COALESCE($2, reason), owner_run_id = COALESCE($3, owner_run_id), updated_at = now()
-           WHERE order_id = $1 AND status = 'NEEDS_ATTENTION' AND attention_from IS NOT NULL RETURNING status`,
+    text: `UPDATE orders SET status = attention_from, reason = COALESCE($2, reason), ${takeOwnership('$3')}, updated_at = now()
+           WHERE order_id = $1 AND status = 'NEEDS_ATTENTION' AND attention_from IS NOT NULL AND ${notSuperseded('$3')}
+           RETURNING status`,
     values: [orderId, reason ?? null, runId],
   });
   if (rows[0]) return rows[0].status;
   const current = await readOrder(db, orderId);
-  return current ? current.status : stateConflict(orderId, undefined, 'resume from NEEDS_ATTENTION');
+  if (!current) return stateConflict(orderId, undefined, 'resume from NEEDS_ATTENTION');
+  assertNotSuperseded(orderId, current, runId, 'resume from NEEDS_ATTENTION');
+  return current.status;
 }
 
 export const isTerminal = (status: OrderStatus): boolean => TERMINAL_STATUSES.includes(status);

@@ -2,7 +2,17 @@ import { log } from '@temporalio/activity';
 import type { Pool } from 'pg';
 import { orderTotalCents, parseOrder, workflowIdFor, type OrderInput, type OrderStatus } from '../domain/order';
 import { businessFailure, ErrorTypes } from './errors';
-import { callerRunId, isTerminal, readOrder, resumeFromAttention, transition, type OrderLockRow } from './order-lock';
+import {
+  assertNotSuperseded,
+  callerRunId,
+  isTerminal,
+  notSuperseded,
+  readOrder,
+  resumeFromAttention,
+  takeOwnership,
+  transition,
+  type OrderLockRow,
+} from './order-lock';
 
 export interface ProductRow {
   sku: string;
@@ -64,7 +74,8 @@ function sameOrder(row: OrderLockRow, order: OrderInput): boolean {
 
 /** What createOrder found: a new row, an open order this run now owns, or an order already settled. */
 export type CreateOrderResult =
-  { outcome: 'created' | 'owned'; status: OrderStatus } | { outcome: 'settled'; status: OrderStatus };
+  | { outcome: 'created' | 'owned'; status: OrderStatus; attentionFrom?: OrderStatus }
+  | { outcome: 'settled'; status: OrderStatus };
 
 export function orderActivities({ db }: { db: Pool }) {
   const activities = {
@@ -117,9 +128,12 @@ export function orderActivities({ db }: { db: Pool }) {
           },
         );
       }
+      const runId = callerRunId() ?? null;
+      assertNotSuperseded(order.orderId, existing, runId, 'take the order over');
       const claimed = await db.query({
-        text: 'UPDATE orders SET owner_run_id = $2, updated_at = now() WHERE order_id = $1 AND status = $3',
-        values: [order.orderId, callerRunId() ?? null, existing.status],
+        text: `UPDATE orders SET ${takeOwnership('$2')}, updated_at = now()
+               WHERE order_id = $1 AND status = $3 AND ${notSuperseded('$2')}`,
+        values: [order.orderId, runId, existing.status],
       });
       if (claimed.rowCount !== 1) return activities.createOrder(input); // it moved meanwhile: decide again
       log.warn('open order taken over by this run', {
@@ -127,12 +141,13 @@ export function orderActivities({ db }: { db: Pool }) {
         status: existing.status,
         previousOwner: existing.owner_run_id,
       });
-      return { outcome: 'owned', status: existing.status };
+      return { outcome: 'owned', status: existing.status, attentionFrom: existing.attention_from ?? undefined };
     },
 
     /**
      * Writes the saga's status (and reason) onto the order row: a guarded transition, refused if
-     * illegal. `resume`: leave NEEDS_ATTENTION for the status the row escalated from (returned).
+     * illegal. Returns the row's real status afterwards (a write the guard made a no-op returns where
+     * the row stands). `resume`: leave NEEDS_ATTENTION for the status the row escalated from.
      */
     async setOrderStatus(req: {
       orderId: string;
@@ -141,11 +156,11 @@ export function orderActivities({ db }: { db: Pool }) {
       resume?: boolean;
     }): Promise<OrderStatus> {
       if (req.resume) return resumeFromAttention(db, req.orderId, req.reason);
-      await transition(db, req.orderId, req.status, { reason: req.reason });
-      if (req.status === 'NEEDS_ATTENTION') {
+      const { status } = await transition(db, req.orderId, req.status, { reason: req.reason });
+      if (status === 'NEEDS_ATTENTION') {
         log.error('ALERT order needs attention', { orderId: req.orderId, reason: req.reason });
       }
-      return req.status;
+      return status;
     },
   };
   return activities;

@@ -1,11 +1,12 @@
 import { log } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
+import { CHARGE_ATTEMPT_TIMEOUT_MS } from '../domain/charge-timing';
 import { chargeKeyFor, refundKeyFor, type OrderStatus } from '../domain/order';
-import type { ChargeStatus } from '../provider/api';
+import { KEY_CLOSED_ERROR, KEY_CLOSED_STATUS, type ChargeStatus } from '../provider/api';
 import type { Pool } from 'pg';
 import { ProviderHttpError, type ProviderClient } from '../provider/client';
 import { businessFailure, ErrorTypes } from './errors';
-import { readOrder, stateConflict, transition } from './order-lock';
+import { assertNotSuperseded, callerRunId, readOrder, stateConflict, transition } from './order-lock';
 
 export interface ChargeRequest {
   orderId: string;
@@ -14,8 +15,8 @@ export interface ChargeRequest {
   paymentMethod: string;
   /** Move the order row to CHARGED once the provider has taken the charge (same activity, no extra step). */
   markCharged?: boolean;
-  /** The key the workflow computed (`<orderId>:charge`); older runs leave it to the activity. */
-  idempotencyKey?: string;
+  /** The key the workflow computed (`<orderId>:charge`); the activity refuses another order's. */
+  idempotencyKey: string;
 }
 
 /**
@@ -33,21 +34,51 @@ function keyOf(given: string | undefined, orderId: string, own: (orderId: string
   return key;
 }
 
-/** What the provider knows of a charge; `refundedCents` > 0 means it does not count as paid. */
-export type InquiryResult = { status: ChargeStatus | 'not_found'; amountCents?: number; refundedCents?: number };
+/**
+ * What the provider knows of a charge; `refundedCents` > 0 means it does not count as paid. `closed`:
+ * a technical cancel closed the key before any charge was made, so none ever will be. `not_found`
+ * right after a timed-out request means "not yet", not "never": the request may still be on its way.
+ */
+export type InquiryResult = {
+  status: ChargeStatus | 'not_found' | 'closed';
+  amountCents?: number;
+  refundedCents?: number;
+};
+
+export { CHARGE_ATTEMPT_TIMEOUT_MS };
 
 /**
  * How long after its start a charge attempt may still send its request. The attempt's
- * startToCloseTimeout (15 s) must exceed this plus the provider timeout (10 s).
+ * startToCloseTimeout (CHARGE_ATTEMPT_TIMEOUT_MS) must exceed this plus the provider timeout
+ * (checkChargeTimeouts, at the worker's start).
  */
-const SEND_BUDGET_MS = 3_000;
+export const SEND_BUDGET_MS = 3_000;
+
+/**
+ * Refuses, naming the settings, a provider timeout with which a charge request could still be
+ * waiting for its answer after the saga timed its attempt out: a request sent at the last moment of
+ * the send budget must be over (answered or given up) strictly before the attempt's timeout.
+ */
+export function checkChargeTimeouts(providerTimeoutMs: number, attemptTimeoutMs = CHARGE_ATTEMPT_TIMEOUT_MS): void {
+  const field = "PROVIDER_TIMEOUT_MS (the provider client's timeoutMs)";
+  if (!Number.isFinite(providerTimeoutMs) || providerTimeoutMs <= 0) {
+    throw new Error(`${field}: must be a positive number of milliseconds, not ${providerTimeoutMs}`);
+  }
+  if (providerTimeoutMs + SEND_BUDGET_MS >= attemptTimeoutMs) {
+    throw new Error(
+      `${field}: ${providerTimeoutMs} ms plus the charge's send budget (SEND_BUDGET_MS, ${SEND_BUDGET_MS} ms) must be ` +
+        `under the charge attempt's startToCloseTimeout (CHARGE_ATTEMPT_TIMEOUT_MS, ${attemptTimeoutMs} ms): ` +
+        `set it to at most ${attemptTimeoutMs - SEND_BUDGET_MS - 1} ms`,
+    );
+  }
+}
 
 /** The order statuses in which a charge request may be sent (or replayed). */
 const CHARGEABLE = ['RESERVED', 'UNKNOWN_PAYMENT', 'CHARGED'];
 
 export type RefundResult =
   | { outcome: 'refunded'; amountCents: number; replayed: boolean }
-  | { outcome: 'nothing-to-refund'; chargeStatus: 'not_found' | 'failed' };
+  | { outcome: 'nothing-to-refund'; chargeStatus: 'not_found' | 'failed' | 'closed' };
 
 /** 4xx answers other than 409 are final: retrying the same request cannot change them. */
 function rethrowProviderError(
@@ -61,20 +92,29 @@ function rethrowProviderError(
   throw ApplicationFailure.retryable((err as Error).message, 'ProviderUnavailable');
 }
 
+/** The provider's refusal of a charge under a key a technical cancel closed. */
+const isKeyClosed = (err: unknown): err is ProviderHttpError =>
+  err instanceof ProviderHttpError && err.status === KEY_CLOSED_STATUS && err.body.error === KEY_CLOSED_ERROR;
+
+/** The payment activities. Throws at once (at the worker's start) when the provider's timeout is too long. */
 export function paymentActivities({ db, provider }: { db: Pool; provider: ProviderClient }) {
+  checkChargeTimeouts(provider.timeoutMs);
   return {
     /**
      * Charges with key `<orderId>:charge`, only while the order row allows it (RESERVED, or a charge
      * already under way) and only for the row's own total and currency. A replay returns the first
      * result; a decline is final; a replay of a charge that was refunded is not paid. With `markCharged`
      * the row then moves to CHARGED (a guarded transition); if that write fails the charge stands and
-     * the saga learns it by inquiry, as after a timeout.
+     * the saga learns it by inquiry, as after a timeout. A key the refund step closed (a technical
+     * cancel) is refused by the provider: a non-retryable ChargeClosed, nothing charged.
      */
-    async chargePayment(req: ChargeRequest): Promise<{ chargeKey: string; amountCents: number; status?: 'CHARGED' }> {
+    async chargePayment(req: ChargeRequest): Promise<{ chargeKey: string; amountCents: number; status?: OrderStatus }> {
       const started = Date.now();
       const key = keyOf(req.idempotencyKey, req.orderId, chargeKeyFor, 'idempotencyKey');
       const order = await readOrder(db, req.orderId);
       if (!order || !CHARGEABLE.includes(order.status)) stateConflict(req.orderId, order?.status, 'charge');
+      // A run superseded by a later one (a Reset, a new start) sends no money request.
+      assertNotSuperseded(req.orderId, order, callerRunId(), 'charge');
       if (Number(order.total_cents) !== req.amountCents || order.currency !== req.currency) {
         throw businessFailure(
           ErrorTypes.OrderMismatch,
@@ -115,21 +155,32 @@ export function paymentActivities({ db, provider }: { db: Pool; provider: Provid
         amountCents = r.charge.amountCents;
       } catch (err) {
         if (err instanceof ApplicationFailure) throw err;
+        if (isKeyClosed(err)) {
+          throw businessFailure(ErrorTypes.ChargeClosed, `charge ${key} refused: ${err.body.message}`, {
+            status: err.status,
+            error: err.body.error,
+          });
+        }
         rethrowProviderError(err, ErrorTypes.PaymentRejected);
       }
       if (!req.markCharged) return { chargeKey: key, amountCents };
-      await transition(db, req.orderId, 'CHARGED');
-      return { chargeKey: key, amountCents, status: 'CHARGED' };
+      const { status } = await transition(db, req.orderId, 'CHARGED');
+      return { chargeKey: key, amountCents, status };
     },
 
-    /** The inquiry: what the provider knows of `<orderId>:charge`. Unreachable → throws (retryable). */
-    async inquireCharge(req: { orderId: string; chargeKey?: string }): Promise<InquiryResult> {
+    /**
+     * The inquiry: what the provider knows of `<orderId>:charge` (`closed`: a technical cancel closed
+     * the key, nothing was or will be charged). Unreachable → throws (retryable).
+     */
+    async inquireCharge(req: { orderId: string; chargeKey: string }): Promise<InquiryResult> {
       const key = keyOf(req.chargeKey, req.orderId, chargeKeyFor, 'chargeKey');
       try {
         const charge = await provider.getCharge(key);
-        const result: InquiryResult = charge
-          ? { status: charge.status, amountCents: charge.amountCents, refundedCents: charge.refundedCents }
-          : { status: 'not_found' };
+        const result: InquiryResult = !charge
+          ? { status: 'not_found' }
+          : charge.status === 'closed'
+            ? { status: 'closed' }
+            : { status: charge.status, amountCents: charge.amountCents, refundedCents: charge.refundedCents };
         log.info('charge inquiry', { key, ...result });
         return result;
       } catch (err) {
@@ -138,12 +189,15 @@ export function paymentActivities({ db, provider }: { db: Pool; provider: Provid
     },
 
     /**
-     * Compensation for the charge: a refund with key `<orderId>:charge:refund`. It asks first and refunds
-     * only a charge the provider says succeeded; nothing to refund is a no-op. `processing` is never
-     * refunded blindly: it is a non-retryable ChargeProcessing, so the saga escalates to a person. Never
-     * for an order that has shipped (its row, its reservations or its shipment say so).
+     * Compensation for the charge: a refund with key `<orderId>:charge:refund`. It first sends the
+     * technical cancel of `<orderId>:charge`: with no charge under the key the provider closes it
+     * (`closed`, nothing to refund), so a charge request still on its way (a 404 after a timeout is
+     * "not yet") can never take money later. It refunds only a charge the provider says succeeded;
+     * a failed one is nothing to refund. `processing` is never refunded blindly: it is a non-retryable
+     * ChargeProcessing, so the saga escalates to a person. Never for an order that has shipped (its
+     * row, its reservations or its shipment say so): that is refused before anything is sent.
      */
-    async refundPayment(req: { orderId: string; chargeKey?: string; idempotencyKey?: string }): Promise<RefundResult> {
+    async refundPayment(req: { orderId: string; chargeKey: string; idempotencyKey: string }): Promise<RefundResult> {
       const chargeKey = keyOf(req.chargeKey, req.orderId, chargeKeyFor, 'chargeKey');
       const refundKey = keyOf(req.idempotencyKey, req.orderId, refundKeyFor, 'idempotencyKey');
       const shipped = await db.query<{ status: OrderStatus }>({
@@ -154,8 +208,12 @@ export function paymentActivities({ db, provider }: { db: Pool; provider: Provid
       });
       if (shipped.rowCount) stateConflict(req.orderId, shipped.rows[0]!.status, 'refund a shipped order');
       try {
-        const charge = await provider.getCharge(chargeKey);
-        if (!charge) return { outcome: 'nothing-to-refund', chargeStatus: 'not_found' };
+        const cancel = await provider.cancelCharge(chargeKey);
+        if (cancel.outcome === 'closed') {
+          log.info('charge key closed: nothing to refund', { chargeKey });
+          return { outcome: 'nothing-to-refund', chargeStatus: 'closed' };
+        }
+        const charge = cancel.charge;
         if (charge.status === 'failed') return { outcome: 'nothing-to-refund', chargeStatus: 'failed' };
         if (charge.status === 'processing') {
           throw businessFailure(

@@ -3,7 +3,7 @@ import { log } from '@temporalio/activity';
 import type { Pool } from 'pg';
 import { withTransaction } from '../db/pool';
 import { businessFailure, ErrorTypes } from './errors';
-import { readOrder, stateConflict, transition } from './order-lock';
+import { assertNotSuperseded, callerRunId, readOrder, stateConflict, transition } from './order-lock';
 
 /** A tracking number derived from the order ID, so a retried shipment is the same shipment. */
 export const trackingNumberFor = (orderId: string): string =>
@@ -18,15 +18,24 @@ export function shippingActivities({ db }: { db: Pool }) {
      * `byOperator`: the operator shipped by hand (resolve mark-resolved at the pivot); the same
      * bookkeeping, so no reservation stays HELD.
      */
-    async createShipment(req: { orderId: string; byOperator?: boolean }): Promise<{ trackingNumber: string }> {
+    async createShipment(req: { orderId: string; byOperator: boolean }): Promise<{ trackingNumber: string }> {
       const trackingNumber = (req.byOperator ? 'MANUAL-' : '') + trackingNumberFor(req.orderId);
       const shipped = await withTransaction(db, async (c) => {
-        if (!(await transition(c, req.orderId, 'SHIPPED'))) {
-          const prior = await c.query<{ tracking_number: string }>({
-            text: 'SELECT tracking_number FROM shipments WHERE order_id = $1',
-            values: [req.orderId],
-          });
-          if (prior.rows[0]) return prior.rows[0].tracking_number;
+        const prior = async (): Promise<string | undefined> =>
+          (
+            await c.query<{ tracking_number: string }>({
+              text: 'SELECT tracking_number FROM shipments WHERE order_id = $1',
+              values: [req.orderId],
+            })
+          ).rows[0]?.tracking_number;
+        // Shipped already (a retry, or a run that finds the order further along): the same shipment.
+        const row = await readOrder(c, req.orderId, true);
+        if (row) assertNotSuperseded(req.orderId, row, callerRunId(), 'ship');
+        const before = await prior();
+        if (before !== undefined) return before;
+        if (!(await transition(c, req.orderId, 'SHIPPED')).changed) {
+          const after = await prior();
+          if (after !== undefined) return after;
           stateConflict(
             req.orderId,
             (await readOrder(c, req.orderId))?.status,
@@ -52,7 +61,7 @@ export function shippingActivities({ db }: { db: Pool }) {
         });
         return trackingNumber;
       });
-      log.info('shipment created', { orderId: req.orderId, trackingNumber: shipped, byOperator: !!req.byOperator });
+      log.info('shipment created', { orderId: req.orderId, trackingNumber: shipped, byOperator: req.byOperator });
       return { trackingNumber: shipped };
     },
   };

@@ -42,6 +42,26 @@ export interface Charge {
   refundedCents: number;
 }
 
+/**
+ * A key closed by a technical cancel before any charge was made under it: GET /v1/charges/{key}
+ * answers this (200), and a later POST /v1/charges with the key is refused (410 `key_closed`).
+ */
+export interface ClosedKey {
+  idempotencyKey: string;
+  status: 'closed';
+  /** When the cancel closed it (ISO 8601). */
+  closedAt: string;
+}
+
+/** The inquiry's answer (GET /v1/charges/{key}, 200): the charge, or the closed key. */
+export type Inquiry = Charge | ClosedKey;
+
+/**
+ * The technical cancel's answer (POST /v1/charges/{key}/cancel, 200): the charge made under the key,
+ * unchanged (refund it as usual), or the key now closed (no charge can ever be made under it).
+ */
+export type CancelResult = { outcome: 'found'; charge: Charge } | ({ outcome: 'closed' } & ClosedKey);
+
 export const RefundRequestSchema = record({ chargeKey: printable(), amountCents }, 'must be a JSON object');
 export type RefundRequest = v.InferOutput<typeof RefundRequestSchema>;
 
@@ -63,6 +83,10 @@ export const DECLINED_PAYMENT_METHODS: Record<string, string> = {
   tok_declined: 'card_declined',
   tok_insufficient_funds: 'insufficient_funds',
 };
+
+/** The refusal of a charge under a closed key: final (no retry can change it), and nothing was written. */
+export const KEY_CLOSED_STATUS = 410;
+export const KEY_CLOSED_ERROR = 'key_closed';
 
 export const IDEMPOTENCY_HEADER = 'idempotency-key';
 export const REPLAY_HEADER = 'idempotent-replayed';

@@ -4,8 +4,10 @@ import {
   IDEMPOTENCY_HEADER,
   REPLAY_HEADER,
   type ApiError,
+  type CancelResult,
   type Charge,
   type ChargeRequest,
+  type Inquiry,
   type Refund,
   type RefundRequest,
 } from './api';
@@ -43,15 +45,32 @@ export class ProviderUnreachableError extends Error {
 
 export type ChargeOutcome = { http: 201 | 402; charge: Charge; replayed: boolean };
 
+/** The technical cancel's answer: the key is closed (no charge was made, none can be), or its charge. */
+export type CancelOutcome = { outcome: 'closed' } | { outcome: 'found'; charge: Charge };
+
+/** The default per-request timeout. */
+export const DEFAULT_PROVIDER_TIMEOUT_MS = 10_000;
+
 export interface ProviderClient {
+  /** Each request's timeout, in milliseconds (the worker checks it against the charge attempt's). */
+  readonly timeoutMs: number;
+  /** A charge under a closed key is refused: ProviderHttpError 410 `key_closed`. */
   charge(key: string, req: ChargeRequest): Promise<ChargeOutcome>;
-  /** The inquiry: the charge, or undefined on 404 (never seen). */
-  getCharge(key: string): Promise<Charge | undefined>;
+  /**
+   * The inquiry: the charge, a closed key (`status: 'closed'`), or undefined on 404 (not seen yet:
+   * right after a timeout that means "not yet", not "never").
+   */
+  getCharge(key: string): Promise<Inquiry | undefined>;
+  /**
+   * The technical cancel: the charge made under the key (unchanged), or else the key is closed for
+   * good, so a request still on its way can no longer take money. Idempotent.
+   */
+  cancelCharge(key: string): Promise<CancelOutcome>;
   refund(key: string, req: RefundRequest): Promise<{ refund: Refund; replayed: boolean }>;
 }
 
 export function createProviderClient(opts: ProviderClientOptions): ProviderClient {
-  const timeoutMs = opts.timeoutMs ?? 10_000;
+  const timeoutMs = opts.timeoutMs ?? DEFAULT_PROVIDER_TIMEOUT_MS;
   async function call(
     method: string,
     path: string,
@@ -90,6 +109,7 @@ export function createProviderClient(opts: ProviderClientOptions): ProviderClien
     return { status: res.status, json, replayed: res.headers.get(REPLAY_HEADER) === 'true' };
   }
   return {
+    timeoutMs,
     async charge(key, req) {
       const r = await call('POST', '/v1/charges', key, req);
       if (r.status === 201 || r.status === 402)
@@ -98,9 +118,19 @@ export function createProviderClient(opts: ProviderClientOptions): ProviderClien
     },
     async getCharge(key) {
       const r = await call('GET', `/v1/charges/${encodeURIComponent(key)}`);
-      if (r.status === 200) return r.json as Charge;
+      if (r.status === 200) return r.json as Inquiry;
       if (r.status === 404) return undefined;
       throw new ProviderHttpError(r.status, r.json as ApiError);
+    },
+    async cancelCharge(key) {
+      const r = await call('POST', `/v1/charges/${encodeURIComponent(key)}/cancel`);
+      if (r.status !== 200) throw new ProviderHttpError(r.status, r.json as ApiError);
+      const answer = r.json as CancelResult;
+      if (answer.outcome === 'closed') return { outcome: 'closed' };
+      if (answer.outcome === 'found' && typeof answer.charge === 'object')
+        return { outcome: 'found', charge: answer.charge };
+      // Never read an answer we do not know as "closed": that would skip a refund.
+      throw new Error(`provider POST /v1/charges/…/cancel: unexpected answer ${JSON.stringify(answer).slice(0, 200)}`);
     },
     async refund(key, req) {
       const r = await call('POST', '/v1/refunds', key, req);

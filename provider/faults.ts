@@ -16,7 +16,8 @@ export const FAULT_KINDS = [
   'outage',
 ] as const;
 export type FaultKind = (typeof FAULT_KINDS)[number];
-export const FAULT_TARGETS = ['charges', 'refunds', 'inquiries'] as const;
+/** `cancels`: the technical cancel (POST /v1/charges/{key}/cancel), which the refund step sends first. */
+export const FAULT_TARGETS = ['charges', 'refunds', 'inquiries', 'cancels'] as const;
 export type FaultTarget = (typeof FAULT_TARGETS)[number];
 
 export interface FaultRule {

@@ -8,7 +8,7 @@ import type { AddressInfo } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { RESPONSE_ALREADY_SENT } from '@hono/node-server/utils/response';
 import type { Context, MiddlewareHandler } from 'hono';
-import type { Pool } from 'pg';
+import type { Pool, PoolClient } from 'pg';
 import * as v from 'valibot';
 import { assertMigrated, PROVIDER_MIGRATIONS } from '../db/migrate';
 import { createPool, withTransaction } from '../db/pool';
@@ -18,10 +18,15 @@ import {
   DECLINED_PAYMENT_METHODS,
   IDEMPOTENCY_HEADER,
   IdempotencyKeySchema,
+  KEY_CLOSED_ERROR,
+  KEY_CLOSED_STATUS,
   REPLAY_HEADER,
   RefundRequestSchema,
+  type CancelResult,
   type Charge,
   type ChargeRequest,
+  type ClosedKey,
+  type Inquiry,
   type Refund,
   type RefundRequest,
 } from './api';
@@ -93,6 +98,24 @@ function bearer(hashes: Buffer[], missing: string, unknown: string): MiddlewareH
 
 type KeyedEnv = JsonEnv & { Variables: { key: string } };
 
+/**
+ * No body, or an empty JSON object: the technical cancel takes nothing but its path. A body must be
+ * `application/json` (else 415), at most `maxBytes` (else 413), and `{}` (else 400).
+ */
+function emptyBody(maxBytes: number): MiddlewareHandler {
+  const json = jsonBody(maxBytes);
+  return async (c, next) => {
+    const length = c.req.header('content-length');
+    if (c.req.header('transfer-encoding') === undefined && (length === undefined || length === '0')) return next();
+    return json(c, async () => {
+      const body = await readJson(c);
+      if (typeof body !== 'object' || body === null || Array.isArray(body) || Object.keys(body).length > 0)
+        bad('body', 'must be empty or {}');
+      await next();
+    });
+  };
+}
+
 /** The Idempotency-Key header, required: the route reads it as c.get('key'). */
 const requireIdempotencyKey: MiddlewareHandler<KeyedEnv> = async (c, next) => {
   const key = c.req.header(IDEMPOTENCY_HEADER);
@@ -101,11 +124,15 @@ const requireIdempotencyKey: MiddlewareHandler<KeyedEnv> = async (c, next) => {
   await next();
 };
 
-/** The inquiry's key: its path segment as sent, percent-decoded, held to the Idempotency-Key rule. */
-function pathKey(c: Context, prefix: string): string {
+/**
+ * A charge key in the path (the inquiry's, the cancel's): its segment as sent, between `prefix` and
+ * `suffix`, percent-decoded, held to the Idempotency-Key rule.
+ */
+function pathKey(c: Context, prefix: string, suffix = ''): string {
   let key: string;
   try {
-    key = decodeURIComponent(rawPath(c).slice(prefix.length));
+    const path = rawPath(c);
+    key = decodeURIComponent(path.slice(prefix.length, path.length - suffix.length));
   } catch {
     throw new HttpError(400, {
       error: 'invalid_path',
@@ -218,14 +245,31 @@ function callFaults(book: FaultBook, target: FaultTarget, key: string, c: Contex
   };
 }
 
-/** The provider's ledger in Postgres: charges and refunds, each once per Idempotency-Key. */
+/**
+ * The key's lock, taken first by each transaction that makes a charge or closes a key: a charge and a
+ * technical cancel of one key are serialized whatever holds either up (a table lock before its first
+ * write, say), and the second sees what the first committed. A two-int advisory lock, in its own
+ * space (apart from the one-bigint locks of the migrations and roles); two keys that hash alike
+ * merely wait for each other.
+ */
+async function lockKey(c: PoolClient, key: string): Promise<void> {
+  await c.query({ text: `SELECT pg_advisory_xact_lock(hashtext('provider.charge-key'), hashtext($1))`, values: [key] });
+}
+
+const keyClosed = (key: string): HttpError =>
+  new HttpError(KEY_CLOSED_STATUS, {
+    error: KEY_CLOSED_ERROR,
+    message: `charge key ${key} was closed by a cancel: no charge can be made under it`,
+  });
+
+/** The provider's ledger in Postgres: charges and refunds, each once per Idempotency-Key; closed keys. */
 function createLedger(pool: Pool) {
   /** Charges this process is deciding right now: the same key meanwhile gets 409. */
   const inFlight = new Set<string>();
 
   /** Decides a `processing` charge from its stored payment method (a test card can be declined). */
-  async function decide(key: string): Promise<void> {
-    await pool.query({
+  async function decide(key: string, q: Pool | PoolClient = pool): Promise<void> {
+    await q.query({
       text: `UPDATE provider.charges SET status = CASE WHEN payment_method = ANY($2::text[]) THEN 'failed' ELSE 'succeeded' END,
                     failure_code = CASE WHEN payment_method = ANY($2::text[]) THEN $3::jsonb ->> payment_method END,
                     updated_at = now()
@@ -247,10 +291,40 @@ function createLedger(pool: Pool) {
     return rows[0];
   }
 
-  async function getCharge(key: string): Promise<Charge | undefined> {
+  async function closedKey(q: Pool | PoolClient, key: string): Promise<ClosedKey | undefined> {
+    const { rows } = await q.query<{ closed_at: Date }>({
+      text: 'SELECT closed_at FROM provider.closed_keys WHERE idempotency_key = $1',
+      values: [key],
+    });
+    return rows[0] && { idempotencyKey: key, status: 'closed', closedAt: rows[0].closed_at.toISOString() };
+  }
+
+  /** The inquiry: the charge, the closed key, or undefined (neither: not yet, or never). */
+  async function getCharge(key: string): Promise<Inquiry | undefined> {
     const { rows } = await pool.query<ChargeRow>({ text: CHARGE_SELECT, values: [key] });
     const row = await recover(rows[0]);
-    return row && toCharge(row);
+    return row ? toCharge(row) : closedKey(pool, key);
+  }
+
+  /**
+   * The technical cancel: under the key's lock, the charge made under the key, unchanged, or else the
+   * key closed (idempotent: a closed key stays closed, with its first closing time).
+   */
+  async function cancelCharge(key: string): Promise<CancelResult> {
+    const r = await withTransaction(pool, async (c) => {
+      await lockKey(c, key);
+      const { rows } = await c.query<ChargeRow>({ text: CHARGE_SELECT, values: [key] });
+      const row = rows[0];
+      if (row) return { row };
+      const inserted = await c.query({
+        text: 'INSERT INTO provider.closed_keys (idempotency_key) VALUES ($1) ON CONFLICT (idempotency_key) DO NOTHING',
+        values: [key],
+      });
+      return { closed: (await closedKey(c, key))!, first: Boolean(inserted.rowCount) };
+    });
+    if (r.row) return { outcome: 'found', charge: toCharge((await recover(r.row)) ?? r.row) };
+    if (r.first) log('key closed', { key });
+    return { outcome: 'closed', ...r.closed };
   }
 
   /** `delay`: how long a new charge stays `processing` (a slow gateway) before it is decided. */
@@ -267,12 +341,21 @@ function createLedger(pool: Pool) {
       });
     inFlight.add(key);
     try {
-      const inserted = await pool.query({
-        text: `INSERT INTO provider.charges (idempotency_key, request_hash, amount_cents, currency, payment_method, reference, status)
-               VALUES ($1, $2, $3, $4, $5, $6, 'processing') ON CONFLICT (idempotency_key) DO NOTHING`,
-        values: [key, hash, body.amountCents, body.currency, body.paymentMethod, body.reference ?? null],
+      // Under the key's lock: a key a cancel closed takes no charge, and a cancel that comes after this
+      // finds the charge. Without a delay the charge is decided in the same transaction, so no cancel
+      // or inquiry ever sees it `processing`.
+      const inserted = await withTransaction(pool, async (c) => {
+        await lockKey(c, key);
+        if (await closedKey(c, key)) throw keyClosed(key);
+        const r = await c.query({
+          text: `INSERT INTO provider.charges (idempotency_key, request_hash, amount_cents, currency, payment_method, reference, status)
+                 VALUES ($1, $2, $3, $4, $5, $6, 'processing') ON CONFLICT (idempotency_key) DO NOTHING`,
+          values: [key, hash, body.amountCents, body.currency, body.paymentMethod, body.reference ?? null],
+        });
+        if (r.rowCount && !delay) await decide(key, c);
+        return Boolean(r.rowCount);
       });
-      if (!inserted.rowCount) {
+      if (!inserted) {
         const { rows } = await pool.query<ChargeRow>({ text: CHARGE_SELECT, values: [key] });
         if (rows[0] && rows[0].request_hash !== hash) {
           throw new HttpError(422, {
@@ -288,9 +371,9 @@ function createLedger(pool: Pool) {
       }
       if (delay) {
         delay.applied();
-        await sleep(delay.ms); // meanwhile the same key gets 409, the inquiry `processing`
+        await sleep(delay.ms); // meanwhile the same key gets 409, the inquiry and the cancel `processing`
+        await decide(key);
       }
-      await decide(key);
     } finally {
       inFlight.delete(key);
     }
@@ -376,11 +459,14 @@ function createLedger(pool: Pool) {
     });
   }
 
-  return { getCharge, createCharge, createRefund };
+  return { getCharge, cancelCharge, createCharge, createRefund };
 }
 type Ledger = ReturnType<typeof createLedger>;
 
-/** The payment API: POST /v1/charges, GET /v1/charges/:key (the inquiry), POST /v1/refunds; GET /healthz. */
+/**
+ * The payment API: POST /v1/charges, GET /v1/charges/:key (the inquiry), POST /v1/charges/:key/cancel
+ * (the technical cancel), POST /v1/refunds; GET /healthz.
+ */
 export function createProviderApp(ledger: Ledger, faults: FaultBook, apiKeys: string[]) {
   const app = jsonApp<KeyedEnv>((err) => log('error', { message: err.message }));
   app.get('/healthz', (c) => c.json({ ok: true }));
@@ -428,6 +514,17 @@ export function createProviderApp(ledger: Ledger, faults: FaultBook, apiKeys: st
         f.loseResponse() ??
         (charge ? c.json(charge, 200) : c.json({ error: 'not_found', message: 'no charge with that key' }, 404))
       );
+    });
+  });
+
+  // The technical cancel: the charge under the key, unchanged, or the key closed for good.
+  app.post('/v1/charges/:key/cancel', emptyBody(MAX_BODY), async (c) => {
+    const key = pathKey(c, '/v1/charges/', '/cancel');
+    const f = callFaults(faults, 'cancels', key, c);
+    return f.run(async () => {
+      await f.before();
+      const r = await ledger.cancelCharge(key);
+      return f.loseResponse() ?? c.json(r, 200);
     });
   });
 

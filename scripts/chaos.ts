@@ -64,6 +64,8 @@ function faultRules(orders: ChaosOrder[], slowMs: number): FaultRequest[] {
     charges: { 'lose-response-after-commit': 0.1, 'fail-before-commit': 0.08, delay: 0.06 },
     inquiries: { processing: 0.2, 'fail-before-commit': 0.1, delay: 0.05, 'lose-response-after-commit': 0.05 },
     refunds: { 'lose-response-after-commit': 0.2, 'fail-before-commit': 0.2, delay: 0.1 },
+    // The technical cancel, which every refund step sends first (so on every backward path).
+    cancels: { 'lose-response-after-commit': 0.1, 'fail-before-commit': 0.1, delay: 0.05 },
   };
   const rules: FaultRequest[] = [];
   for (const [target, kinds] of Object.entries(rate)) {

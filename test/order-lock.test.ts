@@ -3,11 +3,14 @@
  * guarded transitions, one owner, the charge's and refund's preconditions, the all-or-nothing
  * shipment, the crash-safe purchase quota, the release's tombstone, and currencies.
  */
+import { MockActivityEnvironment } from '@temporalio/testing';
+import { DefaultLogger } from '@temporalio/worker';
 import type { Pool } from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createActivities, type OrderActivities } from '../activities';
 import type { ReserveLogic } from '../activities/inventory';
 import { loadOrder } from '../client';
+import { chargeKeyFor, refundKeyFor } from '../domain/order';
 import { orderStore } from '../lib/order-store';
 import { parseSagaConfig } from '../workflows/order-saga';
 import {
@@ -54,6 +57,12 @@ const chargeReq = (order: ReturnType<typeof makeOrder>) => ({
   amountCents: order.items.reduce((s, i) => s + i.qty * i.unitPriceCents, 0),
   currency: order.currency,
   paymentMethod: order.paymentMethod,
+  idempotencyKey: chargeKeyFor(order.orderId),
+});
+const refundReq = (orderId: string) => ({
+  orderId,
+  chargeKey: chargeKeyFor(orderId),
+  idempotencyKey: refundKeyFor(orderId),
 });
 
 describe('the order state machine', () => {
@@ -83,7 +92,7 @@ describe('the order state machine', () => {
       type: 'OrderMismatch',
     });
     await expect(
-      runActivity(acts.refundPayment, { orderId: order.orderId, idempotencyKey: `${other}:refund` }),
+      runActivity(acts.refundPayment, { ...refundReq(order.orderId), idempotencyKey: `${other}:refund` }),
     ).rejects.toMatchObject({ type: 'OrderMismatch' });
     expect(await ledger(db, order.orderId)).toEqual({ charges: [], refunds: [] });
     await runActivity(acts.chargePayment, { ...chargeReq(order), idempotencyKey: `${order.orderId}:charge` });
@@ -98,7 +107,7 @@ describe('the order state machine', () => {
     expect((await orderRow(db, order.orderId))?.status).toBe('RESERVED');
     await runActivity(acts.chargePayment, chargeReq(order));
     await runActivity(acts.setOrderStatus, { orderId: order.orderId, status: 'CHARGED' });
-    await runActivity(acts.createShipment, { orderId: order.orderId });
+    await runActivity(acts.createShipment, { orderId: order.orderId, byOperator: false });
     expect((await orderRow(db, order.orderId))?.status).toBe('SHIPPED');
     await runActivity(acts.sendConfirmation, { orderId: order.orderId, trackingNumber: 'x' });
     expect((await orderRow(db, order.orderId))?.status).toBe('COMPLETED');
@@ -169,14 +178,77 @@ describe('the order state machine', () => {
       status: 'NEEDS_ATTENTION',
       reason: 'release failed',
     });
-    await expect(runActivity(acts.createShipment, { orderId: other.order.orderId })).rejects.toMatchObject({
+    await expect(
+      runActivity(acts.createShipment, { orderId: other.order.orderId, byOperator: false }),
+    ).rejects.toMatchObject({
       type: 'OrderStateConflict',
     });
     expect((await reservations(db, other.order.orderId)).map((r) => r.status)).toEqual(['HELD']);
   });
 });
 
+/** Runs an activity as if called by run `runId` of the order's workflow. */
+function asRun<A extends unknown[], R>(runId: string, fn: (...args: A) => Promise<R>, ...args: A): Promise<R> {
+  const env = new MockActivityEnvironment(
+    { workflowExecution: { workflowId: 'order:any', runId } },
+    { logger: new DefaultLogger('ERROR', () => undefined) },
+  );
+  return env.run<A, R, typeof fn>(fn, ...args);
+}
+
 describe('one order, one owner', () => {
+  it('a run superseded by a later run (a Reset, a new start) can no longer move the row, charge, ship or take it back', async () => {
+    const { order } = await placed();
+    const old = `old-${order.orderId}`;
+    const next = `new-${order.orderId}`;
+    await db.query({ text: 'UPDATE orders SET owner_run_id = $2 WHERE order_id = $1', values: [order.orderId, old] });
+    await asRun(old, acts.reserveInventory, reserveReq(order));
+    // The later run takes the open order over: the old run is superseded.
+    expect(await asRun(next, acts.createOrder, order)).toMatchObject({ outcome: 'owned', status: 'RESERVED' });
+    const refused = { type: 'NotOrderOwner', nonRetryable: true };
+    await expect(
+      asRun(old, acts.setOrderStatus, { orderId: order.orderId, status: 'COMPENSATING' }),
+    ).rejects.toMatchObject(refused);
+    await expect(asRun(old, acts.chargePayment, chargeReq(order))).rejects.toMatchObject(refused);
+    await expect(asRun(old, acts.createOrder, order)).rejects.toMatchObject(refused);
+    expect(await ledger(db, order.orderId)).toEqual({ charges: [], refunds: [] });
+    // The owner goes on; a write the guard makes a no-op returns where the row really stands.
+    expect(await asRun(next, acts.chargePayment, { ...chargeReq(order), markCharged: true })).toMatchObject({
+      status: 'CHARGED',
+    });
+    await expect(asRun(old, acts.createShipment, { orderId: order.orderId, byOperator: false })).rejects.toMatchObject(
+      refused,
+    );
+    await asRun(next, acts.createShipment, { orderId: order.orderId, byOperator: false });
+    expect(await asRun(next, acts.setOrderStatus, { orderId: order.orderId, status: 'CHARGED' })).toBe('SHIPPED');
+    const row = await db.query<{ owner_run_id: string; superseded_runs: string[] }>({
+      text: 'SELECT owner_run_id, superseded_runs FROM orders WHERE order_id = $1',
+      values: [order.orderId],
+    });
+    expect(row.rows[0]).toEqual({ owner_run_id: next, superseded_runs: [old] });
+  });
+
+  it('an escalation before the pivot (an unknown charge) may turn backward; one at the pivot may not', async () => {
+    const early = await placed();
+    await runActivity(acts.reserveInventory, reserveReq(early.order));
+    await runActivity(acts.setOrderStatus, { orderId: early.order.orderId, status: 'UNKNOWN_PAYMENT' });
+    await runActivity(acts.setOrderStatus, {
+      orderId: early.order.orderId,
+      status: 'NEEDS_ATTENTION',
+      reason: 'unknown',
+    });
+    expect(await runActivity(acts.setOrderStatus, { orderId: early.order.orderId, status: 'COMPENSATING' })).toBe(
+      'COMPENSATING',
+    );
+    const late = await placed();
+    await runActivity(acts.reserveInventory, reserveReq(late.order));
+    await runActivity(acts.chargePayment, { ...chargeReq(late.order), markCharged: true });
+    await runActivity(acts.setOrderStatus, { orderId: late.order.orderId, status: 'NEEDS_ATTENTION', reason: 'pivot' });
+    await expect(
+      runActivity(acts.setOrderStatus, { orderId: late.order.orderId, status: 'COMPENSATING' }),
+    ).rejects.toMatchObject({ type: 'OrderStateConflict', details: [{ status: 'NEEDS_ATTENTION' }] });
+  });
+
   it('createOrder on a settled order reports it settled and writes nothing; other contents are refused; an open order is taken over', async () => {
     const { order } = await placed();
     const before = await db.query<{ customer_id: string; total_cents: string }>({
@@ -251,7 +323,7 @@ describe('preconditions of money and goods', () => {
     await runActivity(acts.reserveInventory, reserveReq(order));
     await runActivity(acts.chargePayment, chargeReq(order));
     await runActivity(acts.setOrderStatus, { orderId: order.orderId, status: 'COMPENSATING' });
-    expect(await runActivity(acts.refundPayment, { orderId: order.orderId })).toMatchObject({
+    expect(await runActivity(acts.refundPayment, refundReq(order.orderId))).toMatchObject({
       outcome: 'refunded',
       amountCents: 2000,
     });
@@ -264,7 +336,9 @@ describe('preconditions of money and goods', () => {
       type: 'ChargeRefunded',
       nonRetryable: true,
     });
-    expect(await runActivity(acts.inquireCharge, { orderId: order.orderId })).toEqual({
+    expect(
+      await runActivity(acts.inquireCharge, { orderId: order.orderId, chargeKey: chargeKeyFor(order.orderId) }),
+    ).toEqual({
       status: 'succeeded',
       amountCents: 2000,
       refundedCents: 2000,
@@ -280,8 +354,8 @@ describe('preconditions of money and goods', () => {
     await runActivity(acts.reserveInventory, reserveReq(order));
     await runActivity(acts.chargePayment, chargeReq(order));
     await runActivity(acts.setOrderStatus, { orderId: order.orderId, status: 'CHARGED' });
-    await runActivity(acts.createShipment, { orderId: order.orderId });
-    await expect(runActivity(acts.refundPayment, { orderId: order.orderId })).rejects.toMatchObject({
+    await runActivity(acts.createShipment, { orderId: order.orderId, byOperator: false });
+    await expect(runActivity(acts.refundPayment, refundReq(order.orderId))).rejects.toMatchObject({
       type: 'OrderStateConflict',
       details: [{ status: 'SHIPPED' }],
     });
@@ -302,10 +376,12 @@ describe('preconditions of money and goods', () => {
       text: `UPDATE reservations SET status = 'RELEASED' WHERE order_id = $1 AND sku = $2`,
       values: [order.orderId, skus[1]],
     });
-    await expect(runActivity(acts.createShipment, { orderId: order.orderId })).rejects.toMatchObject({
-      type: 'ShipmentRejected',
-      nonRetryable: true,
-    });
+    await expect(runActivity(acts.createShipment, { orderId: order.orderId, byOperator: false })).rejects.toMatchObject(
+      {
+        type: 'ShipmentRejected',
+        nonRetryable: true,
+      },
+    );
     expect((await orderRow(db, order.orderId))?.status).toBe('CHARGED');
     expect((await reservations(db, order.orderId)).map((r) => r.status).sort()).toEqual(['HELD', 'RELEASED']);
     expect(

@@ -1,7 +1,8 @@
 /** The payment provider, as a separate process over HTTP, with its state in Postgres. */
 import type { Pool } from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { testAdmin, testPool, uid } from './helpers';
+import { ProviderHttpError } from '../provider/client';
+import { testAdmin, testPool, testProvider, uid } from './helpers';
 
 let db: Pool;
 beforeAll(() => {
@@ -38,8 +39,37 @@ async function get(path: string): Promise<{ status: number; json: Record<string,
   return { status: res.status, json: (await res.json()) as Record<string, unknown> };
 }
 
-const rows = async (table: 'charges' | 'refunds', key: string): Promise<number> =>
+const rows = async (table: 'charges' | 'refunds' | 'closed_keys', key: string): Promise<number> =>
   (await db.query({ text: `SELECT 1 FROM provider.${table} WHERE idempotency_key = $1`, values: [key] })).rowCount ?? 0;
+
+/** The technical cancel: no body unless one is given (then as JSON, unless `type` says otherwise). */
+async function cancel(
+  key: string,
+  opts: { body?: string; type?: string; apiKey?: string | null } = {},
+): Promise<{ status: number; json: Record<string, unknown> }> {
+  const headers: Record<string, string> = {};
+  if (opts.apiKey !== null) headers.authorization = `Bearer ${opts.apiKey ?? inject('providerApiKey')}`;
+  if (opts.body !== undefined) headers['content-type'] = opts.type ?? 'application/json';
+  const res = await fetch(new URL(`/v1/charges/${encodeURIComponent(key)}/cancel`, inject('providerUrl')), {
+    method: 'POST',
+    headers,
+    body: opts.body,
+  });
+  return { status: res.status, json: (await res.json()) as Record<string, unknown> };
+}
+
+/** Waits until some session waits for a lock: `relation` on provider.charges, or the key's advisory lock. */
+async function waitForLockWait(kind: 'relation' | 'advisory'): Promise<void> {
+  const text =
+    kind === 'relation'
+      ? `SELECT count(*)::int AS n FROM pg_locks WHERE NOT granted AND locktype = 'relation' AND relation = 'provider.charges'::regclass`
+      : `SELECT count(*)::int AS n FROM pg_locks WHERE NOT granted AND locktype = 'advisory' AND objsubid = 2`;
+  for (let i = 0; i < 200; i++) {
+    if ((await db.query<{ n: number }>(text)).rows[0]!.n > 0) return;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  throw new Error(`no session waited for the ${kind} lock within 10 s`);
+}
 
 describe('payment provider', () => {
   const charge = { amountCents: 2500, currency: 'USD', paymentMethod: 'tok_visa' };
@@ -189,5 +219,185 @@ describe('payment provider', () => {
       status: 400,
       body: { field: 'kind' },
     });
+  });
+});
+
+describe('the technical cancel (POST /v1/charges/{key}/cancel)', () => {
+  const charge = { amountCents: 2500, currency: 'USD', paymentMethod: 'tok_visa' };
+  const inquiry = (key: string) => get(`/v1/charges/${encodeURIComponent(key)}`);
+
+  it('closes a key never charged; a later charge under it is refused with 410 and writes nothing', async () => {
+    const key = `k-${uid()}:charge`;
+    const closed = await cancel(key);
+    expect(closed.status).toBe(200);
+    expect(closed.json).toMatchObject({ outcome: 'closed', idempotencyKey: key, status: 'closed' });
+    expect(Number.isNaN(Date.parse(String(closed.json.closedAt)))).toBe(false);
+    expect(await rows('closed_keys', key)).toBe(1);
+    const refused = await post('/v1/charges', charge, { key });
+    expect(refused.status).toBe(410);
+    expect(refused.json.error).toBe('key_closed');
+    expect(await rows('charges', key)).toBe(0);
+    // A retry of the same charge is refused the same way; the inquiry reports the key closed.
+    expect((await post('/v1/charges', charge, { key })).status).toBe(410);
+    const asked = await inquiry(key);
+    expect(asked.status).toBe(200);
+    expect(asked.json).toEqual({ idempotencyKey: key, status: 'closed', closedAt: closed.json.closedAt });
+    expect((await post('/v1/refunds', { chargeKey: key, amountCents: 1 }, { key: `${key}:refund` })).status).toBe(404);
+    expect(await rows('charges', key)).toBe(0);
+  });
+
+  it('is idempotent: a closed key answers closed again (with an empty JSON body too), still one row', async () => {
+    const key = `k-${uid()}:charge`;
+    const first = await cancel(key);
+    const again = await cancel(key, { body: '{}' });
+    expect(again.status).toBe(200);
+    expect(again.json).toEqual(first.json);
+    expect(await rows('closed_keys', key)).toBe(1);
+  });
+
+  it('of a key with a charge changes nothing and answers the charge (succeeded with its refunds, or failed)', async () => {
+    const key = `k-${uid()}:charge`;
+    expect((await post('/v1/charges', charge, { key })).status).toBe(201);
+    expect((await post('/v1/refunds', { chargeKey: key, amountCents: 500 }, { key: `${key}:refund` })).status).toBe(
+      201,
+    );
+    const before = (await inquiry(key)).json;
+    const found = await cancel(key);
+    expect(found.status).toBe(200);
+    expect(found.json).toEqual({ outcome: 'found', charge: before });
+    expect(found.json.charge).toMatchObject({ status: 'succeeded', amountCents: 2500, refundedCents: 500 });
+    expect(await rows('closed_keys', key)).toBe(0);
+    expect((await inquiry(key)).json).toEqual(before);
+    const replay = await post('/v1/charges', charge, { key });
+    expect(replay.status).toBe(201);
+    expect(replay.replayed).toBe(true);
+
+    const declined = `k-${uid()}:charge`;
+    expect((await post('/v1/charges', { ...charge, paymentMethod: 'tok_declined' }, { key: declined })).status).toBe(
+      402,
+    );
+    expect((await cancel(declined)).json).toMatchObject({ outcome: 'found', charge: { status: 'failed' } });
+    expect(await rows('closed_keys', declined)).toBe(0);
+  });
+
+  it('refuses a wrong key or a body other than {} with a 4xx, closing nothing', async () => {
+    const key = `k-${uid()}:charge`;
+    expect((await cancel(key, { apiKey: null })).status).toBe(401);
+    expect((await cancel(key, { apiKey: 'wrong-key-123' })).status).toBe(401);
+    const withBody = await cancel(key, { body: '{"reason":"x"}' });
+    expect(withBody.status).toBe(400);
+    expect(withBody.json.field).toBe('body');
+    expect((await cancel(key, { body: '[]' })).status).toBe(400);
+    expect((await cancel(key, { body: '{nope' })).status).toBe(400);
+    expect((await cancel(key, { body: 'x', type: 'text/plain' })).status).toBe(415);
+    expect(await rows('closed_keys', key)).toBe(0);
+    expect((await inquiry(key)).status).toBe(404);
+  });
+
+  it('meets the fault switch under target cancels: fail-before-commit closes nothing, lose-response closes', async () => {
+    const key = `k-${uid()}:charge`;
+    const admin = testAdmin();
+    await admin.set({ kind: 'fail-before-commit', target: 'cancels', count: 1, keyPrefix: key });
+    try {
+      expect((await cancel(key)).status).toBe(503);
+      expect(await rows('closed_keys', key)).toBe(0);
+      await admin.set({ kind: 'lose-response-after-commit', target: 'cancels', count: 1, keyPrefix: key });
+      await expect(cancel(key)).rejects.toThrow();
+      expect(await rows('closed_keys', key)).toBe(1);
+      expect((await admin.list()).applied.cancels['lose-response-after-commit']).toBeGreaterThanOrEqual(1);
+    } finally {
+      await admin.clear();
+    }
+    expect((await cancel(key)).json).toMatchObject({ outcome: 'closed' });
+  });
+
+  it('the client: cancelCharge and getCharge report a closed key, charge gets ProviderHttpError 410', async () => {
+    const provider = testProvider();
+    const key = `k-${uid()}:charge`;
+    expect(await provider.getCharge(key)).toBeUndefined();
+    expect(await provider.cancelCharge(key)).toEqual({ outcome: 'closed' });
+    expect(await provider.getCharge(key)).toMatchObject({ idempotencyKey: key, status: 'closed' });
+    const refused = await provider.charge(key, charge).catch((err: unknown) => err);
+    expect(refused).toBeInstanceOf(ProviderHttpError);
+    expect(refused).toMatchObject({ status: 410, body: { error: 'key_closed' } });
+    const paid = `k-${uid()}:charge`;
+    const made = await provider.charge(paid, charge);
+    expect(await provider.cancelCharge(paid)).toEqual({ outcome: 'found', charge: made.charge });
+  });
+
+  /** One race, with provider.charges locked (ACCESS EXCLUSIVE) by the owner until both requests wait. */
+  async function raceUnderTableLock(first: 'charge' | 'cancel') {
+    const key = `k-${uid()}:charge`;
+    const locker = await db.connect();
+    let charged: ReturnType<typeof post> | undefined;
+    let cancelled: ReturnType<typeof cancel> | undefined;
+    try {
+      await locker.query('BEGIN');
+      await locker.query('LOCK TABLE provider.charges IN ACCESS EXCLUSIVE MODE');
+      if (first === 'charge') {
+        charged = post('/v1/charges', charge, { key });
+        await waitForLockWait('relation'); // the charge's first write waits for the table
+        cancelled = cancel(key);
+      } else {
+        cancelled = cancel(key);
+        await waitForLockWait('relation'); // the cancel's look for a charge waits for the table
+        charged = post('/v1/charges', charge, { key });
+      }
+      await waitForLockWait('advisory'); // the second waits for the key, held by the first
+    } finally {
+      await locker.query('COMMIT').catch(() => undefined);
+      locker.release();
+    }
+    const [c, x] = await Promise.all([charged, cancelled]);
+    return {
+      key,
+      charge: c,
+      cancel: x,
+      charges: await rows('charges', key),
+      closed: await rows('closed_keys', key),
+    };
+  }
+
+  it('a charge blocked behind a table lock, then a cancel: the charge wins and the cancel answers found', async () => {
+    const r = await raceUnderTableLock('charge');
+    expect(r.charge.status).toBe(201);
+    expect(r.cancel.status).toBe(200);
+    // Decided in the charge's own transaction: the cancel never sees it processing.
+    expect(r.cancel.json).toMatchObject({ outcome: 'found', charge: { status: 'succeeded', amountCents: 2500 } });
+    expect({ charges: r.charges, closed: r.closed }).toEqual({ charges: 1, closed: 0 });
+  });
+
+  it('a cancel blocked behind a table lock, then a charge: the key is closed and the charge refused', async () => {
+    const r = await raceUnderTableLock('cancel');
+    expect(r.cancel.json).toMatchObject({ outcome: 'closed' });
+    expect(r.charge.status).toBe(410);
+    expect(r.charge.json.error).toBe('key_closed');
+    expect({ charges: r.charges, closed: r.closed }).toEqual({ charges: 0, closed: 1 });
+    expect((await inquiry(r.key)).json).toMatchObject({ status: 'closed' });
+  });
+
+  it('charges and cancels racing freely: each key ends charged (cancel found it) or closed (charge refused), never both', async () => {
+    const keys = Array.from({ length: 24 }, () => `k-${uid()}:charge`);
+    const results = await Promise.all(
+      keys.map(async (key, i) => {
+        const pause = (ms: number) => new Promise((r) => setTimeout(r, ms));
+        const [c, x] = await Promise.all([
+          pause(i % 3).then(() => post('/v1/charges', charge, { key })),
+          pause((i * 7) % 4).then(() => cancel(key)),
+        ]);
+        return { c, x, charges: await rows('charges', key), closed: await rows('closed_keys', key) };
+      }),
+    );
+    for (const { c, x, charges, closed } of results) {
+      expect(x.status).toBe(200);
+      if (x.json.outcome === 'found') {
+        expect(c.status).toBe(201);
+        expect({ charges, closed }).toEqual({ charges: 1, closed: 0 });
+      } else {
+        expect(x.json.outcome).toBe('closed');
+        expect(c.status).toBe(410);
+        expect({ charges, closed }).toEqual({ charges: 0, closed: 1 });
+      }
+    }
   });
 });

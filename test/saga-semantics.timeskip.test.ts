@@ -438,8 +438,10 @@ describe('charges whose outcome is unknown: inquiry before deciding', () => {
     let reachable = false;
     const refused = (): Promise<never> => Promise.reject(new Error('connect ECONNREFUSED 127.0.0.1'));
     const unreachable: ProviderClient = {
+      timeoutMs: live.timeoutMs,
       charge: (k, r) => (reachable ? live.charge(k, r) : refused()),
       getCharge: (k) => (reachable ? live.getCharge(k) : refused()),
+      cancelCharge: (k) => (reachable ? live.cancelCharge(k) : refused()),
       refund: (k, r) => (reachable ? live.refund(k, r) : refused()),
     };
     const { activities } = faultyActivities({}, unreachable);

@@ -2,6 +2,12 @@
  * The order saga, workflow ID `order:<orderId>`; its history is the saga log. `OrderSaga.run()` reads
  * as the five steps; each step's method shows its activity options, the compensation it registers and
  * its idempotency key. Backward recovery before the pivot (the shipment), forward only after it.
+ *
+ * The order row is the only truth: whenever a write is refused, or a step finds the order further
+ * along, the run reads the row and decides from it (past the pivot forward, before it backward), or
+ * asks a person. Update handlers only record a request; every command comes from the main path.
+ * Deploys are pinned (Worker Versioning): a run finishes on the build that started it, so there are
+ * no `patched()` branches (docs/versioning.md).
  */
 import { ApplicationFailureCategory } from '@temporalio/common';
 import {
@@ -12,7 +18,6 @@ import {
   condition,
   isCancellation,
   log,
-  patched,
   setCurrentDetails,
   setHandler,
   sleep,
@@ -60,38 +65,20 @@ import {
   isFinal,
   laneOpts,
   orderOpts,
-  paymentOpts,
   settled,
   settledStatus,
   statusOpts,
 } from './saga-activities';
-import { DEFAULT_SAGA_CONFIG, parseSagaConfig, type SagaConfig } from './saga-config';
+import { parseSagaConfig, type SagaConfig } from './saga-config';
 import { CustomerIdKey, NeedsAttentionKey, OrderStatusKey, TotalCentsKey } from './search-attributes';
 
 export { DEFAULT_SAGA_CONFIG, parseSagaConfig, type SagaConfig } from './saga-config';
 
-/** Patch IDs. Old histories replay the code they ran; new runs take the order row as their lock. */
-const ORDER_ROW_LOCK = 'order-row-lock';
-const RESOLVE_ASKS_PROVIDER = 'resolve-asks-provider';
-/** New runs end a FAILED or CANCELLED order as a failed (or, for a Temporal cancellation, canceled) workflow. */
-const FAILED_OUTCOMES = 'failed-outcomes';
-/** New runs cancel their deadline timer when they end. */
-const DEADLINE_TIMER_ENDS = 'deadline-timer-ends';
-/**
- * New runs take fewer round trips and say their keys: the charge moves the row to CHARGED itself; the
- * short steps without a compensation (createOrder, createShipment, sendConfirmation) run first as a
- * local activity; the workflow computes the provider's idempotency keys and passes them.
- */
-const LEAN_STEPS = 'lean-steps';
-const SERIAL_LANE_FALLBACK = 'serial-lane-fallback';
-/**
- * New runs measure how long a charge has been unknown by the durable timers they slept, not by the
- * workflow clock. In the chaos soak a run measured 12 s where its replay measured none (its history
- * had a workflow task that timed out on a killed worker): the run escalated, the replay started a
- * timer, and every replay then failed with a nondeterminism error, so the run was stuck.
- */
-const UNKNOWN_BY_TIMERS = 'unknown-by-timers';
 const TEMPORAL_CANCELLATION = 'TemporalCancellation';
+/** Statuses past the pivot: a run that finds the row there only goes forward. */
+const PAST_PIVOT: readonly OrderStatus[] = ['SHIPPED', 'COMPLETED'];
+/** How many times one run re-reads the row after a refusal before it asks a person. */
+const MAX_REDECISIONS = 5;
 
 /** The order saga. */
 export async function orderSaga(input: OrderInput, config: Partial<SagaConfig> = {}): Promise<OrderResult> {
@@ -99,20 +86,23 @@ export async function orderSaga(input: OrderInput, config: Partial<SagaConfig> =
 }
 
 type Compensation = { name: string; run: () => Promise<unknown> };
-type ChargeVerdict = 'succeeded' | 'failed' | 'not_found' | 'refunded';
+type ChargeVerdict = 'succeeded' | 'failed' | 'not_found' | 'refunded' | 'closed' | 'cancelled';
+
+/** Thrown inside the saga when the row is past the pivot: the run carries the order forward. */
+class RowPastPivot extends Error {
+  constructor(readonly status: OrderStatus) {
+    super(`the order row is ${status}, past the pivot`);
+  }
+}
 
 class OrderSaga {
   /** Checks the input (the workflow boundary checks again what the client checked), then the workflow ID. */
   static start(input: OrderInput, config: Partial<SagaConfig>): OrderSaga {
     let order: OrderInput;
-    let locked: boolean;
     let cfg: SagaConfig;
     try {
       order = parseOrder(input);
-      // New runs: the order row is the lock (guarded transitions, one owner, money stops on cancel).
-      locked = patched(ORDER_ROW_LOCK);
-      // Input from outside the client is checked too (old runs keep the config they ran with).
-      cfg = locked ? parseSagaConfig(config) : { ...DEFAULT_SAGA_CONFIG, ...config };
+      cfg = parseSagaConfig(config);
     } catch (err) {
       if (err instanceof OrderValidationError) {
         throw ApplicationFailure.create({
@@ -125,7 +115,7 @@ class OrderSaga {
       throw err;
     }
     const expected = workflowIdFor(order.orderId);
-    if (locked && workflowInfo().workflowId !== expected) {
+    if (workflowInfo().workflowId !== expected) {
       throw ApplicationFailure.create({
         type: 'InvalidOrder',
         message: `workflowId: an order saga runs as ${expected}, not ${workflowInfo().workflowId}; nothing was done`,
@@ -133,7 +123,7 @@ class OrderSaga {
         details: [{ field: 'workflowId' }],
       });
     }
-    return new OrderSaga(order, cfg, locked, locked && patched(LEAN_STEPS));
+    return new OrderSaga(order, cfg);
   }
 
   private readonly orderId: string;
@@ -144,26 +134,27 @@ class OrderSaga {
   private readonly state: Omit<SagaState, 'compensations'>;
   /** The one list of compensations, bottom first; they run from the top (LIFO). */
   private readonly compensations: Compensation[] = [];
-  /** Cancelled by a cancel (Update or Temporal request) or the deadline: ends the steps before the pivot. */
+  /** Cancelled by a Temporal cancellation request or the deadline: ends the steps before the pivot. */
   private readonly preScope = new CancellationScope();
   private pivotStarted = false;
   /** Backward recovery has begun, for this reason: the order will end FAILED or CANCELLED whatever comes. */
   private unwinding: string | undefined;
+  /** A cancel Update was recorded (the main path acts on it); `cancelRefused` is the main path's no. */
   private cancelReason: string | undefined;
+  private cancelRefused: string | undefined;
   private overdue = false;
-  private resolution: { action: ResolveAction; note?: string } | undefined;
-  private resolving = false;
+  /** The resolve Update being applied; the main path answers it in `resolveAnswer`. */
+  private resolution: { id: number; action: ResolveAction; note?: string } | undefined;
+  private resolveAnswer: { id: number; refused?: string } | undefined;
+  private resolveSeq = 0;
   private settledElsewhere = false;
+  private redecisions = 0;
   private deadlineTimer: CancellationScope | undefined;
   private tracking = '';
 
   private constructor(
     private readonly order: OrderInput,
     private readonly cfg: SagaConfig,
-    /** The order row is the lock (patch ORDER_ROW_LOCK). */
-    private readonly locked: boolean,
-    /** Fewer round trips, keys from the workflow (patch LEAN_STEPS). */
-    private readonly lean: boolean,
   ) {
     this.orderId = order.orderId;
     this.lines = order.items.map((i) => `${i.qty}×${i.sku}`).join(', ');
@@ -192,20 +183,13 @@ class OrderSaga {
           await this.chargePayment();
         });
         // A cancel that arrived while a non-cancellable step ran still wins before the pivot.
-        if (this.preScope.consideredCancelled) throw new CancelledFailure(this.cancelReason ?? 'cancelled');
+        if (this.stopRequested()) throw new CancelledFailure(this.stopReason());
       } catch (err) {
+        if (err instanceof RowPastPivot) return await this.fromPivot();
         const ended = await this.recoverBeforePivot(err);
         if (ended) return ended;
       }
-      // ---- The pivot ----
-      try {
-        await this.createShipment();
-      } catch (err) {
-        if (failureType(err) === 'OrderSettled') throw err;
-        return await this.backward(describe(err), false, failureType(err) ?? 'SagaFailed');
-      }
-      // ---- After the pivot: forward recovery only ----
-      return await this.afterPivot();
+      return await this.fromPivot();
     } catch (err) {
       const status = failureType(err) === 'OrderSettled' ? settledStatus(err) : undefined;
       if (status) return CancellationScope.nonCancellable(() => this.alreadySettled(status));
@@ -216,52 +200,66 @@ class OrderSaga {
     }
   }
 
+  /** The pivot, then forward only. A rejected shipment (nothing shipped) is the last backward way. */
+  private async fromPivot(): Promise<OrderResult> {
+    if (this.cancelReason !== undefined && this.cancelRefused === undefined) {
+      this.cancelRefused = `order ${this.orderId} has reached the shipment (the pivot); it can only move forward`;
+    }
+    try {
+      await this.createShipment();
+    } catch (err) {
+      if (failureType(err) === 'OrderSettled') throw err;
+      return await this.backward(describe(err), false, failureType(err) ?? 'SagaFailed');
+    }
+    return await this.afterPivot();
+  }
+
   // ---- The steps ------------------------------------------------------------------------------
 
   /**
    * 1. The order row, PENDING: the semantic lock, owned by this run. Key: the order ID (a second
-   * create finds the row: settled → this run stops; open with the same contents → this run owns it).
-   * Registers the release (and, under the lock, the refund) before the reservation runs.
+   * create finds the row: settled → this run stops; open with the same contents → this run owns it,
+   * and goes on from where the row stands). Registers the release and the refund before the
+   * reservation runs: a run that takes over an order cannot know whether it was charged, so its
+   * backward recovery always asks the provider (the refund closes the key when nothing was charged).
    */
   private async createOrder(): Promise<void> {
     const summary = `create order ${this.orderId} (PENDING)`;
-    const create = () =>
-      this.lean
-        ? actLocalFirst(orderOpts, 'createOrder', summary, this.order)
-        : act(orderOpts, 'createOrder', summary, this.order);
-    // Under the lock not cancellable: once sent, the row exists, so a cancel compensates it.
+    // Not cancellable: once sent, the row exists, so a cancel compensates it.
     const created = await this.step('createOrder', () =>
-      this.locked ? CancellationScope.nonCancellable(create) : create(),
+      CancellationScope.nonCancellable(() => actLocalFirst(orderOpts, 'createOrder', summary, this.order)),
     );
-    if (this.locked && created?.outcome === 'settled') throw settled(created.status);
-    if (this.locked && created?.outcome === 'owned') this.mirror(created.status); // an open order this run took over
+    if (created.outcome === 'settled') throw settled(created.status);
     this.register('releaseInventory', () =>
       act(compensationOpts(this.cfg.compensationRetryMaxMs), 'releaseInventory', `compensate: release ${this.lines}`, {
         orderId: this.orderId,
       }),
     );
-    // Under the lock, the refund is registered before the reservation too: a run that meets an order
-    // another run has moved on cannot know whether it was charged, so its backward recovery always
-    // asks the provider (the refund is a no-op when nothing was charged).
-    if (this.locked) this.registerRefund();
+    this.registerRefund();
+    if (created.outcome === 'owned') {
+      // An open order this run took over (a Reset, a new start after a Terminate): the row says where
+      // it is. An escalation the old run left counts as the operator's retry, from where it stood; one
+      // made at the pivot (from CHARGED) goes back to the pivot, never backward.
+      this.mirror(created.status);
+      const status = created.status === 'NEEDS_ATTENTION' ? await this.resumeRow() : created.status;
+      if (PAST_PIVOT.includes(status) || (created.status === 'NEEDS_ATTENTION' && created.attentionFrom === 'CHARGED'))
+        throw new RowPastPivot(status);
+    }
   }
 
   /** 2. Reserve the stock: optimistic (CAS), else the serial lane. Key: (order ID, SKU). Compensation: release (registered in 1). */
   private async reserveInventory(): Promise<void> {
     // Not cancellable: its release must never run before a late commit of the reservation.
-    await this.step('reserveInventory', () => CancellationScope.nonCancellable(() => this.reserve()));
-    if (this.locked)
-      this.mirror('RESERVED'); // the reservation's own transaction moved the row
-    else await this.setStatus('RESERVED');
-    if (!this.locked) this.registerRefund();
+    const status = await this.step('reserveInventory', () => CancellationScope.nonCancellable(() => this.reserve()));
+    this.mirror(status); // the reservation's own transaction moved the row (or found it further along)
+    if (PAST_PIVOT.includes(status)) throw new RowPastPivot(status);
   }
 
-  /** 3. Charge. Key: `<orderId>:charge`, computed here. Compensation: the refund (registered before). */
+  /** 3. Charge. Key: `<orderId>:charge`, computed here. Compensation: the refund (registered in 1). */
   private async chargePayment(): Promise<void> {
-    const charged = await this.step('chargePayment', () => (this.locked ? this.chargeLocked() : this.chargeUnlocked()));
-    if (charged === 'row-charged')
-      this.mirror('CHARGED'); // the charge activity moved the row
-    else await this.setStatus('CHARGED');
+    const status = await this.step('chargePayment', () => this.charge());
+    this.mirror(status);
+    if (PAST_PIVOT.includes(status)) throw new RowPastPivot(status);
   }
 
   /**
@@ -280,31 +278,27 @@ class OrderSaga {
             const summary = byOperator
               ? `record the shipment made by hand for ${this.orderId} (pivot)`
               : `create shipment for ${this.orderId} (pivot)`;
-            const req = this.locked ? { orderId: this.orderId, byOperator } : { orderId: this.orderId };
-            this.tracking = (
-              await (this.lean
-                ? actLocalFirst(opts, 'createShipment', summary, req)
-                : act(opts, 'createShipment', summary, req))
-            ).trackingNumber;
+            const req = { orderId: this.orderId, byOperator };
+            this.tracking = (await actLocalFirst(opts, 'createShipment', summary, req)).trackingNumber;
             return;
           } catch (err) {
             if (failureType(err) === 'OrderSettled') throw err;
             // A rejection (or a row that forbids shipping) means the shipment was not created: no pivot.
             if (failureType(err) === 'ShipmentRejected') throw err;
-            if (this.locked && failureType(err) === 'OrderStateConflict') {
+            if (failureType(err) === 'OrderStateConflict') {
+              const row = conflictStatus(err);
               // An escalation this run did not make (its waiting run was reset or terminated): the
               // restart counts as the operator's retry, from where the row stood.
-              if (conflictStatus(err) === 'NEEDS_ATTENTION' && ['CHARGED', 'SHIPPED'].includes(await this.resumeRow()))
-                continue;
-              throw err;
+              if (row === 'NEEDS_ATTENTION' && ['CHARGED', 'SHIPPED'].includes(await this.resumeRow())) continue;
+              // The row went backward (another run compensated it): nothing shipped.
+              if (row === 'COMPENSATING') throw err;
             }
-            // Anything else may have shipped: never compensate, escalate.
+            // Anything else may have shipped, or the row cannot say: never compensate, escalate.
             if (
               (await this.escalate('forward-step', `createShipment failed at the pivot: ${describe(err)}`)) ===
               'mark-resolved'
             ) {
               // Shipped by hand: the same bookkeeping (lines SOLD, order SHIPPED), so nothing stays HELD.
-              if (!this.locked) return;
               byOperator = true;
             }
           }
@@ -325,9 +319,7 @@ class OrderSaga {
     await this.step('sendConfirmation', async () => {
       for (;;) {
         try {
-          await (this.lean
-            ? actLocalFirst(opts, 'sendConfirmation', summary, req)
-            : act(opts, 'sendConfirmation', summary, req));
+          await actLocalFirst(opts, 'sendConfirmation', summary, req);
           confirmed = true;
           return;
         } catch (err) {
@@ -347,11 +339,9 @@ class OrderSaga {
     return CancellationScope.nonCancellable(async () => {
       this.state.pivotPassed = true;
       this.compensations.length = 0;
-      if (this.locked)
-        this.mirror('SHIPPED'); // the shipment's own transaction moved the row
-      else await this.setStatus('SHIPPED');
+      this.mirror('SHIPPED'); // the shipment's own transaction moved the row
       const confirmed = await this.sendConfirmation();
-      if (this.locked && confirmed)
+      if (confirmed)
         this.mirror('COMPLETED'); // the confirmation's own transaction completed the order
       else await this.setStatus('COMPLETED');
       await condition(allHandlersFinished);
@@ -369,37 +359,38 @@ class OrderSaga {
     this.compensations.push({ name, run });
   }
 
-  /** The refund's key is `<orderId>:charge:refund`; it refunds only what the provider says was charged. */
+  /**
+   * The refund's key is `<orderId>:charge:refund`. It first closes the charge's key at the provider
+   * (a technical cancel): a charge found there is refunded as usual; a key never used is closed, so a
+   * request still on its way can never take money. It refunds only what the provider says was charged.
+   */
   private registerRefund(): void {
-    const keys = this.lean ? { chargeKey: chargeKeyFor(this.orderId), idempotencyKey: refundKeyFor(this.orderId) } : {};
+    const keys = { chargeKey: chargeKeyFor(this.orderId), idempotencyKey: refundKeyFor(this.orderId) };
     this.register('refundPayment', () =>
       act(
         compensationOpts(this.cfg.compensationRetryMaxMs),
         'refundPayment',
-        `compensate: refund ${chargeKeyFor(this.orderId)} (key ${refundKeyFor(this.orderId)})`,
-        {
-          orderId: this.orderId,
-          ...keys,
-        },
+        `compensate: close key ${keys.chargeKey} at the provider, refund what it took (key ${keys.idempotencyKey})`,
+        { orderId: this.orderId, ...keys },
       ),
     );
   }
 
   /**
    * A step before the pivot failed (or a cancel or the deadline stopped it). Returns the end of the
-   * saga when it goes backward; undefined when this run carries the order on forward (another run has
-   * charged or shipped it).
+   * saga when it goes backward; undefined when this run carries the order on forward (the row is
+   * charged or shipped by another run).
    */
   private async recoverBeforePivot(err: unknown): Promise<OrderResult | undefined> {
-    if (this.state.stepsDone.length === 0 && (this.locked || failureType(err) === 'InvalidOrder')) {
-      // createOrder did not succeed in this run (under the lock it runs even after a cancel and cannot
-      // be cut off once sent): nothing to compensate, and the row, if any, is not this run's.
+    if (this.state.stepsDone.length === 0) {
+      // createOrder did not succeed in this run (it runs even after a cancel and cannot be cut off once
+      // sent): nothing to compensate, and the row, if any, is not this run's.
       throw err;
     }
     if (failureType(err) === 'OrderSettled' && this.compensations.length === 0) throw err;
     const cancelled = isCancellation(err);
     const reason = cancelled ? this.stopReason() : describe(err);
-    const ahead = this.locked ? await CancellationScope.nonCancellable(() => this.catchUp(err)) : undefined;
+    const ahead = await CancellationScope.nonCancellable(() => this.catchUp(err));
     if (ahead === 'forward') return undefined;
     const stopped = cancelled || this.cancelReason !== undefined;
     const why = !stopped
@@ -413,20 +404,28 @@ class OrderSaga {
   }
 
   /**
-   * Backward recovery: compensate LIFO, then end FAILED or CANCELLED with the reason. New runs then
-   * fail the workflow, so the Web UI's list tells the outcome at a glance: a benign ApplicationFailure
-   * whose type is the business reason (`why`) and whose details carry the result (client.ts reads it
-   * back), or, for a Temporal cancellation, Canceled.
+   * Backward recovery: compensate LIFO, then end FAILED or CANCELLED with the reason, and fail the
+   * workflow, so the Web UI's list tells the outcome at a glance: a benign ApplicationFailure whose
+   * type is the business reason (`why`) and whose details carry the result (client.ts reads it back),
+   * or, for a Temporal cancellation, Canceled. A row found past the pivot meanwhile (another run
+   * shipped it) turns the run forward instead.
    */
-  private backward(reason: string, cancelled: boolean, why: string): Promise<OrderResult> {
+  private async backward(reason: string, cancelled: boolean, why: string): Promise<OrderResult> {
     log.warn('saga failed before the pivot; compensating', { orderId: this.orderId, reason });
     this.unwinding = reason;
+    try {
+      await CancellationScope.nonCancellable(() => this.compensate(reason));
+    } catch (err) {
+      if (!(err instanceof RowPastPivot)) throw err;
+      this.unwinding = undefined;
+      log.warn('the order row is past the pivot; carrying it forward', { orderId: this.orderId, status: err.status });
+      this.mirror(err.status);
+      return this.fromPivot();
+    }
     return CancellationScope.nonCancellable(async () => {
-      await this.compensate(reason);
       await this.setStatus(cancelled ? 'CANCELLED' : 'FAILED', reason);
       await condition(allHandlersFinished);
       const result: OrderResult = { orderId: this.orderId, status: this.state.status, reason };
-      if (!patched(FAILED_OUTCOMES)) return result;
       if (why === TEMPORAL_CANCELLATION) throw new CancelledFailure(reason);
       throw ApplicationFailure.create({
         type: why,
@@ -441,7 +440,7 @@ class OrderSaga {
   /**
    * Runs the compensations LIFO. If another run has already settled the order (terminal), the
    * compensations still run (each is safe when there is nothing to undo, and never acts on a shipped
-   * order), then the saga stops with OrderSettled.
+   * order), then the saga stops with OrderSettled. A row past the pivot stops them: RowPastPivot.
    */
   private async compensate(reason: string): Promise<void> {
     let settledAs: OrderStatus | undefined;
@@ -449,6 +448,8 @@ class OrderSaga {
       await this.setStatus('COMPENSATING', reason);
     } catch (err) {
       settledAs = settledStatus(err);
+      const row = conflictStatus(err);
+      if (row && PAST_PIVOT.includes(row)) throw new RowPastPivot(row);
       if (!settledAs) throw err;
     }
     while (this.compensations.length > 0) {
@@ -460,6 +461,8 @@ class OrderSaga {
       } catch (err) {
         settledAs = settledStatus(err);
         if (settledAs) break; // shipped and settled elsewhere: nothing here may be undone
+        const row = conflictStatus(err);
+        if (row && PAST_PIVOT.includes(row)) throw new RowPastPivot(row);
         const action = await this.escalate('compensation', `compensation ${c.name} failed: ${describe(err)}`);
         if (action === 'retry') continue;
       }
@@ -472,22 +475,21 @@ class OrderSaga {
 
   /**
    * A step before the pivot was refused because another run of this order (reset, or terminated and
-   * started again) has moved the row on. Decides which way this run goes from where the row stands:
-   * `forward` when the row is charged or shipped (no way back), else `backward`. An escalation that
+   * started again) has moved the row on, or a cancel stopped it. Decides from where the row stands:
+   * `forward` when the row is charged (and no cancel) or shipped, else `backward`. An escalation that
    * run left is taken as the operator's retry.
    */
   private async catchUp(err: unknown): Promise<'forward' | 'backward'> {
     let status = conflictStatus(err);
     if (failureType(err) !== 'OrderStateConflict' || status === undefined) return 'backward';
+    if (++this.redecisions > MAX_REDECISIONS) return 'backward';
     if (status === 'NEEDS_ATTENTION') status = await this.resumeRow();
-    if (status === 'UNKNOWN_PAYMENT' && this.cancelReason === undefined && !this.overdue) {
+    if (status === 'UNKNOWN_PAYMENT' && !this.stopRequested()) {
       const verdict = await this.inquireUntilKnown();
       if (verdict !== 'succeeded') return 'backward';
-      await this.setStatus('CHARGED');
-      status = 'CHARGED';
+      status = await this.setStatus('CHARGED');
     }
-    const stopped = this.cancelReason !== undefined || this.overdue;
-    if (status !== 'SHIPPED' && (status !== 'CHARGED' || stopped)) return 'backward';
+    if (!PAST_PIVOT.includes(status) && (status !== 'CHARGED' || this.stopRequested())) return 'backward';
     log.warn('order already charged or shipped by another run; carrying on forward', { orderId: this.orderId, status });
     this.mirror(status);
     return 'forward';
@@ -514,17 +516,18 @@ class OrderSaga {
    * Optimistic first; when the SKUs are too contended (the activity says so, or it ran out of CAS
    * attempts), the reservation goes to a serial lane: a task queue whose worker runs one task at a
    * time. Nothing is dropped: the lane retries until it decides (reserved or a business failure).
+   * Returns the row's status afterwards.
    */
-  private async reserve(): Promise<void> {
+  private async reserve(): Promise<OrderStatus> {
     const req = { orderId: this.orderId, customerId: this.order.customerId, items: this.order.items };
     let why: string;
     try {
       const r = await act(inventoryOpts, 'reserveInventory', `reserve ${this.lines} (CAS)`, req);
       this.state.attempts.reserveCas = r.attempts;
-      if (r.outcome !== 'route-to-lane') return;
+      if (r.outcome !== 'route-to-lane') return r.status;
       why = r.reason;
     } catch (err) {
-      if (failureType(err) !== 'ContentionExhausted' || !patched(SERIAL_LANE_FALLBACK)) throw err;
+      if (failureType(err) !== 'ContentionExhausted') throw err;
       why = describe(err);
     }
     const lane = laneFor(
@@ -536,7 +539,7 @@ class OrderSaga {
     // A lane no worker polls must not hold the saga past its deadline.
     // eslint-disable-next-line no-restricted-properties -- an activity's timeout, not a decision
     const untilDeadline = Math.max(1_000, this.cfg.deadlineMs - (Date.now() - this.started));
-    await act(
+    const r = await act(
       {
         ...laneOpts,
         taskQueue: laneTaskQueue(workflowInfo().taskQueue, lane),
@@ -547,22 +550,25 @@ class OrderSaga {
       `reserve ${this.lines} (serial lane ${lane}: ${why})`,
       req,
     );
+    if (r.outcome === 'route-to-lane') throw new Error('the serial lane cannot route to itself'); // never happens
+    return r.status;
   }
 
   /**
-   * The charge under the order lock: every request is the saga's own decision (the activity is never
-   * retried by the server). A timeout or 5xx is followed by an inquiry; only `not_found` (nothing
-   * charged) allows another request, after a pause, and only while no cancel or deadline has come.
-   * Says whether the charge activity has already moved the row to CHARGED.
+   * The charge: every request is the saga's own decision (the activity is never retried by the
+   * server). A timeout or 5xx is followed by an inquiry; only `not_found` (nothing charged) allows
+   * another request, after a pause, and only while no cancel or deadline has come. Returns the row's
+   * status afterwards (CHARGED, or further along).
    */
-  private async chargeLocked(): Promise<'row-charged' | 'charged'> {
+  private async charge(): Promise<OrderStatus> {
     const key = chargeKeyFor(this.orderId);
     const request = {
       orderId: this.orderId,
       amountCents: orderTotalCents(this.order),
       currency: this.order.currency,
       paymentMethod: this.order.paymentMethod,
-      ...(this.lean ? { idempotencyKey: key, markCharged: true } : {}),
+      idempotencyKey: key,
+      markCharged: true,
     };
     for (let round = 1; ; round++) {
       if (this.stopCharging()) throw new CancelledFailure(this.stopReason());
@@ -577,7 +583,7 @@ class OrderSaga {
             request,
           ),
         );
-        return r.status === 'CHARGED' ? 'row-charged' : 'charged';
+        return r.status ?? 'CHARGED';
       } catch (err) {
         if (FINAL_CHARGE_ANSWERS.includes(failureType(err) ?? '')) throw err;
         log.warn('charge timed out or failed; inquiring before deciding', {
@@ -586,19 +592,9 @@ class OrderSaga {
         });
       }
       const verdict = await CancellationScope.nonCancellable(() => this.inquireUntilKnown());
-      if (verdict === 'succeeded') return 'charged';
-      if (verdict === 'refunded')
-        throw ApplicationFailure.create({
-          type: 'ChargeRefunded',
-          message: `charge ${key} was refunded`,
-          nonRetryable: true,
-        });
-      if (verdict === 'failed')
-        throw ApplicationFailure.create({
-          type: 'PaymentDeclined',
-          message: 'charge failed at the provider',
-          nonRetryable: true,
-        });
+      if (verdict === 'succeeded') return this.setStatus('CHARGED');
+      if (verdict === 'cancelled') throw new CancelledFailure(this.stopReason());
+      if (verdict !== 'not_found') throw this.chargeRefusal(verdict, key);
       if (round >= CHARGE_ROUNDS) {
         throw ApplicationFailure.create({
           type: 'PaymentUnavailable',
@@ -606,7 +602,7 @@ class OrderSaga {
           nonRetryable: true,
         });
       }
-      // not_found: nothing was charged. Pause, unless a cancel or the deadline comes first.
+      // not_found: nothing was charged yet. Pause, unless a cancel or the deadline comes first.
       const pauseMs = Math.min(this.cfg.inquiryMaxMs, 1000 * 2 ** (round - 1));
       await CancellationScope.nonCancellable(() =>
         condition(() => this.stopCharging(), pauseMs, {
@@ -616,71 +612,30 @@ class OrderSaga {
     }
   }
 
-  /** The charge of runs from before the order-row lock, as they recorded it (server retries, three rounds). */
-  private async chargeUnlocked(): Promise<'charged'> {
-    const request = {
-      orderId: this.orderId,
-      amountCents: orderTotalCents(this.order),
-      currency: this.order.currency,
-      paymentMethod: this.order.paymentMethod,
-    };
-    for (let round = 1; ; round++) {
-      this.state.attempts.charge = round;
-      try {
-        // Not cancellable: a cancel waits for the charge's answer, so the refund that follows knows it.
-        await CancellationScope.nonCancellable(() =>
-          act(
-            paymentOpts,
-            'chargePayment',
-            `charge ${formatMoney(request.amountCents, this.order.currency)} (key ${this.orderId}:charge)`,
-            request,
-          ),
-        );
-        return 'charged';
-      } catch (err) {
-        const type = failureType(err);
-        if (type === 'PaymentDeclined' || type === 'PaymentRejected') throw err;
-        log.warn('charge timed out or failed; inquiring before deciding', {
-          orderId: this.orderId,
-          error: describe(err),
-        });
-      }
-      // Not cancellable either: a cancel waits until the charge's outcome is known (or escalated).
-      const verdict = await CancellationScope.nonCancellable(() => this.inquireUntilKnown());
-      if (verdict === 'succeeded') return 'charged';
-      if (verdict === 'failed')
-        throw ApplicationFailure.create({
-          type: 'PaymentDeclined',
-          message: 'charge failed at the provider',
-          nonRetryable: true,
-        });
-      if (round >= 3) {
-        throw ApplicationFailure.create({
-          type: 'PaymentUnavailable',
-          message: `charge not taken after ${round} rounds`,
-          nonRetryable: true,
-        });
-      }
-      // not_found: nothing was charged; retry with the same key.
-    }
+  private chargeRefusal(verdict: 'failed' | 'refunded' | 'closed', key: string): ApplicationFailure {
+    const [type, message] =
+      verdict === 'refunded'
+        ? ['ChargeRefunded', `charge ${key} was refunded`]
+        : verdict === 'closed'
+          ? ['ChargeClosed', `charge key ${key} is closed at the provider; no money can be taken under it`]
+          : ['PaymentDeclined', 'charge failed at the provider'];
+    return ApplicationFailure.create({ type, message, nonRetryable: true });
   }
 
   /** What the provider knows of `<orderId>:charge`, asked by its key. */
   private inquire(summary: string): ReturnType<typeof act<'inquireCharge'>> {
-    return act(inquiryOpts, 'inquireCharge', summary, {
-      orderId: this.orderId,
-      ...(this.lean ? { chargeKey: chargeKeyFor(this.orderId) } : {}),
-    });
+    return act(inquiryOpts, 'inquireCharge', summary, { orderId: this.orderId, chargeKey: chargeKeyFor(this.orderId) });
   }
 
-  /** When the charge's outcome is unknown: ask the provider by key until it knows, on durable timers. */
+  /**
+   * When the charge's outcome is unknown: ask the provider by key until it knows, on durable timers.
+   * How long it has been unknown is the sum of the timers slept (never the workflow clock); the
+   * inquiries' own time is not counted.
+   */
   private async inquireUntilKnown(): Promise<ChargeVerdict> {
     this.state.unknowns = ['charge'];
     this.refresh();
-    let byTimers = patched(UNKNOWN_BY_TIMERS);
-    // eslint-disable-next-line no-restricted-properties -- the clock path of runs from before the patch
-    const started = Date.now();
-    let slept = 0; // the durable timers' time so far (the inquiries' own time is not counted)
+    let slept = 0;
     for (let n = 0; ; n++) {
       try {
         const r = await this.inquire(`inquire charge ${chargeKeyFor(this.orderId)}`);
@@ -695,19 +650,16 @@ class OrderSaga {
       }
       if (this.state.status !== 'UNKNOWN_PAYMENT') await this.setStatus('UNKNOWN_PAYMENT');
       const wait = Math.min(this.cfg.inquiryMaxMs, this.cfg.inquiryBaseMs * 2 ** n);
-      // A run that was already in this loop when the patch came switches at its first new decision.
-      if (!byTimers) byTimers = patched(UNKNOWN_BY_TIMERS);
-      // eslint-disable-next-line no-restricted-properties -- the clock path of runs from before the patch
-      const waited = byTimers ? slept : Date.now() - started;
-      if (this.overdue || waited + wait > this.cfg.unknownEscalationMs) {
-        const why = this.overdue ? 'saga deadline passed' : `no answer after ${duration(waited)}`;
-        // Never refund blindly: a person settles it (after checking the provider's dashboard).
+      if (this.overdue || slept + wait > this.cfg.unknownEscalationMs) {
+        const why = this.overdue ? 'saga deadline passed' : `no answer after ${duration(slept)}`;
+        // Never refund blindly: a person settles it (after checking the provider's dashboard), or the
+        // customer cancels (the refund then closes the key, or refunds what the provider took).
         const action = await this.escalate(
           'charge-outcome',
           `charge ${chargeKeyFor(this.orderId)} outcome unknown (${why})`,
         );
         this.state.unknowns = [];
-        return action === 'charge-succeeded' ? 'succeeded' : 'failed';
+        return action === 'cancelled' ? 'cancelled' : action === 'charge-succeeded' ? 'succeeded' : 'failed';
       }
       // A durable timer (the caller runs this loop non-cancellably: an unknown charge is settled first).
       await sleep(wait, { summary: `charge outcome unknown; next inquiry in ${duration(wait)}` });
@@ -715,9 +667,13 @@ class OrderSaga {
     }
   }
 
+  /** A cancel, the deadline or a Temporal cancellation has asked the saga to stop before the pivot. */
+  private stopRequested(): boolean {
+    return this.cancelReason !== undefined || this.preScope.consideredCancelled;
+  }
   /** After a cancel or the deadline, no new charge request goes out. */
   private stopCharging(): boolean {
-    return this.cancelReason !== undefined || this.overdue || this.preScope.consideredCancelled;
+    return this.stopRequested() || this.overdue;
   }
   private stopReason(): string {
     return (
@@ -727,12 +683,12 @@ class OrderSaga {
 
   // ---- Status, escalation, bookkeeping -------------------------------------------------------
 
-  /** A step: refused before the pivot once cancelled; counts its attempts; records it done. */
+  /** A step: refused before the pivot once a stop was asked for; counts its attempts; records it done. */
   private async step<T>(name: string, fn: () => Promise<T>): Promise<T> {
-    // Steps before the pivot run their activities non-cancellably; a cancel takes effect between steps.
-    // Under the lock createOrder runs even then: the run must own the row to settle it.
-    if (!this.pivotStarted && this.preScope.consideredCancelled && !(this.locked && name === 'createOrder')) {
-      throw new CancelledFailure(this.cancelReason ?? 'cancelled');
+    // Steps before the pivot run their activities non-cancellably; a stop takes effect between steps.
+    // createOrder runs even then: the run must own the row to settle it.
+    if (!this.pivotStarted && this.stopRequested() && name !== 'createOrder') {
+      throw new CancelledFailure(this.stopReason());
     }
     this.state.step = name;
     this.state.attempts[name] = (this.state.attempts[name] ?? 0) + 1;
@@ -743,18 +699,21 @@ class OrderSaga {
     return out;
   }
 
-  /** A status-only step: a guarded transition of the order row (refused if the row does not allow it). */
-  private async setStatus(status: OrderStatus, reason?: string): Promise<void> {
-    if (!this.locked) this.mirror(status, reason); // old runs: the command order they recorded
+  /**
+   * A status-only step: a guarded transition of the order row (refused if the row does not allow it).
+   * Mirrors, and returns, the row's real status afterwards.
+   */
+  private async setStatus(status: OrderStatus, reason?: string): Promise<OrderStatus> {
     const write = reason ?? this.state.reason;
-    await CancellationScope.nonCancellable(() =>
+    const now = await CancellationScope.nonCancellable(() =>
       act(statusOpts, 'setOrderStatus', `order ${this.orderId} → ${status}`, {
         orderId: this.orderId,
         status,
         reason: write,
       }),
     );
-    if (this.locked) this.mirror(status, reason); // only once the row took it
+    this.mirror(now, now === status ? reason : undefined);
+    return now;
   }
 
   /**
@@ -768,35 +727,56 @@ class OrderSaga {
       ...(reason !== undefined ? { reason } : {}),
       resume: true,
     });
-    this.mirror(now ?? status);
+    this.mirror(now);
     return this.state.status;
   }
 
-  /** Escalates to NEEDS_ATTENTION and waits for an operator's resolve. Returns the action. */
-  private async escalate(awaiting: NonNullable<SagaState['awaiting']>, reason: string): Promise<ResolveAction> {
+  /**
+   * Escalates to NEEDS_ATTENTION and waits for an operator's resolve (an answer about the charge is
+   * checked against the provider's ledger first, here on the main path). While it waits on an unknown
+   * charge before the pivot, a cancel ends the wait: 'cancelled'.
+   */
+  private async escalate(
+    awaiting: NonNullable<SagaState['awaiting']>,
+    reason: string,
+  ): Promise<ResolveAction | 'cancelled'> {
     const previous = this.state.status;
     this.state.awaiting = awaiting;
     log.error('ALERT saga needs attention', { orderId: this.orderId, reason, awaiting });
     await this.setStatus('NEEDS_ATTENTION', reason);
-    await condition(() => this.resolution !== undefined);
-    const { action, note } = this.resolution!;
-    log.warn('operator resolved', { orderId: this.orderId, action, note });
+    const cancellable = awaiting === 'charge-outcome';
+    let request: { id: number; action: ResolveAction; note?: string } | undefined;
+    for (;;) {
+      await condition(() => this.resolution !== undefined || (cancellable && this.stopRequested()));
+      if (this.resolution === undefined) break; // cancelled
+      request = this.resolution;
+      const refused =
+        request.action === 'charge-succeeded' || request.action === 'charge-failed'
+          ? await this.checkResolveWithProvider(request.action)
+          : undefined;
+      this.resolution = undefined;
+      this.resolveAnswer = { id: request.id, ...(refused ? { refused } : {}) };
+      if (!refused) break;
+      request = undefined;
+    }
     this.state.awaiting = undefined;
+    if (request === undefined) {
+      log.warn('cancelled while waiting for a person', { orderId: this.orderId });
+      this.refresh();
+      return 'cancelled';
+    }
+    const { action, note } = request;
+    log.warn('operator resolved', { orderId: this.orderId, action, note });
     this.state.reason = `${reason} (operator: ${action}${note ? `, ${note}` : ''})`;
-    this.resolution = undefined;
     this.refresh();
     if (previous !== 'NEEDS_ATTENTION') {
-      if (this.locked) {
-        // Back to where the row stood when it escalated, which may be further than this run knows.
-        await CancellationScope.nonCancellable(() => this.resumeRow(previous, this.state.reason));
-      } else {
-        await this.setStatus(previous);
-      }
+      // Back to where the row stood when it escalated, which may be further than this run knows.
+      await CancellationScope.nonCancellable(() => this.resumeRow(previous, this.state.reason));
     }
     return action;
   }
 
-  /** The saga's own view and the Web UI's search attributes; no database write. */
+  /** The saga's own view and the Web UI's search attributes, set from the row's status; no database write. */
   private mirror(status: OrderStatus, reason?: string): void {
     this.state.status = status;
     if (reason !== undefined) this.state.reason = reason;
@@ -828,23 +808,17 @@ class OrderSaga {
 
   /**
    * The global deadline: an in-workflow timer, since a server-side timeout could not compensate.
-   * Shielded from a Temporal cancellation; its own scope is cancelled when the saga ends. (Older
-   * histories: without the patch, the timer runs on after the end, as they recorded it.)
+   * Shielded from a Temporal cancellation; its own scope is cancelled when the saga ends.
    */
   private startDeadline(): void {
-    const timerEnds = patched(DEADLINE_TIMER_ENDS);
     void CancellationScope.nonCancellable(async () => {
       const summary = `saga deadline (${duration(this.cfg.deadlineMs)}): an order not shipped by then is compensated`;
-      if (timerEnds) {
-        this.deadlineTimer = new CancellationScope();
-        try {
-          await this.deadlineTimer.run(() => sleep(this.cfg.deadlineMs, { summary }));
-        } catch (err) {
-          if (isCancellation(err)) return; // the saga ended first
-          throw err;
-        }
-      } else {
-        await sleep(this.cfg.deadlineMs, { summary });
+      this.deadlineTimer = new CancellationScope();
+      try {
+        await this.deadlineTimer.run(() => sleep(this.cfg.deadlineMs, { summary }));
+      } catch (err) {
+        if (isCancellation(err)) return; // the saga ended first
+        throw err;
       }
       this.overdue = true;
       if (!this.pivotStarted && this.state.unknowns.length === 0 && !isFinal(this.state.status)) {
@@ -855,6 +829,7 @@ class OrderSaga {
   }
 
   // ---- Messages: the state query, the early answer, cancel and resolve ------------------------
+  // The handlers record a request and wait for the main path's answer; they issue no command.
 
   private listen(): void {
     setHandler(stateQuery, () => this.snapshot());
@@ -881,12 +856,21 @@ class OrderSaga {
     return { orderId, accepted: false, status: state.status, reason: this.unwinding ?? state.reason };
   }
 
+  /** Records the cancel; the main path acts on it, or refuses it when the row is past the pivot. */
   private async cancel(reason: string): Promise<SagaState> {
     this.cancelReason = reason || 'cancelled';
-    this.preScope.cancel();
     await CancellationScope.nonCancellable(() =>
-      condition(() => isFinal(this.state.status) || this.state.status === 'NEEDS_ATTENTION' || this.settledElsewhere),
+      condition(
+        () =>
+          this.cancelRefused !== undefined ||
+          isFinal(this.state.status) ||
+          (this.state.status === 'NEEDS_ATTENTION' && this.unwinding !== undefined) ||
+          this.settledElsewhere,
+      ),
     );
+    if (this.cancelRefused !== undefined) {
+      throw ApplicationFailure.create({ type: 'CancelRefused', message: this.cancelRefused, nonRetryable: true });
+    }
     return this.snapshot();
   }
 
@@ -894,7 +878,7 @@ class OrderSaga {
     const { orderId, state } = this;
     if (typeof reason !== 'string' || reason.length > 500)
       throw new Error('reason must be a string of at most 500 characters');
-    if (this.pivotStarted)
+    if (this.pivotStarted || PAST_PIVOT.includes(state.status))
       throw new Error(`order ${orderId} has reached the shipment (the pivot); it can only move forward`);
     if (isFinal(state.status)) throw new Error(`order ${orderId} is already ${state.status}`);
     if (this.cancelReason !== undefined) throw new Error(`order ${orderId} is already being cancelled`);
@@ -904,28 +888,24 @@ class OrderSaga {
       );
   }
 
-  private async resolve({ action, note }: { action: ResolveAction; note?: string }): Promise<SagaState> {
-    this.resolving = true;
-    try {
-      // An operator's word on the charge is checked against the provider's ledger first.
-      if ((action === 'charge-succeeded' || action === 'charge-failed') && patched(RESOLVE_ASKS_PROVIDER)) {
-        await this.checkResolveWithProvider(action);
-      }
-      this.resolution = { action, note };
-      await CancellationScope.nonCancellable(() =>
-        condition(() => this.resolution === undefined || this.settledElsewhere),
-      );
-      return this.snapshot();
-    } finally {
-      this.resolving = false;
-    }
+  /** Records the resolve; the main path applies it (checked with the provider first) or refuses it. */
+  private async resolve({ action, note }: ResolveRequest): Promise<SagaState> {
+    const id = ++this.resolveSeq;
+    this.resolution = { id, action, ...(note !== undefined ? { note } : {}) };
+    await CancellationScope.nonCancellable(() =>
+      condition(() => this.resolveAnswer?.id === id || this.settledElsewhere),
+    );
+    const refused = this.resolveAnswer?.id === id ? this.resolveAnswer.refused : undefined;
+    if (refused !== undefined)
+      throw ApplicationFailure.create({ type: 'ResolveRefused', message: refused, nonRetryable: true });
+    return this.snapshot();
   }
 
   private validateResolve({ action, note }: { action: ResolveAction; note?: string }): void {
     const { orderId, state } = this;
     if (note !== undefined && (typeof note !== 'string' || note.length > 500))
       throw new Error('note must be a string of at most 500 characters');
-    if (this.resolution !== undefined || this.resolving) throw new Error('another resolve is being applied');
+    if (this.resolution !== undefined) throw new Error('another resolve is being applied');
     const allowed: Record<NonNullable<SagaState['awaiting']>, ResolveAction[]> = {
       'charge-outcome': ['charge-succeeded', 'charge-failed'],
       compensation: ['retry', 'mark-resolved'],
@@ -937,35 +917,23 @@ class OrderSaga {
     }
   }
 
-  /** Refuses the resolve (the Update fails, the saga waits on) unless the provider's ledger agrees. */
-  private async checkResolveWithProvider(action: 'charge-succeeded' | 'charge-failed'): Promise<void> {
+  /** Why the provider's ledger contradicts the operator's word on the charge, or undefined when it agrees. */
+  private async checkResolveWithProvider(action: 'charge-succeeded' | 'charge-failed'): Promise<string | undefined> {
     const key = chargeKeyFor(this.orderId);
     let answer;
     try {
       answer = await this.inquire(`resolve ${action}: ask the provider about ${key}`);
     } catch (err) {
-      throw ApplicationFailure.create({
-        type: 'ResolveRefused',
-        message: `cannot confirm ${action} with the provider: ${describe(err)}`,
-        nonRetryable: true,
-      });
+      return `cannot confirm ${action} with the provider: ${describe(err)}`;
     }
     const refunded = (answer.refundedCents ?? 0) > 0;
     const says = `the provider says charge ${key} is ${answer.status}${refunded ? ` and refunded (${answer.refundedCents} cents)` : ''}`;
     const paid = answer.status === 'succeeded' && !refunded;
-    if (action === 'charge-succeeded' && !paid)
-      throw ApplicationFailure.create({
-        type: 'ResolveRefused',
-        message: `${says}; not charge-succeeded`,
-        nonRetryable: true,
-      });
+    if (action === 'charge-succeeded' && !paid) return `${says}; not charge-succeeded`;
     if (action === 'charge-failed' && (paid || answer.status === 'processing')) {
       const next = paid ? 'resolve charge-succeeded' : 'wait until it decides, then resolve again';
-      throw ApplicationFailure.create({
-        type: 'ResolveRefused',
-        message: `${says}; not charge-failed (${next})`,
-        nonRetryable: true,
-      });
+      return `${says}; not charge-failed (${next})`;
     }
+    return undefined;
   }
 }

@@ -14,6 +14,7 @@ import {
   type LocalActivityOptions,
 } from '@temporalio/workflow';
 import type { OrderActivities } from '../activities';
+import { CHARGE_ATTEMPT_TIMEOUT_MS } from '../domain/charge-timing';
 import { TERMINAL_STATUSES, type OrderStatus } from '../domain/order';
 
 /** Business answers that no retry can change. */
@@ -30,6 +31,8 @@ export const NON_RETRYABLE = [
   'OrderMismatch',
   'ChargeRefunded',
   'ChargeProcessing',
+  'ChargeClosed',
+  'NotOrderOwner',
 ];
 /** Answers about the charge that no retry or inquiry can change. */
 export const FINAL_CHARGE_ANSWERS = [
@@ -38,6 +41,8 @@ export const FINAL_CHARGE_ANSWERS = [
   'OrderStateConflict',
   'OrderMismatch',
   'ChargeRefunded',
+  'ChargeClosed',
+  'NotOrderOwner',
   'OrderSettled',
 ];
 
@@ -52,11 +57,6 @@ export const inventoryOpts: ActivityOptions = {
   heartbeatTimeout: '10s',
   retry: { ...backoff, maximumInterval: '30s', maximumAttempts: 5, nonRetryableErrorTypes: NON_RETRYABLE },
 };
-/** The charge of runs before the order-row lock: retried by the server. */
-export const paymentOpts: ActivityOptions = {
-  startToCloseTimeout: '15s',
-  retry: { ...backoff, maximumInterval: '10s', maximumAttempts: 4, nonRetryableErrorTypes: NON_RETRYABLE },
-};
 /**
  * One charge request per attempt, never retried by the server: the saga decides every request itself,
  * so after a cancel or the deadline no new request goes out (it only learns the fate of the last one).
@@ -65,7 +65,7 @@ export const paymentOpts: ActivityOptions = {
  */
 export const chargeOnceOpts: ActivityOptions = {
   scheduleToStartTimeout: '10s',
-  startToCloseTimeout: '15s',
+  startToCloseTimeout: CHARGE_ATTEMPT_TIMEOUT_MS,
   retry: { maximumAttempts: 1 },
 };
 /** Rounds of charge request + inquiry before the saga gives up (backward) on a provider that never took it. */

@@ -414,9 +414,9 @@ export class People {
   ): Promise<{ status: string; amountCents: number; refundedCents: number } | undefined> {
     try {
       const charge = await this.provider.getCharge(chargeKeyFor(orderId));
-      return charge
-        ? { status: charge.status, amountCents: charge.amountCents, refundedCents: charge.refundedCents }
-        : { status: 'not_found', amountCents: 0, refundedCents: 0 };
+      if (!charge || charge.status === 'closed')
+        return { status: charge?.status ?? 'not_found', amountCents: 0, refundedCents: 0 };
+      return { status: charge.status, amountCents: charge.amountCents, refundedCents: charge.refundedCents };
     } catch {
       return undefined;
     }

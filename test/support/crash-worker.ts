@@ -21,7 +21,7 @@ async function main(): Promise<void> {
   const db = createPool(cfg.databaseUrl!);
   const real = createActivities({
     db,
-    provider: createProviderClient({ baseUrl: cfg.providerUrl, apiKey: cfg.providerApiKey, timeoutMs: 60_000 }),
+    provider: createProviderClient({ baseUrl: cfg.providerUrl, apiKey: cfg.providerApiKey, timeoutMs: 10_000 }),
   });
   /** Runs the real activity; at this crash point, marks the file and never completes. */
   const hangAfter =
