@@ -1,12 +1,10 @@
 /**
  * Replays the saved histories of every saga path (test/fixtures/histories) against today's workflow
- * code: a change that would break a running saga fails here. Older generations must keep replaying:
- * `v1-*` are histories of the code before the order-row lock (patch `order-row-lock`), `v2-*` of the
- * code before failed outcomes (patch `failed-outcomes`), `v3-*` of the code before the lean steps
- * (patch `lean-steps`: the charge moves the row, short steps local first, keys from the workflow),
- * and `v4-*` (the paths with an inquiry only) of the code that measured an unknown charge by the
- * workflow clock (patch `unknown-by-timers`). Regenerate the current ones after an intended,
- * patched() change (keep the old ones under a new prefix) with:
+ * code: a change that would break a running saga fails here. There is one generation: deploys are
+ * pinned (Worker Versioning, docs/versioning.md), so a run finishes on the build that started it and
+ * no old history has to replay on new code. When this test fails after an intended change, the change
+ * is incompatible with running histories: it ships as a new build (every deploy has its own build ID),
+ * and the fixtures are recorded afresh with
  * UPDATE_FIXTURES=1 npx vitest run test/saga-semantics.timeskip.test.ts
  */
 import { readdirSync, readFileSync } from 'node:fs';
@@ -24,11 +22,7 @@ describe('replay of saved saga histories', () => {
     const files = readdirSync(DIR)
       .filter((f) => f.endsWith('.json'))
       .sort();
-    expect(files.filter((f) => f.startsWith('v1-')).length).toBeGreaterThanOrEqual(20);
-    expect(files.filter((f) => f.startsWith('v2-')).length).toBeGreaterThanOrEqual(20);
-    expect(files.filter((f) => f.startsWith('v3-')).length).toBeGreaterThanOrEqual(20);
-    expect(files.filter((f) => f.startsWith('v4-')).length).toBeGreaterThanOrEqual(10);
-    expect(files.filter((f) => !/^v\d+-/.test(f)).length).toBeGreaterThanOrEqual(20);
+    expect(files.length).toBeGreaterThanOrEqual(30);
     const workflowBundle = await bundleWorkflowCode({
       workflowsPath: path.resolve(__dirname, '../workflows/index.ts'),
       logger: quiet,

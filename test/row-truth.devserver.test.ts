@@ -1,0 +1,230 @@
+/**
+ * The order row is the saga's only truth, on the real Temporal dev server with the real activities,
+ * Postgres and provider:
+ * - a slow provider database (a lock before the charge's first write): the request times out, the
+ *   inquiry says not_found, the customer cancels; the late request can never keep the money;
+ * - a shipped order reset to its first workflow task, then cancelled: the cancel is refused (the row is
+ *   past the pivot, whatever the reset run believed) and the order completes;
+ * - terminate after each workflow task, then start the same order again: it always ends coherent.
+ */
+import { randomUUID } from 'node:crypto';
+import { ApplicationFailure } from '@temporalio/common';
+import { temporal } from '@temporalio/proto';
+import { WorkflowUpdateFailedError } from '@temporalio/client';
+import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import { Worker } from '@temporalio/worker';
+import type { Pool } from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createActivities, type OrderActivities } from '../activities';
+import { checkInvariants, temporalLookup } from '../db/invariants';
+import { chargeKeyFor, workflowIdFor, type OrderInput, type OrderResult } from '../domain/order';
+import { orderOutcome } from '../lib/order-outcome';
+import { cancelUpdate, orderSaga, resolveUpdate, stateQuery } from '../workflows';
+import { createProduct, ledger, makeOrder, productRow, testPool, testProvider, uid } from './helpers';
+import { bundleWorkflows, startDevServer } from './temporal-env';
+
+const DAY = 86_400_000;
+/** The provider timeout of this file's worker: short, so a blocked request times out quickly. */
+const PROVIDER_TIMEOUT_MS = 2_000;
+let env: TestWorkflowEnvironment;
+let db: Pool;
+let worker: Worker;
+let running: Promise<void>;
+const taskQueue = `row-${uid()}`;
+/** Orders whose confirmation fails (permanently) while they are in this set. */
+const failConfirmation = new Set<string>();
+
+beforeAll(async () => {
+  env = await startDevServer();
+  db = testPool();
+  const real = createActivities({ db, provider: testProvider(PROVIDER_TIMEOUT_MS) });
+  const activities: OrderActivities = {
+    ...real,
+    sendConfirmation: async (req) => {
+      if (failConfirmation.has(req.orderId))
+        throw ApplicationFailure.nonRetryable('mail server down', 'InjectedPermanent');
+      return real.sendConfirmation(req);
+    },
+  };
+  worker = await Worker.create({
+    connection: env.nativeConnection,
+    taskQueue,
+    workflowBundle: await bundleWorkflows(),
+    activities,
+  });
+  running = worker.run();
+});
+
+afterAll(async () => {
+  worker?.shutdown();
+  await running;
+  await db?.end();
+  await env?.teardown();
+});
+
+const WFT_COMPLETED = temporal.api.enums.v1.EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED;
+const sleepMs = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+async function newOrder(kind: string): Promise<{ order: OrderInput; sku: string; total: number }> {
+  const p = await createProduct(db, { stock: 10, priceCents: 625 });
+  const order = makeOrder([{ sku: p.sku, qty: 2, unitPriceCents: p.priceCents }], { orderId: `rt-${kind}-${uid()}` });
+  return { order, sku: p.sku, total: 2 * p.priceCents };
+}
+
+const start = (order: OrderInput) =>
+  env.client.workflow.start(orderSaga, { taskQueue, workflowId: workflowIdFor(order.orderId), args: [order] });
+
+/** The end of a run as a word: its status, or `failed: <causes>`, or `still running` after `ms`. */
+async function ending(handle: { workflowId: string; result: () => Promise<unknown> }, ms = 60_000): Promise<string> {
+  return Promise.race([
+    orderOutcome(handle).then(
+      (r: OrderResult) => r.status,
+      (e: Error) => {
+        const chain: string[] = [];
+        for (let x: unknown = e; x instanceof Error; x = (x as { cause?: unknown }).cause) chain.push(x.message);
+        return `failed: ${chain.join(' ← ')}`;
+      },
+    ),
+    sleepMs(ms).then(() => `still running after ${ms} ms`),
+  ]);
+}
+
+/** Violations the checker finds for these orders (with Temporal's visibility). */
+async function violations(orderIds: string[]): Promise<string[]> {
+  const report = await checkInvariants(db, { deadlineMs: DAY, workflows: temporalLookup(env.client) });
+  return report.violations
+    .filter((v) => v.orderIds.some((o) => orderIds.includes(o)))
+    .map((v) => `${v.rule}: ${v.detail} [${v.orderIds.join(', ')}]`);
+}
+
+/** Money the customer has given and not got back, in cents. */
+async function kept(orderId: string): Promise<number> {
+  const l = await ledger(db, orderId);
+  const charged = l.charges.filter((c) => c.status === 'succeeded').reduce((s, c) => s + c.amount, 0);
+  return charged - l.refunds.reduce((s, r) => s + r.amount, 0);
+}
+
+describe('a slow provider database: a not_found after a timed-out request is not an answer', () => {
+  it('the charge blocks before its first write, the inquiry says not_found, the customer cancels: no money is kept', async () => {
+    const { order, sku } = await newOrder('slow');
+    const stockBefore = (await productRow(db, sku)).stock;
+    // Writes to the provider's charges wait; reads do not (the inquiry answers not_found).
+    const lock = await db.connect();
+    let locked = true;
+    try {
+      await lock.query('BEGIN');
+      await lock.query('LOCK TABLE provider.charges IN SHARE MODE');
+      const handle = await start(order);
+      // The first request timed out and the inquiry found nothing: the saga is between requests.
+      for (let i = 0; i < 600; i++) {
+        const st = await handle.query(stateQuery);
+        if ((st.attempts.inquiry ?? 0) >= 1) break;
+        await sleepMs(100);
+      }
+      expect((await handle.query(stateQuery)).attempts.inquiry ?? 0).toBeGreaterThanOrEqual(1);
+      const cancel = handle.executeUpdate(cancelUpdate, { args: ['customer gave up waiting'] });
+      // The compensation's technical cancel waits behind the blocked request for a while.
+      await sleepMs(3 * PROVIDER_TIMEOUT_MS);
+      await lock.query('COMMIT');
+      locked = false;
+      await cancel;
+      expect(await ending(handle)).toBe('CANCELLED');
+    } finally {
+      if (locked) await lock.query('ROLLBACK');
+      lock.release();
+    }
+    // Any request still on its way has landed (or been refused) by now.
+    await sleepMs(2 * PROVIDER_TIMEOUT_MS);
+    const l = await ledger(db, order.orderId);
+    const closed = await db.query({
+      text: 'SELECT 1 FROM provider.closed_keys WHERE idempotency_key = $1',
+      values: [chargeKeyFor(order.orderId)],
+    });
+    process.stdout.write(
+      `slow provider: ledger ${JSON.stringify(l)}, key ${closed.rowCount ? 'closed' : 'not closed'}\n`,
+    );
+    expect(await kept(order.orderId)).toBe(0);
+    // Either the late charge landed and was refunded, or the key was closed and no charge exists.
+    expect(l.charges.length === 0 ? closed.rowCount : l.refunds.length).toBe(1);
+    expect((await productRow(db, sku)).stock).toBe(stockBefore);
+    expect(await violations([order.orderId])).toEqual([]);
+  });
+});
+
+describe('a cancel is refused once the row is past the pivot, whatever the run believes', () => {
+  it('a shipped order reset to its first workflow task, then cancelled: refused, and the order completes', async () => {
+    const { order, total } = await newOrder('reset-cancel');
+    failConfirmation.add(order.orderId);
+    const first = await start(order);
+    for (let i = 0; i < 200; i++) {
+      if ((await first.query(stateQuery)).awaiting === 'forward-step') break;
+      await sleepMs(50);
+    }
+    expect((await first.query(stateQuery)).status).toBe('NEEDS_ATTENTION');
+    failConfirmation.delete(order.orderId);
+    const history = await first.fetchHistory();
+    const firstTask = (history.events ?? []).find((e) => e.eventType === WFT_COMPLETED)!;
+    const { runId } = (await env.client.workflowService.resetWorkflowExecution({
+      namespace: 'default',
+      workflowExecution: { workflowId: first.workflowId, runId: first.firstExecutionRunId },
+      workflowTaskFinishEventId: Number(firstTask.eventId) as never,
+      requestId: randomUUID(),
+      reason: 'row-truth test: reset a shipped order to its first task',
+    })) as temporal.api.workflowservice.v1.IResetWorkflowExecutionResponse;
+    const reset = env.client.workflow.getHandle<typeof orderSaga>(first.workflowId, runId ?? undefined, {
+      followRuns: false,
+    });
+    const refusal = await reset.executeUpdate(cancelUpdate, { args: ['too late'] }).then(
+      () => 'accepted',
+      (e: Error) => (e instanceof WorkflowUpdateFailedError ? String((e.cause as Error)?.message) : e.message),
+    );
+    expect(refusal).toMatch(/pivot|forward/);
+    // The reset run may wait again for the confirmation's escalation: the operator retries.
+    const end = await ending(reset, 5_000);
+    if (end.startsWith('still running')) {
+      await reset.executeUpdate(resolveUpdate, { args: [{ action: 'retry' }] });
+    }
+    expect(await ending(reset)).toBe('COMPLETED');
+    expect(await ledger(db, order.orderId)).toEqual({ charges: [{ status: 'succeeded', amount: total }], refunds: [] });
+    expect(await violations([order.orderId])).toEqual([]);
+  });
+});
+
+describe('Terminate (as the Web UI does it) after each workflow task, then the same order again', () => {
+  it('every order ends coherent: settled once, no money kept without a shipment, no stock held', async () => {
+    // How many workflow tasks a whole order takes here.
+    const probe = await newOrder('probe');
+    const probeHandle = await start(probe.order);
+    expect(await ending(probeHandle)).toBe('COMPLETED');
+    const tasks = ((await probeHandle.fetchHistory()).events ?? []).filter((e) => e.eventType === WFT_COMPLETED).length;
+    expect(tasks).toBeGreaterThanOrEqual(3);
+    const outcomes: Record<string, number> = {};
+    const ids: string[] = [];
+    for (let k = 1; k < tasks; k++) {
+      const { order, sku, total } = await newOrder(`term${k}`);
+      ids.push(order.orderId);
+      const stockBefore = (await productRow(db, sku)).stock;
+      const handle = await start(order);
+      // Terminate as soon as the run has completed k workflow tasks.
+      for (let i = 0; i < 400; i++) {
+        const done = ((await handle.fetchHistory()).events ?? []).filter((e) => e.eventType === WFT_COMPLETED).length;
+        if (done >= k) break;
+        await sleepMs(10);
+      }
+      await handle.terminate(`terminate test: after workflow task ${k}`).catch(() => undefined); // it may have ended
+      const again = await start(order);
+      const end = await ending(again);
+      outcomes[end] = (outcomes[end] ?? 0) + 1;
+      expect(['COMPLETED', 'ALREADY_SETTLED'], `terminated after task ${k}`).toContain(end);
+      const row = await db.query<{ status: string }>({
+        text: 'SELECT status FROM orders WHERE order_id = $1',
+        values: [order.orderId],
+      });
+      expect(row.rows[0]?.status, `terminated after task ${k}`).toBe('COMPLETED');
+      expect(await kept(order.orderId), `terminated after task ${k}`).toBe(total);
+      expect((await productRow(db, sku)).stock, `terminated after task ${k}`).toBe(stockBefore - 2);
+    }
+    expect(await violations(ids)).toEqual([]);
+    process.stdout.write(`terminate test: ${ids.length} orders, outcomes ${JSON.stringify(outcomes)}\n`);
+  });
+});
