@@ -42,14 +42,22 @@ export async function readOrder(db: Db, orderId: string, forUpdate = false): Pro
   return rows[0];
 }
 
-/** The refusal: `details[0]` is `{ orderId, status, wanted }`, so the workflow can branch on the status. */
-export function stateConflict(orderId: string, status: OrderStatus | undefined, wanted: string): never {
+/**
+ * The refusal: `details[0]` is `{ orderId, status, wanted, attentionFrom }`, so the workflow can
+ * branch on where the row stands (and, in NEEDS_ATTENTION, where it escalated from).
+ */
+export function stateConflict(
+  orderId: string,
+  status: OrderStatus | undefined,
+  wanted: string,
+  attentionFrom?: OrderStatus | null,
+): never {
   throw businessFailure(
     ErrorTypes.OrderStateConflict,
     status === undefined
       ? `order ${orderId} does not exist (wanted: ${wanted})`
-      : `order ${orderId} is ${status}; refused: ${wanted}`,
-    { orderId, status: status ?? null, wanted },
+      : `order ${orderId} is ${status}${attentionFrom && status === 'NEEDS_ATTENTION' ? ` (from ${attentionFrom})` : ''}; refused: ${wanted}`,
+    { orderId, status: status ?? null, wanted, attentionFrom: attentionFrom ?? null },
   );
 }
 
@@ -125,7 +133,7 @@ export async function transition(
     // The owner's own retry
     if (runId === null || current.owner_run_id === runId) return { changed: false, status: current.status };
   }
-  return stateConflict(orderId, current?.status, `→ ${to}`);
+  return stateConflict(orderId, current?.status, `→ ${to}`, current?.attention_from);
 }
 
 /**

@@ -65,6 +65,7 @@ import {
   isFinal,
   laneOpts,
   orderOpts,
+  pastPivotStatus,
   settled,
   settledStatus,
   statusOpts,
@@ -448,8 +449,8 @@ class OrderSaga {
       await this.setStatus('COMPENSATING', reason);
     } catch (err) {
       settledAs = settledStatus(err);
-      const row = conflictStatus(err);
-      if (row && PAST_PIVOT.includes(row)) throw new RowPastPivot(row);
+      const ahead = pastPivotStatus(err);
+      if (ahead) throw new RowPastPivot(ahead);
       if (!settledAs) throw err;
     }
     while (this.compensations.length > 0) {
@@ -461,8 +462,8 @@ class OrderSaga {
       } catch (err) {
         settledAs = settledStatus(err);
         if (settledAs) break; // shipped and settled elsewhere: nothing here may be undone
-        const row = conflictStatus(err);
-        if (row && PAST_PIVOT.includes(row)) throw new RowPastPivot(row);
+        const ahead = pastPivotStatus(err);
+        if (ahead) throw new RowPastPivot(ahead);
         const action = await this.escalate('compensation', `compensation ${c.name} failed: ${describe(err)}`);
         if (action === 'retry') continue;
       }
@@ -743,7 +744,19 @@ class OrderSaga {
     const previous = this.state.status;
     this.state.awaiting = awaiting;
     log.error('ALERT saga needs attention', { orderId: this.orderId, reason, awaiting });
-    await this.setStatus('NEEDS_ATTENTION', reason);
+    try {
+      await this.setStatus('NEEDS_ATTENTION', reason);
+    } catch (err) {
+      // A row that cannot take NEEDS_ATTENTION (another run moved it): the run still waits for a
+      // person, who sees it in the Web UI (current details, the state query); it never just ends.
+      if (failureType(err) !== 'OrderStateConflict' || settledStatus(err)) throw err;
+      log.error('the order row refused NEEDS_ATTENTION; waiting for a person anyway', {
+        orderId: this.orderId,
+        error: describe(err),
+      });
+      this.state.reason = reason;
+      this.refresh();
+    }
     const cancellable = awaiting === 'charge-outcome';
     let request: { id: number; action: ResolveAction; note?: string } | undefined;
     for (;;) {

@@ -172,6 +172,23 @@ export function conflictStatus(err: unknown): OrderStatus | undefined {
   return undefined;
 }
 
+/**
+ * The row's status when a refusal says the order is past the pivot: SHIPPED or COMPLETED, or
+ * NEEDS_ATTENTION escalated at or after the pivot (from CHARGED or SHIPPED). Undefined otherwise.
+ */
+export function pastPivotStatus(err: unknown): OrderStatus | undefined {
+  for (let e: unknown = err; e instanceof Error; e = (e as { cause?: unknown }).cause) {
+    if (e instanceof ApplicationFailure && e.type === 'OrderStateConflict') {
+      const d = (e.details?.[0] ?? {}) as { status?: OrderStatus; attentionFrom?: OrderStatus | null };
+      if (d.status === 'SHIPPED' || d.status === 'COMPLETED') return d.status;
+      if (d.status === 'NEEDS_ATTENTION' && (d.attentionFrom === 'CHARGED' || d.attentionFrom === 'SHIPPED'))
+        return d.status;
+      return undefined;
+    }
+  }
+  return undefined;
+}
+
 /** The order is terminal and this run does not own it: another run settled it. Stop, change nothing. */
 export const settled = (status: OrderStatus): ApplicationFailure =>
   ApplicationFailure.create({
