@@ -46,6 +46,7 @@ import {
   workerProcesses,
   type LoadOptions,
 } from './lib/load';
+import { closedRunState } from './lib/closed-run';
 import { orderOutcome } from './lib/order-outcome';
 import { openOrderStore, type OrderStore, type StoreRole } from './lib/order-store';
 import { DEFAULT_SAGA_CONFIG } from './workflows/order-saga';
@@ -340,7 +341,14 @@ const noOrder = (orderId: string): CliError =>
 async function status(orderId: string, opts: { json?: boolean }, cfg: CliConfig, io: Out): Promise<number> {
   const client = await connect(cfg);
   try {
-    const state = await client.workflow.getHandle(workflowIdFor(orderId)).query(stateQuery);
+    const handle = client.workflow.getHandle(workflowIdFor(orderId));
+    const described = await handle.describe();
+    // An open run's workers answer its query; a closed one may be pinned to a build already drained
+    // and removed, so its state comes from the server (description, result, history) instead.
+    const state =
+      described.status.name === 'RUNNING'
+        ? await handle.query(stateQuery)
+        : await closedRunState(client, orderId, described);
     printState(io, !!opts.json, cfg, state);
     return EXIT.ok;
   } catch (err) {
@@ -689,7 +697,7 @@ Exit codes: 0 COMPLETED (with --no-wait: accepted); 1 ended otherwise, or refuse
     .command('status')
     .summary("the saga's state and its Web UI link")
     .description(
-      `The saga's status, current step, steps done, compensation stack, unknowns and attempts (its "state" query), and its Web UI URL. Exit code 1 when there is no such order.`,
+      `The saga's status, current step, steps done, compensation stack, unknowns and attempts (its "state" query; for a closed run, read from its history and result, so no worker of its build is needed), and its Web UI URL. Exit code 1 when there is no such order.`,
     )
     .argument(...orderIdArgument)
     .addOption(jsonOption())

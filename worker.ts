@@ -3,9 +3,15 @@
  * inventory lanes (task queues `orders-inventory-lane-<n>`, one task at a time each), plus the
  * inventory metrics endpoint. The one place that builds the Postgres pool and the provider client.
  *   DATABASE_URL=… npx tsx worker.ts      (npm start runs it for you)
+ * Run alone, it is one build of the Worker Deployment `order-saga` (BUILD_ID, else lib/deployments.ts
+ * makes one from the package version and the commit), its sagas PINNED to it; it receives new sagas
+ * once its version is made current (npm start does that; docs/versioning.md), or, with
+ * WORKER_MAKE_CURRENT=true (docker compose), makes it current itself once it polls.
+ * WORKER_VERSIONING=off runs it unversioned (tests that start worker processes of their own).
  */
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { Connection } from '@temporalio/client';
 import { NativeConnection, Runtime, Worker, type WorkerOptions } from '@temporalio/worker';
 import type { Pool } from 'pg';
 import { Counter, Gauge, Registry } from 'prom-client';
@@ -14,6 +20,7 @@ import { InventoryMetrics, type SkuStats } from './activities/inventory-metrics'
 import { createPool } from './db/pool';
 import { laneTaskQueue } from './domain/lanes';
 import { DEFAULT_PORTS, readConfig, type AppConfig } from './lib/config';
+import { DEPLOYMENT_NAME, makeVersionCurrent, orderTaskQueues, resolveBuildId, versionName } from './lib/deployments';
 import { jsonApp, jsonServer, rawPath } from './provider/http';
 import { createProviderClient } from './provider/client';
 import { DEFAULT_SAGA_CONFIG } from './workflows/order-saga';
@@ -24,8 +31,33 @@ import { DEFAULT_SAGA_CONFIG } from './workflows/order-saga';
  */
 export const WORKER_TUNING = {} satisfies Partial<WorkerOptions>;
 
+/**
+ * Worker Versioning for createOrderWorkers: the build these workers are, in the Worker Deployment
+ * `deploymentName` (default `order-saga`). Every workflow they start is PINNED to it (the workers'
+ * default behaviour, not an annotation on the workflow: an annotated workflow is refused by an
+ * unversioned worker, and the time-skipping test server ignores versioning altogether).
+ */
+export interface WorkerVersioning {
+  buildId: string;
+  deploymentName?: string;
+}
+
+/** The WorkerOptions of a versioned worker (the main worker and every lane alike), or none. */
+export function deploymentOptions(v: WorkerVersioning | undefined): Pick<WorkerOptions, 'workerDeploymentOptions'> {
+  if (!v) return {};
+  return {
+    workerDeploymentOptions: {
+      useWorkerVersioning: true,
+      version: { deploymentName: v.deploymentName ?? DEPLOYMENT_NAME, buildId: v.buildId },
+      defaultVersioningBehavior: 'PINNED',
+    },
+  };
+}
+
 export interface OrderWorkers {
   workers: Worker[];
+  /** The version these workers poll as (`order-saga:<build>`), or undefined when unversioned. */
+  version?: { deploymentName: string; buildId: string };
   db: Pool;
   /** The read-only role's pool (reconciliation); db itself when READER_DATABASE_URL is unset. */
   reader: Pool;
@@ -43,6 +75,8 @@ export async function createOrderWorkers(
     workflowBundle?: { code: string } | { codePath: string };
     lanes?: number;
     metrics?: InventoryMetrics;
+    /** Off (unversioned) unless given: worker.ts's main and npm start give it; tests choose. */
+    versioning?: WorkerVersioning;
   } = {},
 ): Promise<OrderWorkers> {
   if (!cfg.databaseUrl && !extra.db) throw new Error('DATABASE_URL is required');
@@ -58,8 +92,10 @@ export async function createOrderWorkers(
     timeoutMs: cfg.providerTimeoutMs,
   });
   const activities = createActivities({ db, reader, provider, metrics, cas: { laneSkus: cfg.laneSkus } });
+  const versioned = deploymentOptions(extra.versioning);
   const main = await Worker.create({
     ...WORKER_TUNING,
+    ...versioned,
     connection,
     namespace: cfg.namespace,
     taskQueue: cfg.taskQueue,
@@ -72,6 +108,7 @@ export async function createOrderWorkers(
   for (let n = 0; n < (extra.lanes ?? DEFAULT_SAGA_CONFIG.inventoryLanes); n++) {
     lanes.push(
       await Worker.create({
+        ...versioned, // the lanes belong to the same version: a pinned saga's lane tasks go to its own build
         connection,
         namespace: cfg.namespace,
         taskQueue: laneTaskQueue(cfg.taskQueue, n),
@@ -83,6 +120,7 @@ export async function createOrderWorkers(
   const workers = [main, ...lanes];
   return {
     workers,
+    ...(versioned.workerDeploymentOptions ? { version: versioned.workerDeploymentOptions.version } : {}),
     db,
     reader,
     metrics,
@@ -183,9 +221,12 @@ async function main(): Promise<void> {
   const lanes = DEFAULT_SAGA_CONFIG.inventoryLanes;
   // WORKFLOW_BUNDLE: a prebuilt workflow bundle (bundleWorkflowCode), so a restart does not bundle again.
   const bundlePath = process.env.WORKFLOW_BUNDLE;
+  // A Worker Deployment version unless WORKER_VERSIONING=off; BUILD_ID names the build.
+  const versioning = process.env.WORKER_VERSIONING === 'off' ? undefined : { buildId: resolveBuildId(process.env) };
   const w = await createOrderWorkers(cfg, connection, {
     lanes,
     ...(bundlePath ? { workflowBundle: { codePath: bundlePath } } : {}),
+    ...(versioning ? { versioning } : {}),
   });
   const server = await startMetricsServer(
     w.metrics,
@@ -193,16 +234,40 @@ async function main(): Promise<void> {
   );
   const port = (server.address() as AddressInfo).port;
   process.stdout.write(
-    `worker: polling task queue "${cfg.taskQueue}" and ${lanes} serial lane(s) on ${cfg.temporalAddress} (namespace ${cfg.namespace}); ` +
+    `worker: polling task queue "${cfg.taskQueue}" and ${lanes} serial lane(s) on ${cfg.temporalAddress} (namespace ${cfg.namespace}) ` +
+      `${w.version ? `as ${versionName(w.version)} (sagas pinned to it)` : 'unversioned'}; ` +
       `inventory metrics http://127.0.0.1:${port}/metrics, Temporal metrics ${runtimeMetrics === 'off' ? 'off' : `http://${runtimeMetrics}/metrics`}\n`,
   );
   try {
-    await w.run(); // SIGINT/SIGTERM shut the workers down gracefully (the SDK installs those handlers)
+    const running = w.run(); // SIGINT/SIGTERM shut the workers down gracefully (the SDK installs those handlers)
+    if (w.version && process.env.WORKER_MAKE_CURRENT === 'true') void promote(cfg, w, lanes);
+    await running;
   } finally {
     server.close();
     await w.db.end();
     if (w.reader !== w.db) await w.reader.end();
     await connection.close();
+  }
+}
+
+/** WORKER_MAKE_CURRENT: this worker's version becomes current once it polls; a failure stops the worker. */
+async function promote(cfg: AppConfig, w: OrderWorkers, lanes: number): Promise<void> {
+  let client: Connection | undefined;
+  try {
+    client = await Connection.connect({ address: cfg.temporalAddress });
+    await makeVersionCurrent(client, {
+      namespace: cfg.namespace,
+      version: w.version!,
+      taskQueues: orderTaskQueues(cfg.taskQueue, lanes),
+      identity: `worker ${process.pid}`,
+      log: (line) => void process.stdout.write(`worker: ${line}\n`),
+    });
+  } catch (err) {
+    process.stderr.write(`worker: could not make ${versionName(w.version!)} current: ${(err as Error).message}\n`);
+    process.exitCode = 1;
+    w.shutdown();
+  } finally {
+    await client?.close();
   }
 }
 

@@ -80,8 +80,8 @@ const FaultRequestSchema = v.pipe(
   ),
   v.forward(
     v.check(
-      (r) => r.kind !== 'processing' || (r.target ?? 'inquiries') === 'inquiries',
-      'processing applies to inquiries',
+      (r) => r.kind !== 'processing' || ['inquiries', 'cancels'].includes(r.target ?? 'inquiries'),
+      'processing applies to inquiries and cancels',
     ),
     ['target'],
   ),

@@ -523,6 +523,17 @@ export function createProviderApp(ledger: Ledger, faults: FaultBook, apiKeys: st
     const f = callFaults(faults, 'cancels', key, c);
     return f.run(async () => {
       await f.before();
+      // A gateway still deciding a charge under this key: the caller must not refund blindly.
+      if (f.processing()) {
+        const charge: Charge = {
+          idempotencyKey: key,
+          status: 'processing',
+          amountCents: 0,
+          currency: '',
+          refundedCents: 0,
+        };
+        return c.json({ outcome: 'found', charge }, 200);
+      }
       const r = await ledger.cancelCharge(key);
       return f.loseResponse() ?? c.json(r, 200);
     });

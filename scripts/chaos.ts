@@ -65,7 +65,7 @@ function faultRules(orders: ChaosOrder[], slowMs: number): FaultRequest[] {
     inquiries: { processing: 0.2, 'fail-before-commit': 0.1, delay: 0.05, 'lose-response-after-commit': 0.05 },
     refunds: { 'lose-response-after-commit': 0.2, 'fail-before-commit': 0.2, delay: 0.1 },
     // The technical cancel, which every refund step sends first (so on every backward path).
-    cancels: { 'lose-response-after-commit': 0.1, 'fail-before-commit': 0.1, delay: 0.05 },
+    cancels: { processing: 0.2, 'lose-response-after-commit': 0.1, 'fail-before-commit': 0.1, delay: 0.05 },
   };
   const rules: FaultRequest[] = [];
   for (const [target, kinds] of Object.entries(rate)) {

@@ -5,7 +5,9 @@
  *      (db/roles.ts);
  *   2. Temporal dev server with its Web UI on :8233 (unless TEMPORAL_ADDRESS names a running server),
  *      its state kept in .data/temporal.db, with the saga's search attributes registered;
- *   3. the payment provider and the worker, as child processes.
+ *   3. the payment provider and the worker, as child processes;
+ *   4. the workers' build (BUILD_ID, else lib/deployments.ts makes one) made the current version of
+ *      the Worker Deployment `order-saga` once they poll: new sagas go to it, each pinned to it.
  * Ctrl-C stops them all, children first.
  */
 import { spawnSync, type ChildProcess } from 'node:child_process';
@@ -20,6 +22,16 @@ import { DEFAULT_PORTS, listUrl, loopbackUrl, operatorViews, readConfig, RUNTIME
 import { startTsProcess, stopProcess } from '../platform/processes';
 import { startRealTemporal } from '../lib/temporal-server';
 import { devServerExecutable, fileBackedDevServer, registerSearchAttributes } from '../lib/temporal-servers';
+import {
+  DEPLOYMENT_NAME,
+  makeVersionCurrent,
+  openPinnedRuns,
+  openPinnedRunsQuery,
+  orderTaskQueues,
+  resolveBuildId,
+  versionName,
+} from '../lib/deployments';
+import { DEFAULT_SAGA_CONFIG } from '../workflows/order-saga';
 import { CustomerIdKey, NeedsAttentionKey, OrderStatusKey, TotalCentsKey } from '../workflows/search-attributes';
 
 const ROOT = path.resolve(__dirname, '..');
@@ -170,6 +182,9 @@ async function main(): Promise<void> {
     }
 
     const providerPort = env.PROVIDER_PORT ?? String(DEFAULT_PORTS.provider);
+    // One build ID for every worker process, computed once (a file edited meanwhile changes nothing).
+    const versioned = env.WORKER_VERSIONING !== 'off';
+    const buildId = versioned ? resolveBuildId(env) : undefined;
     const childEnv: NodeJS.ProcessEnv = {
       ...env,
       TEMPORAL_ADDRESS: temporalAddress,
@@ -206,9 +221,38 @@ async function main(): Promise<void> {
           WORKER_METRICS_PORT: String(metricsPort + i),
           // The runtime's Prometheus endpoint: the first worker's only (one port per machine).
           ...(i > 0 ? { TEMPORAL_METRICS_ADDRESS: 'off' } : {}),
+          ...(buildId ? { BUILD_ID: buildId } : {}),
         }),
       ),
     );
+
+    // ---- The new build becomes current once its workers poll; runs of an earlier build stay on it ----
+    const cfg = readConfig(childEnv);
+    let versionLine = 'unversioned (WORKER_VERSIONING=off)';
+    if (buildId) {
+      const version = { deploymentName: DEPLOYMENT_NAME, buildId };
+      const connection = await Connection.connect({ address: temporalAddress });
+      try {
+        const made = await makeVersionCurrent(connection, {
+          namespace,
+          version,
+          taskQueues: orderTaskQueues(cfg.taskQueue, DEFAULT_SAGA_CONFIG.inventoryLanes),
+          identity: 'npm start',
+          log: say,
+        });
+        versionLine = `${versionName(version)}, current, new sagas pinned to it`;
+        if (made.previous && made.previous.buildId !== buildId) {
+          const open = await openPinnedRuns(connection, namespace, made.previous);
+          versionLine += `; previous ${versionName(made.previous)}: ${open} pinned run(s) open`;
+          if (open > 0)
+            say(
+              `${open} saga(s) pinned to ${versionName(made.previous)} wait for a worker of that build (BUILD_ID=${made.previous.buildId} npx tsx worker.ts from its commit); list them with: ${openPinnedRunsQuery(made.previous)} (docs/versioning.md)`,
+            );
+        }
+      } finally {
+        await connection.close();
+      }
+    }
 
     const runtime = {
       TEMPORAL_ADDRESS: temporalAddress,
@@ -220,7 +264,6 @@ async function main(): Promise<void> {
     };
     writeFileSync(RUNTIME_FILE, `${JSON.stringify(runtime, null, 2)}\n`, { mode: 0o600 });
     wroteRuntime = true;
-    const cfg = readConfig(childEnv);
     say(`Temporal:  ${cfg.temporalAddress} (namespace ${cfg.namespace})`);
     say(`Web UI:    ${cfg.uiUrl}/namespaces/${cfg.namespace}/workflows`);
     say(`  needs attention: ${listUrl(cfg, operatorViews(new Date())[0]!.query)}   (more: npx tsx client.ts views)`);
@@ -233,6 +276,7 @@ async function main(): Promise<void> {
     say(
       `Workers:   ${opts.workers} process${opts.workers > 1 ? 'es' : ''} (metrics ${opts.workers > 1 ? `ports ${metricsPort}–${metricsPort + opts.workers - 1}` : `port ${metricsPort}`})`,
     );
+    say(`Build:     ${versionLine}`);
     say(
       `Metrics:   ${cfg.workerMetricsUrl}/metrics (inventory), ${loopbackUrl(DEFAULT_PORTS.temporalMetrics)}/metrics (Temporal runtime)`,
     );

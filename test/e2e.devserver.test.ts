@@ -75,6 +75,7 @@ beforeAll(async () => {
       WORKFLOW_BUNDLE: bundlePath,
       WORKER_METRICS_PORT: '0',
       TEMPORAL_METRICS_ADDRESS: 'off',
+      WORKER_VERSIONING: 'off', // unversioned, like the dev tier's in-process worker (a deploy: deploy.devserver.test.ts)
     };
     workerProcesses = await Promise.all([1, 2, 3].map(() => startWorkerProcess(env3)));
   } else {

@@ -66,6 +66,7 @@ describe('serial lanes across worker processes', () => {
           WORKER_METRICS_PORT: '0',
           TEMPORAL_METRICS_ADDRESS: 'off',
           WORKFLOW_BUNDLE: bundlePath,
+          WORKER_VERSIONING: 'off', // unversioned: no deploy here (test/deploy.devserver.test.ts has one)
         }),
       ),
     );

@@ -17,26 +17,41 @@ import { workflowIdFor } from '../domain/order';
 const DIR = path.join(__dirname, 'fixtures', 'histories');
 const quiet = { log() {}, trace() {}, debug() {}, info() {}, warn() {}, error() {} };
 
+const files = readdirSync(DIR)
+  .filter((f) => f.endsWith('.json'))
+  .sort();
+
+function loadHistories() {
+  return files.map((f) => {
+    const history = historyFromJSON(JSON.parse(readFileSync(path.join(DIR, f), 'utf8')));
+    // The saga checks that it runs as order:<orderId>: replay each history under its own workflow ID.
+    const input = history.events?.[0]?.workflowExecutionStartedEventAttributes?.input?.payloads?.[0]?.data;
+    const orderId = (JSON.parse(Buffer.from(input ?? []).toString('utf8')) as { orderId?: string }).orderId;
+    return { workflowId: orderId ? workflowIdFor(orderId) : f.replace(/\.json$/, ''), history };
+  });
+}
+
+async function replayAll(workflowsPath: string) {
+  const workflowBundle = await bundleWorkflowCode({ workflowsPath, logger: quiet });
+  const results = [];
+  for await (const r of Worker.runReplayHistories({ workflowBundle }, loadHistories())) results.push(r);
+  return results;
+}
+
 describe('replay of saved saga histories', () => {
   it('every fixture replays with no error', async () => {
-    const files = readdirSync(DIR)
-      .filter((f) => f.endsWith('.json'))
-      .sort();
     expect(files.length).toBeGreaterThanOrEqual(30);
-    const workflowBundle = await bundleWorkflowCode({
-      workflowsPath: path.resolve(__dirname, '../workflows/index.ts'),
-      logger: quiet,
-    });
-    const histories = files.map((f) => {
-      const history = historyFromJSON(JSON.parse(readFileSync(path.join(DIR, f), 'utf8')));
-      // The saga checks that it runs as order:<orderId>: replay each history under its own workflow ID.
-      const input = history.events?.[0]?.workflowExecutionStartedEventAttributes?.input?.payloads?.[0]?.data;
-      const orderId = (JSON.parse(Buffer.from(input ?? []).toString('utf8')) as { orderId?: string }).orderId;
-      return { workflowId: orderId ? workflowIdFor(orderId) : f.replace(/\.json$/, ''), history };
-    });
-    const results = [];
-    for await (const r of Worker.runReplayHistories({ workflowBundle }, histories)) results.push(r);
+    const results = await replayAll(path.resolve(__dirname, '../workflows/index.ts'));
     expect(results).toHaveLength(files.length);
     for (const r of results) expect(r.error, r.workflowId).toBeUndefined();
+  });
+
+  it('fails on a change that would break a running history (one more command at the start)', async () => {
+    // test/support/workflows-b.ts: the saga with a 1 ms timer first, the deploy test's build B.
+    const results = await replayAll(path.resolve(__dirname, 'support/workflows-b.ts'));
+    expect(results).toHaveLength(files.length);
+    const failed = results.filter((r) => r.error !== undefined);
+    expect(failed.length).toBe(files.length);
+    for (const r of failed) expect(String(r.error?.name), r.workflowId).toMatch(/DeterminismViolation/);
   });
 });

@@ -25,15 +25,25 @@ export async function startTimeSkipping(): Promise<TestWorkflowEnvironment> {
   return env;
 }
 
-/** The Temporal CLI's dev server on loopback (in memory, or as npm start keeps it in a file), with the search attributes and optionally the Web UI. */
+/**
+ * The Temporal CLI's dev server on loopback (in memory, or as npm start keeps it in a file), with the
+ * search attributes, optionally the Web UI, and optionally dynamic config values.
+ */
 export async function startDevServer(
-  opts: { uiPort?: number; dbFilename?: string } = {},
+  opts: { uiPort?: number; dbFilename?: string; dynamicConfig?: Record<string, unknown> } = {},
 ): Promise<TestWorkflowEnvironment> {
   const executable = devServerExecutable();
+  const file = opts.dbFilename ? fileBackedDevServer(opts.dbFilename) : undefined;
+  // --dynamic-config-value KEY=VALUE, the value as JSON.
+  const dynamic = Object.entries(opts.dynamicConfig ?? {}).flatMap(([k, v]) => [
+    '--dynamic-config-value',
+    `${k}=${JSON.stringify(v)}`,
+  ]);
   return TestWorkflowEnvironment.createLocal({
     server: {
       ...(executable ? { executable } : {}),
-      ...(opts.dbFilename ? fileBackedDevServer(opts.dbFilename) : {}),
+      ...(file ? { dbFilename: file.dbFilename } : {}),
+      ...(file || dynamic.length ? { extraArgs: [...(file?.extraArgs ?? []), ...dynamic] } : {}),
       ip: '127.0.0.1',
       ...(opts.uiPort ? { ui: true, uiPort: opts.uiPort } : {}),
       searchAttributes: [OrderStatusKey, CustomerIdKey, NeedsAttentionKey, TotalCentsKey],

@@ -1,7 +1,9 @@
 /**
  * The chaos soak's stack, all on loopback: its own Postgres, the Temporal dev server, the provider
  * (restartable on fixed ports, its applied faults counted from its log) and N worker processes, each
- * SIGKILLed and restarted on its own schedule.
+ * SIGKILLed and restarted on its own schedule. The workers are versioned as under npm start: one
+ * build (its ID computed once, so every restart rejoins the same version), made current once the
+ * first workers poll; every saga is pinned to it.
  */
 import type { ChildProcess } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
@@ -16,6 +18,8 @@ import { prepareDatabase, type RoleUrls } from '../../db/roles';
 import { freePort, startProviderProcess, startWorkerProcess, stopProcess } from '../../platform/processes';
 import { realServerPortBlock, startRealTemporal, SERVER_VERSION, type RealTemporal } from '../../lib/temporal-server';
 import { devServerExecutable } from '../../lib/temporal-servers';
+import { DEPLOYMENT_NAME, makeVersionCurrent, orderTaskQueues, resolveBuildId } from '../../lib/deployments';
+import { DEFAULT_SAGA_CONFIG } from '../../workflows/order-saga';
 import { createProviderAdmin, type ProviderAdmin } from '../../provider/client';
 import type { FaultRequest } from '../../provider/faults';
 import { CustomerIdKey, NeedsAttentionKey, OrderStatusKey, TotalCentsKey } from '../../workflows/search-attributes';
@@ -38,6 +42,8 @@ export class ChaosStack {
   readonly apiKey = 'chaos-key';
   private readonly adminKey = 'chaos-admin-key';
   readonly providerTimeoutMs = 2_000;
+  /** The workers' Worker Deployment version (one build for the whole soak). */
+  readonly version = { deploymentName: DEPLOYMENT_NAME, buildId: resolveBuildId() };
   /** Faults applied to the saga's calls (the workers'). */
   readonly applied: AppliedFaults = new Map();
   /** Faults applied to the chaos operators' own calls to the provider. */
@@ -116,6 +122,13 @@ export class ChaosStack {
       adminKey: this.adminKey,
     });
     this.workers = await Promise.all(Array.from({ length: workerCount }, () => this.startWorker()));
+    // Versioned workers get no task until their version is current: make it so once they poll.
+    await makeVersionCurrent(this.env.connection, {
+      namespace: 'default',
+      version: this.version,
+      taskQueues: orderTaskQueues(this.taskQueue, DEFAULT_SAGA_CONFIG.inventoryLanes),
+      identity: 'chaos soak',
+    });
   }
 
   private async startProvider(): Promise<void> {
@@ -234,6 +247,7 @@ export class ChaosStack {
       WORKER_METRICS_PORT: '0',
       TEMPORAL_METRICS_ADDRESS: 'off',
       WORKFLOW_BUNDLE: this.bundlePath,
+      BUILD_ID: this.version.buildId,
     };
     // A few tries: a worker may start while Postgres restarts.
     for (let attempt = 1; ; attempt++) {

@@ -1,0 +1,163 @@
+/**
+ * The `state` of a saga whose run has closed, without asking its workers: a closed run pinned to a
+ * build that has been drained and removed has nobody left to answer a query. Everything comes from
+ * the server: the run's description (its OrderStatus search attribute, which the saga keeps equal to
+ * the status it reports), its result (the reason) and its history (which steps ran, which finished,
+ * which compensations ran). Same shape as the `state` query, so `client.ts status` prints the same.
+ */
+import type { Client, WorkflowExecutionDescription } from '@temporalio/client';
+import { defaultPayloadConverter } from '@temporalio/common';
+import { temporal } from '@temporalio/proto';
+import { ORDER_STATUSES, type OrderStatus } from '../domain/order';
+import type { SagaState } from '../workflows/messages';
+import { OrderStatusKey } from '../workflows/search-attributes';
+import { orderOutcome } from './order-outcome';
+
+type Event = temporal.api.history.v1.IHistoryEvent;
+type Payloads = temporal.api.common.v1.IPayloads | null | undefined;
+
+/** The five steps, in the order the saga runs them. */
+const STEPS = ['createOrder', 'reserveInventory', 'chargePayment', 'createShipment', 'sendConfirmation'] as const;
+/** Each activity's step (the serial lane reserves, an inquiry belongs to the charge). */
+const STEP_OF: Record<string, (typeof STEPS)[number]> = {
+  createOrder: 'createOrder',
+  reserveInventory: 'reserveInventory',
+  reserveInventorySerial: 'reserveInventory',
+  chargePayment: 'chargePayment',
+  inquireCharge: 'chargePayment',
+  createShipment: 'createShipment',
+  sendConfirmation: 'sendConfirmation',
+};
+/** The compensations, bottom of the stack first (both are registered once the order row exists). */
+const COMPENSATIONS = ['releaseInventory', 'refundPayment'];
+
+function first(payloads: Payloads): unknown {
+  const p = payloads?.payloads?.[0];
+  if (!p) return undefined;
+  try {
+    return defaultPayloadConverter.fromPayload(p);
+  } catch {
+    return undefined;
+  }
+}
+
+/** Each activity attempt in the history, regular or local, in the order it was recorded. */
+function activityEvents(
+  events: Event[],
+): { type: string; kind: 'scheduled' | 'completed'; input?: unknown; result?: unknown }[] {
+  const out: { type: string; kind: 'scheduled' | 'completed'; input?: unknown; result?: unknown }[] = [];
+  const scheduled = new Map<string, string>();
+  for (const e of events) {
+    const s = e.activityTaskScheduledEventAttributes;
+    if (s) {
+      const type = s.activityType?.name ?? '';
+      scheduled.set(String(e.eventId), type);
+      out.push({ type, kind: 'scheduled', input: first(s.input) });
+      continue;
+    }
+    const c = e.activityTaskCompletedEventAttributes;
+    if (c) {
+      out.push({ type: scheduled.get(String(c.scheduledEventId)) ?? '', kind: 'completed', result: first(c.result) });
+      continue;
+    }
+    const m = e.markerRecordedEventAttributes;
+    if (m?.markerName === 'core_local_activity') {
+      const data = first(m.details?.data) as { activity_type?: string } | undefined;
+      const type = data?.activity_type ?? '';
+      out.push({ type, kind: 'scheduled' }); // a local attempt is a try of its step, like a scheduled one
+      if (!m.failure) out.push({ type, kind: 'completed', result: first(m.details?.result) });
+    }
+  }
+  return out;
+}
+
+/** The saga's state at the close of its run, from the history and the outcome alone. */
+export function stateFromHistory(
+  orderId: string,
+  events: Event[],
+  closed: { status?: OrderStatus; reason?: string; settledElsewhere?: boolean; hasResult: boolean },
+): SagaState {
+  const entered: string[] = [];
+  const done = new Set<string>();
+  const attempts: Record<string, number> = {};
+  const compensationsRun: string[] = [];
+  let step = 'start';
+  let inquiriesSinceCharge = 0;
+  for (const a of activityEvents(events)) {
+    const label = STEP_OF[a.type];
+    if (a.kind === 'scheduled') {
+      if (label) {
+        if (!entered.includes(label)) {
+          entered.push(label);
+          attempts[label] = 1;
+        }
+        step = label;
+      } else if (COMPENSATIONS.includes(a.type)) step = `compensate:${a.type}`;
+      if (a.type === 'chargePayment') {
+        attempts.charge = (attempts.charge ?? 0) + 1;
+        inquiriesSinceCharge = 0;
+      }
+      if (a.type === 'inquireCharge') inquiriesSinceCharge++;
+      if (a.type === 'reserveInventorySerial') attempts.reserveLane = (attempts.reserveLane ?? 0) + 1;
+      // The charge step is also done when an inquiry (or an operator) found it taken: the row moves to CHARGED.
+      if (a.type === 'setOrderStatus' && (a.input as { status?: string } | undefined)?.status === 'CHARGED')
+        done.add('chargePayment');
+      continue;
+    }
+    const result = a.result as { outcome?: string; attempts?: number } | undefined;
+    if (a.type === 'reserveInventory') {
+      if (typeof result?.attempts === 'number') attempts.reserveCas = result.attempts;
+      if (result?.outcome !== 'route-to-lane') done.add('reserveInventory');
+    } else if (a.type === 'inquireCharge') attempts.inquiry = inquiriesSinceCharge;
+    else if (label && a.type !== 'inquireCharge') done.add(label);
+    else if (COMPENSATIONS.includes(a.type) && !compensationsRun.includes(a.type)) compensationsRun.push(a.type);
+  }
+  if (closed.status === 'COMPLETED') for (const s of STEPS) done.add(s); // a step marked resolved by hand
+  const stepsDone = STEPS.filter((s) => done.has(s));
+  const pivotPassed = done.has('createShipment');
+  // A run that ended with a result has run or dropped its compensations; one cut short (terminated,
+  // timed out) left the rest of its stack.
+  const compensations =
+    closed.hasResult || pivotPassed || !done.has('createOrder')
+      ? []
+      : COMPENSATIONS.filter((c) => !compensationsRun.includes(c));
+  return {
+    orderId,
+    status: closed.status ?? 'PENDING',
+    step: closed.settledElsewhere ? 'already settled' : step,
+    stepsDone,
+    compensationsRun,
+    unknowns: closed.status === 'UNKNOWN_PAYMENT' ? ['charge'] : [],
+    attempts,
+    pivotPassed,
+    ...(closed.reason ? { reason: closed.reason } : {}),
+    compensations,
+  };
+}
+
+const isStatus = (s: unknown): s is OrderStatus => (ORDER_STATUSES as readonly unknown[]).includes(s);
+
+/** The `state` of the closed run `described` (of workflow order:<orderId>), from the server alone. */
+export async function closedRunState(
+  client: Client,
+  orderId: string,
+  described: WorkflowExecutionDescription,
+): Promise<SagaState> {
+  const handle = client.workflow.getHandle(described.workflowId, described.runId);
+  const history = await handle.fetchHistory();
+  let outcome: Awaited<ReturnType<typeof orderOutcome>> | undefined;
+  try {
+    outcome = await orderOutcome(handle); // the run has closed: this answers at once
+  } catch {
+    outcome = undefined; // terminated, timed out, or failed without an outcome
+  }
+  const mirrored = described.typedSearchAttributes.get(OrderStatusKey);
+  const fromOutcome = outcome?.status === 'ALREADY_SETTLED' ? outcome.orderStatus : outcome?.status;
+  const status = isStatus(mirrored) ? mirrored : isStatus(fromOutcome) ? fromOutcome : undefined;
+  return stateFromHistory(orderId, history.events ?? [], {
+    ...(status ? { status } : {}),
+    ...(outcome?.reason ? { reason: outcome.reason } : {}),
+    settledElsewhere: outcome?.status === 'ALREADY_SETTLED',
+    hasResult: outcome !== undefined,
+  });
+}
