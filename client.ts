@@ -10,8 +10,6 @@ import { Command, CommanderError, InvalidArgumentError, Option } from '@commande
 import {
   Client,
   Connection,
-  ScheduleAlreadyRunning,
-  ScheduleOverlapPolicy,
   ServiceError,
   WithStartWorkflowOperation,
   WorkflowExecutionAlreadyStartedError,
@@ -21,7 +19,7 @@ import {
   WorkflowUpdateStage,
   type WorkflowHandleWithFirstExecutionRunId,
 } from '@temporalio/client';
-import { WorkflowIdConflictPolicy, WorkflowIdReusePolicy, type Duration } from '@temporalio/common';
+import { WorkflowIdConflictPolicy, WorkflowIdReusePolicy } from '@temporalio/common';
 import type { GenericSchema, InferOutput } from 'valibot';
 import { ABORT_RATE_CRITICAL, ABORT_RATE_HEALTHY, type SkuStats } from './activities/inventory-metrics';
 import {
@@ -47,6 +45,7 @@ import {
   type LoadOptions,
 } from './lib/load';
 import { closedRunState } from './lib/closed-run';
+import { RECONCILE_SCHEDULE_ID, SWEEP_SCHEDULE_ID, upsertSchedule } from './lib/schedules';
 import { orderOutcome } from './lib/order-outcome';
 import { openOrderStore, type OrderStore, type StoreRole } from './lib/order-store';
 import { DEFAULT_SAGA_CONFIG } from './workflows/order-saga';
@@ -137,6 +136,20 @@ function interval(v: string): string {
     throw new InvalidArgumentError('Expected a duration such as 15m, 1h or 1d (at least 60s).');
   }
   return v;
+}
+
+/** A whole number from 1 to 100 (a count an operator sets). */
+function positiveInt(text: string): number {
+  const n = Number(text);
+  if (!/^\d+$/.test(text.trim()) || n < 1 || n > 100)
+    throw new InvalidArgumentError('Expected a whole number from 1 to 100.');
+  return n;
+}
+
+/** An interval() duration (60s, 15m, 1h, 1d) in milliseconds. */
+function durationMs(v: string): number {
+  const unit = { s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000 }[v.slice(-1) as 's' | 'm' | 'h' | 'd'];
+  return Number.parseInt(v, 10) * unit;
 }
 
 /** Resolves to LATE after ms, without holding the process open. */
@@ -480,36 +493,19 @@ async function check(opts: { json?: boolean }, cfg: CliConfig, io: Out): Promise
   }
 }
 
-export const RECONCILE_SCHEDULE_ID = 'reconcile';
+export { RECONCILE_SCHEDULE_ID, SWEEP_SCHEDULE_ID } from './lib/schedules';
 
-async function scheduleReconcile(opts: { every: string; json?: boolean }, cfg: CliConfig, io: Out): Promise<number> {
+/** Creates (or updates) one of the application's Schedules and says where to see it. */
+async function schedule(
+  req: { scheduleId: string; workflowType: string; every: string; args?: unknown[]; json?: boolean },
+  cfg: CliConfig,
+  io: Out,
+): Promise<number> {
   const client = await connect(cfg);
-  // eslint-disable-next-line @typescript-eslint/no-unsafe-assignment -- Duration is the 'ms' package's template type, which the linter cannot resolve
-  const spec = { intervals: [{ every: opts.every as Duration }] };
-  let created = true;
-  try {
-    await client.schedule.create({
-      scheduleId: RECONCILE_SCHEDULE_ID,
-      spec,
-      action: {
-        type: 'startWorkflow',
-        workflowType: 'reconcileWorkflow',
-        taskQueue: cfg.taskQueue,
-        workflowId: 'reconcile',
-      },
-      policies: { overlap: ScheduleOverlapPolicy.SKIP, catchupWindow: '1h' },
-    });
-  } catch (err) {
-    if (!(err instanceof ScheduleAlreadyRunning)) throw err;
-    created = false;
-    await client.schedule.getHandle(RECONCILE_SCHEDULE_ID).update((prev) => ({ ...prev, spec }));
-  }
-  const url = `${cfg.uiUrl}/namespaces/${encodeURIComponent(cfg.namespace)}/schedules/${RECONCILE_SCHEDULE_ID}`;
-  if (opts.json) io.out(JSON.stringify({ scheduleId: RECONCILE_SCHEDULE_ID, every: opts.every, created, uiUrl: url }));
-  else
-    io.out(
-      `schedule ${RECONCILE_SCHEDULE_ID}: ${created ? 'created' : 'updated'}, every ${opts.every}\n  web ui: ${url}`,
-    );
+  const { created } = await upsertSchedule(client, { ...req, taskQueue: cfg.taskQueue });
+  const url = `${cfg.uiUrl}/namespaces/${encodeURIComponent(cfg.namespace)}/schedules/${req.scheduleId}`;
+  if (req.json) io.out(JSON.stringify({ scheduleId: req.scheduleId, every: req.every, created, uiUrl: url }));
+  else io.out(`schedule ${req.scheduleId}: ${created ? 'created' : 'updated'}, every ${req.every}\n  web ui: ${url}`);
   return EXIT.ok;
 }
 
@@ -535,6 +531,26 @@ async function findings(opts: { json?: boolean }, cfg: CliConfig, io: Out): Prom
       io.out(`  ${f.rule}: ${f.detail}${f.orderIds.length ? ` [orders: ${f.orderIds.join(', ')}]` : ''}`);
   }
   return last.findings.length === 0 ? EXIT.ok : EXIT.notCompleted;
+}
+
+async function sweeps(
+  opts: { json?: boolean; order?: string; limit: number },
+  cfg: CliConfig,
+  io: Out,
+): Promise<number> {
+  const store = needStore(cfg, 'reader', 'sweeps');
+  let rows;
+  try {
+    rows = await store.sweeperActions({ limit: opts.limit, ...(opts.order ? { orderId: opts.order } : {}) });
+  } finally {
+    await store.close();
+  }
+  if (opts.json) io.out(JSON.stringify({ actions: rows }));
+  else if (rows.length === 0) io.out('the sweeper has done nothing yet (client.ts schedule sweep)');
+  else
+    for (const r of rows)
+      io.out(`${r.at}  ${r.action.padEnd(7)} ${r.orderId}: ${r.reason}${r.newRunId ? ` (new run ${r.newRunId})` : ''}`);
+  return EXIT.ok;
 }
 
 async function fetchStats(cfg: AppConfig): Promise<SkuStats[]> {
@@ -785,10 +801,11 @@ ${Object.values(RULES)
     .addOption(jsonOption())
     .action(async (opts) => done(await check(opts, cfg, io)));
 
-  cli
+  const schedules = cli
     .command('schedule')
-    .summary('reconcile: create (or update) the reconciliation Schedule')
-    .description('Temporal Schedules of this application; the one there is: reconcile.')
+    .summary('reconcile | sweep: create (or update) one of the Schedules')
+    .description('Temporal Schedules of this application: reconcile (the invariant check) and sweep (the sweeper).');
+  schedules
     .command('reconcile')
     .summary('create (or update) the Schedule that runs the reconciliation')
     .description(
@@ -796,7 +813,51 @@ ${Object.values(RULES)
     )
     .option('--every <duration>', 'how often, for example 15m, 6h, 1d (at least 60s)', interval, '1h')
     .addOption(jsonOption())
-    .action(async (opts) => done(await scheduleReconcile(opts, cfg, io)));
+    .action(async (opts) =>
+      done(
+        await schedule(
+          { scheduleId: RECONCILE_SCHEDULE_ID, workflowType: 'reconcileWorkflow', every: opts.every, json: opts.json },
+          cfg,
+          io,
+        ),
+      ),
+    );
+  schedules
+    .command('sweep')
+    .summary('create (or update) the Schedule that runs the sweeper')
+    .description(
+      `Creates the Temporal Schedule "sweep" (or updates it) that runs the sweeper every <duration>: an open order whose saga has closed (terminated, failed) or is missing gets its saga started again from the order row (at most --max-restarts times, then a person is told); a run whose workflow task keeps failing is reset once to its last completed workflow task, then a person; an order in NEEDS_ATTENTION for longer than --attention-age is alerted. It never compensates or charges. What it did: client.ts sweeps.`,
+    )
+    .option('--every <duration>', 'how often, for example 1m, 5m (at least 60s)', interval, '1m')
+    .option('--max-restarts <n>', 'restarts per order before a person is told', positiveInt, 3)
+    .option('--attention-age <duration>', 'alert an order in NEEDS_ATTENTION this long', interval, '1h')
+    .addOption(jsonOption())
+    .action(async (opts) =>
+      done(
+        await schedule(
+          {
+            scheduleId: SWEEP_SCHEDULE_ID,
+            workflowType: 'sweeperWorkflow',
+            every: opts.every,
+            args: [{ maxRestarts: opts.maxRestarts, attentionAgeMs: durationMs(opts.attentionAge) }],
+            json: opts.json,
+          },
+          cfg,
+          io,
+        ),
+      ),
+    );
+
+  cli
+    .command('sweeps')
+    .summary('what the sweeper did, newest first')
+    .description(
+      "Prints the sweeper's latest actions (read through the read-only role): restart (a stranded order's saga started again), reset (a run whose workflow task kept failing), person (handed to a person, with the reason), alert (NEEDS_ATTENTION too long).",
+    )
+    .option('--order <orderId>', 'only this order', idArg('an order ID'))
+    .option('--limit <n>', 'how many', positiveInt, 20)
+    .addOption(jsonOption())
+    .action(async (opts) => done(await sweeps(opts, cfg, io)));
 
   cli
     .command('findings')

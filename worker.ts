@@ -11,12 +11,13 @@
  */
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { Connection } from '@temporalio/client';
+import { Client, Connection } from '@temporalio/client';
 import { NativeConnection, Runtime, Worker, type WorkerOptions } from '@temporalio/worker';
 import type { Pool } from 'pg';
 import { Counter, Gauge, Registry } from 'prom-client';
 import { createActivities } from './activities';
 import { InventoryMetrics, type SkuStats } from './activities/inventory-metrics';
+import { SweeperStats } from './activities/sweeper';
 import { createPool } from './db/pool';
 import { laneTaskQueue } from './domain/lanes';
 import { DEFAULT_PORTS, readConfig, type AppConfig } from './lib/config';
@@ -62,6 +63,8 @@ export interface OrderWorkers {
   /** The read-only role's pool (reconciliation); db itself when READER_DATABASE_URL is unset. */
   reader: Pool;
   metrics: InventoryMetrics;
+  /** What the sweeper (run by the sweep Schedule on these workers) has done. */
+  sweeperStats: SweeperStats;
   /** Runs every worker until shutdown() (or a signal). */
   run(): Promise<void>;
   shutdown(): void;
@@ -75,6 +78,9 @@ export async function createOrderWorkers(
     workflowBundle?: { code: string } | { codePath: string };
     lanes?: number;
     metrics?: InventoryMetrics;
+    /** The sweeper's Temporal client; by default one is connected to cfg.temporalAddress on first use. */
+    temporalClient?: Client;
+    sweeperStats?: SweeperStats;
     /** Off (unversioned) unless given: worker.ts's main and npm start give it; tests choose. */
     versioning?: WorkerVersioning;
   } = {},
@@ -91,7 +97,26 @@ export async function createOrderWorkers(
     apiKey: cfg.providerApiKey,
     timeoutMs: cfg.providerTimeoutMs,
   });
-  const activities = createActivities({ db, reader, provider, metrics, cas: { laneSkus: cfg.laneSkus } });
+  const sweeperStats = extra.sweeperStats ?? new SweeperStats();
+  let sweeperClient: Promise<Client> | undefined = extra.temporalClient
+    ? Promise.resolve(extra.temporalClient)
+    : undefined;
+  const temporal = {
+    taskQueue: cfg.taskQueue,
+    client: () =>
+      (sweeperClient ??= Connection.connect({ address: cfg.temporalAddress }).then(
+        (connection) => new Client({ connection, namespace: cfg.namespace }),
+      )),
+  };
+  const activities = createActivities({
+    db,
+    reader,
+    provider,
+    metrics,
+    cas: { laneSkus: cfg.laneSkus },
+    temporal,
+    sweeperStats,
+  });
   const versioned = deploymentOptions(extra.versioning);
   const main = await Worker.create({
     ...WORKER_TUNING,
@@ -124,6 +149,7 @@ export async function createOrderWorkers(
     db,
     reader,
     metrics,
+    sweeperStats,
     run: async () => {
       await Promise.all(workers.map((w) => w.run()));
     },
@@ -185,9 +211,44 @@ function inventoryRegistry(metrics: InventoryMetrics): Registry {
   return registry;
 }
 
+/** The sweeper's counters and its stranded-order gauge, read from `stats` at each scrape. */
+function sweeperMetrics(registry: Registry, stats: SweeperStats): void {
+  const counter = (name: string, help: string, pick: (s: SweeperStats) => number): unknown =>
+    new Counter({
+      name,
+      help,
+      registers: [registry],
+      collect() {
+        this.reset();
+        this.inc(pick(stats));
+      },
+    });
+  counter('order_saga_sweeper_healed_total', 'Stranded orders whose saga the sweeper started again.', (s) => s.healed);
+  counter(
+    'order_saga_sweeper_resets_total',
+    'Runs the sweeper reset after their workflow task kept failing.',
+    (s) => s.resets,
+  );
+  counter('order_saga_sweeper_to_person_total', 'Orders the sweeper handed to a person.', (s) => s.handedToPerson);
+  new Gauge({
+    name: 'order_saga_oldest_stranded_order_seconds',
+    help: 'Age of the oldest open order with no live run, at the last sweep (0: none).',
+    registers: [registry],
+    collect() {
+      this.set(stats.oldestStrandedMs / 1000);
+    },
+  });
+}
+
 /** GET /metrics (Prometheus text) and GET /stats (JSON) of the inventory metrics; any other request gets a JSON 4xx. */
-export function startMetricsServer(metrics: InventoryMetrics, port: number, host = '127.0.0.1'): Promise<http.Server> {
+export function startMetricsServer(
+  metrics: InventoryMetrics,
+  port: number,
+  host = '127.0.0.1',
+  sweeper?: SweeperStats,
+): Promise<http.Server> {
   const registry = inventoryRegistry(metrics);
+  if (sweeper) sweeperMetrics(registry, sweeper);
   const app = jsonApp();
   app.get('/metrics', async (c) => c.body(await registry.metrics(), 200, { 'content-type': registry.contentType }));
   app.get('/stats', (c) => c.json({ skus: metrics.snapshot() }));
@@ -231,6 +292,8 @@ async function main(): Promise<void> {
   const server = await startMetricsServer(
     w.metrics,
     Number(process.env.WORKER_METRICS_PORT ?? DEFAULT_PORTS.workerMetrics),
+    '127.0.0.1',
+    w.sweeperStats,
   );
   const port = (server.address() as AddressInfo).port;
   process.stdout.write(

@@ -7,6 +7,7 @@ import { orderActivities } from './orders';
 import { paymentActivities } from './payments';
 import { reconciliationActivities } from './reconciliation';
 import { shippingActivities } from './shipping';
+import { sweeperActivities, type SweeperStats, type SweeperTemporal } from './sweeper';
 
 export interface ActivityDeps {
   db: Pool;
@@ -16,6 +17,9 @@ export interface ActivityDeps {
   cas?: Partial<CasOptions>;
   reserveLogic?: ReserveLogic;
   metrics?: InventoryMetrics;
+  /** The sweeper's way to Temporal (start and reset runs); without it, sweepOrders refuses to run. */
+  temporal?: SweeperTemporal;
+  sweeperStats?: SweeperStats;
 }
 
 /** Every activity of the order saga, built from its dependencies (worker.ts builds those). */
@@ -27,6 +31,11 @@ export function createActivities(deps: ActivityDeps) {
     ...shippingActivities(deps),
     ...notificationActivities(deps),
     ...reconciliationActivities(deps),
+    ...sweeperActivities({
+      db: deps.db,
+      ...(deps.temporal ? { temporal: deps.temporal } : {}),
+      ...(deps.sweeperStats ? { stats: deps.sweeperStats } : {}),
+    }),
   };
 }
 

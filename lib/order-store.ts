@@ -20,6 +20,16 @@ export interface Reconciliation {
   findings: { rule: string; orderIds: string[]; detail: string }[];
 }
 
+/** One thing the sweeper did (migrations/0008_sweeper.sql). */
+export interface SweeperActionRow {
+  at: string;
+  orderId: string;
+  action: 'restart' | 'reset' | 'person' | 'alert';
+  reason: string;
+  runId: string | null;
+  newRunId: string | null;
+}
+
 export interface NewProducts {
   skus: string[];
   name: string;
@@ -36,6 +46,8 @@ export interface OrderStore {
   createProducts(p: NewProducts): Promise<void>;
   /** The last reconciliation run's findings, or undefined when none has run. */
   lastReconciliation(): Promise<Reconciliation | undefined>;
+  /** The sweeper's latest actions, newest first (`orderId` limits them to one order). */
+  sweeperActions(opts: { limit: number; orderId?: string }): Promise<SweeperActionRow[]>;
   /** Every invariant over the database and the provider's ledger, in one snapshot (db/invariants.ts). */
   checkInvariants(opts: { deadlineMs: number; workflows?: WorkflowLookup }): Promise<CheckReport>;
   /** Ends the pool. */
@@ -97,6 +109,29 @@ export function orderStore(db: Pool): OrderStore {
         },
         findings: rows.rows.map((r) => ({ rule: r.rule, orderIds: r.order_ids, detail: r.detail })),
       };
+    },
+
+    async sweeperActions({ limit, orderId }) {
+      const { rows } = await db.query<{
+        at: Date;
+        order_id: string;
+        action: SweeperActionRow['action'];
+        reason: string;
+        run_id: string | null;
+        new_run_id: string | null;
+      }>({
+        text: `SELECT at, order_id, action, reason, run_id, new_run_id FROM sweeper_actions
+                WHERE ($2::text IS NULL OR order_id = $2) ORDER BY at DESC, id DESC LIMIT $1`,
+        values: [limit, orderId ?? null],
+      });
+      return rows.map((r) => ({
+        at: r.at.toISOString(),
+        orderId: r.order_id,
+        action: r.action,
+        reason: r.reason,
+        runId: r.run_id,
+        newRunId: r.new_run_id,
+      }));
     },
 
     checkInvariants: (opts) => checkInvariants(db, opts),

@@ -14,12 +14,13 @@ import { spawnSync, type ChildProcess } from 'node:child_process';
 import { parseArgs } from 'node:util';
 import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { Connection } from '@temporalio/client';
+import { Client, Connection } from '@temporalio/client';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { ensurePostgres } from '../db/postgres';
 import { passwordsFromEnv, prepareDatabase, ROLES } from '../db/roles';
 import { DEFAULT_PORTS, listUrl, loopbackUrl, operatorViews, readConfig, RUNTIME_FILE } from '../lib/config';
 import { startTsProcess, stopProcess } from '../platform/processes';
+import { SWEEP_SCHEDULE_ID, upsertSchedule } from '../lib/schedules';
 import { startRealTemporal } from '../lib/temporal-server';
 import { devServerExecutable, fileBackedDevServer, registerSearchAttributes } from '../lib/temporal-servers';
 import {
@@ -253,6 +254,24 @@ async function main(): Promise<void> {
         await connection.close();
       }
     }
+
+    // ---- The sweeper, on its Schedule: no open order is left without a live run or a person told ----
+    const sweepEvery = env.SWEEP_EVERY ?? '1m';
+    {
+      const connection = await Connection.connect({ address: temporalAddress });
+      try {
+        const client = new Client({ connection, namespace });
+        await upsertSchedule(client, {
+          scheduleId: SWEEP_SCHEDULE_ID,
+          workflowType: 'sweeperWorkflow',
+          taskQueue: cfg.taskQueue,
+          every: sweepEvery,
+        });
+      } finally {
+        await connection.close();
+      }
+    }
+    say(`sweeper: Schedule "${SWEEP_SCHEDULE_ID}" every ${sweepEvery} (client.ts sweeps shows what it did)`);
 
     const runtime = {
       TEMPORAL_ADDRESS: temporalAddress,

@@ -1,0 +1,298 @@
+/**
+ * The sweeper: no order is ever stranded. Run by the `sweep` Schedule (workflows/sweeper.ts), it
+ * looks at every open order (not terminal) and the latest run of its workflow `order:<id>`:
+ * - the run is closed (terminated, failed, timed out, canceled) or missing: it starts the saga again
+ *   with the order's own input, read from the row (the order row is the lock, so the new run catches
+ *   up from where the row stands); at most `maxRestarts` times per order, then a person;
+ * - the run is open but its workflow task keeps failing (a nondeterminism error, a bug): it resets the
+ *   run to its last completed workflow task, once; if it fails again, a person;
+ * - the order has been in NEEDS_ATTENTION longer than `attentionAgeMs`: an alert.
+ * It never compensates or charges: every effect is the saga's. Each action is a row in
+ * `sweeper_actions`, an ALERT or info log line and a counter (`SweeperStats`).
+ */
+import { randomUUID } from 'node:crypto';
+import { log } from '@temporalio/activity';
+import {
+  WorkflowExecutionAlreadyStartedError,
+  WorkflowNotFoundError,
+  WorkflowUpdateStage,
+  type Client,
+} from '@temporalio/client';
+import { temporal } from '@temporalio/proto';
+import type { Pool } from 'pg';
+import { TERMINAL_STATUSES, workflowIdFor, type OrderInput, type OrderStatus } from '../domain/order';
+
+/** How the sweeper reaches Temporal: a client (made on first use) and the saga's task queue. */
+export interface SweeperTemporal {
+  client: () => Promise<Client>;
+  taskQueue: string;
+}
+
+/** The sweeper's counters, read by the worker's Prometheus endpoint. */
+export class SweeperStats {
+  healed = 0;
+  resets = 0;
+  handedToPerson = 0;
+  alerts = 0;
+  /** Age of the oldest open order with no live run at the last sweep, in ms (0: none). */
+  oldestStrandedMs = 0;
+}
+
+export interface SweepOptions {
+  /** An order younger than this (since its row last changed) is left alone: its run may be starting. */
+  graceMs: number;
+  /** Restarts per order before a person is told instead. */
+  maxRestarts: number;
+  /** A workflow task failing this many attempts in a row counts as failing for good. */
+  failedTaskAttempts: number;
+  /** An order in NEEDS_ATTENTION longer than this is alerted (again after as long). */
+  attentionAgeMs: number;
+  /** Only these orders (an operator healing one order now); every open order when absent. */
+  orderIds?: string[];
+}
+
+export const DEFAULT_SWEEP: SweepOptions = {
+  graceMs: 30_000,
+  maxRestarts: 3,
+  failedTaskAttempts: 3,
+  attentionAgeMs: 3_600_000,
+};
+
+export interface SweepAction {
+  orderId: string;
+  action: 'restart' | 'reset' | 'person' | 'alert';
+  reason: string;
+  runId?: string;
+  newRunId?: string;
+}
+
+export interface SweepReport {
+  open: number;
+  stranded: number;
+  actions: SweepAction[];
+}
+
+interface OpenOrderRow {
+  order_id: string;
+  status: OrderStatus;
+  customer_id: string;
+  currency: string;
+  payment_method: string;
+  items: OrderInput['items'];
+  age_ms: string;
+}
+
+const { WorkflowExecutionStatus, EventType } = temporal.api.enums.v1;
+const STATUS_NAME: Record<number, string> = {
+  [WorkflowExecutionStatus.WORKFLOW_EXECUTION_STATUS_TERMINATED]: 'terminated',
+  [WorkflowExecutionStatus.WORKFLOW_EXECUTION_STATUS_FAILED]: 'failed',
+  [WorkflowExecutionStatus.WORKFLOW_EXECUTION_STATUS_TIMED_OUT]: 'timed out',
+  [WorkflowExecutionStatus.WORKFLOW_EXECUTION_STATUS_CANCELED]: 'canceled',
+  [WorkflowExecutionStatus.WORKFLOW_EXECUTION_STATUS_COMPLETED]: 'completed',
+  [WorkflowExecutionStatus.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW]: 'continued as new',
+};
+
+export function sweeperActivities({
+  db,
+  temporal: tc,
+  stats = new SweeperStats(),
+}: {
+  db: Pool;
+  temporal?: SweeperTemporal;
+  stats?: SweeperStats;
+}) {
+  const count = async (orderId: string, action: SweepAction['action'], sinceMs?: number): Promise<number> => {
+    const { rows } = await db.query<{ n: string }>({
+      text: `SELECT count(*) AS n FROM sweeper_actions WHERE order_id = $1 AND action = $2
+               AND ($3::bigint IS NULL OR at > now() - ($3::bigint * interval '1 millisecond'))`,
+      values: [orderId, action, sinceMs ?? null],
+    });
+    return Number(rows[0]!.n);
+  };
+  const record = async (a: SweepAction): Promise<SweepAction> => {
+    await db.query({
+      text: 'INSERT INTO sweeper_actions (order_id, action, reason, run_id, new_run_id) VALUES ($1, $2, $3, $4, $5)',
+      values: [a.orderId, a.action, a.reason, a.runId ?? null, a.newRunId ?? null],
+    });
+    const line = a.action === 'person' || a.action === 'alert' ? log.error : log.warn;
+    line(`${a.action === 'person' || a.action === 'alert' ? 'ALERT ' : ''}sweeper ${a.action}`, { ...a });
+    if (a.action === 'restart') stats.healed++;
+    if (a.action === 'reset') stats.resets++;
+    if (a.action === 'person') stats.handedToPerson++;
+    if (a.action === 'alert') stats.alerts++;
+    return a;
+  };
+  /** Once per order and cause: a person is told (again only after another restart or reset). */
+  const handToPerson = async (orderId: string, reason: string, runId?: string): Promise<SweepAction | undefined> => {
+    const { rows } = await db.query<{ action: string }>({
+      text: `SELECT action FROM sweeper_actions WHERE order_id = $1 AND action <> 'alert' ORDER BY at DESC, id DESC LIMIT 1`,
+      values: [orderId],
+    });
+    if (rows[0]?.action === 'person') return undefined; // already told, nothing new since
+    return record({ orderId, action: 'person', reason, ...(runId ? { runId } : {}) });
+  };
+
+  return {
+    /** One sweep over every open order; returns what it found and did. */
+    async sweepOrders(opts: Partial<SweepOptions> = {}): Promise<SweepReport> {
+      if (!tc) throw new Error('sweepOrders: this worker has no Temporal client for the sweeper');
+      const o = { ...DEFAULT_SWEEP, ...opts };
+      const client = await tc.client();
+      const { rows } = await db.query<OpenOrderRow>({
+        text: `SELECT order_id, status, customer_id, currency, payment_method, items,
+                      (extract(epoch FROM now() - updated_at) * 1000)::bigint AS age_ms
+                 FROM orders WHERE status <> ALL ($1::text[]) AND updated_at < now() - ($2::bigint * interval '1 millisecond')
+                   AND ($3::text[] IS NULL OR order_id = ANY ($3::text[]))
+                 ORDER BY updated_at`,
+        values: [TERMINAL_STATUSES, o.graceMs, o.orderIds ?? null],
+      });
+      const actions: SweepAction[] = [];
+      let stranded = 0;
+      let oldest = 0;
+      for (const row of rows) {
+        const orderId = row.order_id;
+        const workflowId = workflowIdFor(orderId);
+        let desc: Awaited<ReturnType<ReturnType<Client['workflow']['getHandle']>['describe']>> | undefined;
+        try {
+          desc = await client.workflow.getHandle(workflowId).describe();
+        } catch (err) {
+          if (!(err instanceof WorkflowNotFoundError)) throw err;
+        }
+        const running = desc?.status.name === 'RUNNING';
+        if (running && desc) {
+          // Open: is its workflow task failing for good?
+          const pending = desc.raw.pendingWorkflowTask;
+          if (pending && (pending.attempt ?? 0) >= o.failedTaskAttempts) {
+            const runId = desc.runId;
+            if ((await count(orderId, 'reset')) >= 1) {
+              const told = await handToPerson(
+                orderId,
+                `its workflow task keeps failing (attempt ${pending.attempt}) after the sweeper's reset`,
+                runId,
+              );
+              if (told) actions.push(told);
+              continue;
+            }
+            const eventId = await lastCompletedTask(client, workflowId, runId);
+            if (eventId === undefined) {
+              const told = await handToPerson(
+                orderId,
+                'its workflow task keeps failing and it has no task to reset to',
+                runId,
+              );
+              if (told) actions.push(told);
+              continue;
+            }
+            const reset = (await client.workflowService.resetWorkflowExecution({
+              namespace: client.options.namespace,
+              workflowExecution: { workflowId, runId },
+              workflowTaskFinishEventId: eventId as never, // an int64: protobufjs takes a number
+              requestId: randomUUID(),
+              reason: `sweeper: workflow task failing (attempt ${pending.attempt}); reset to event ${eventId}`,
+            })) as temporal.api.workflowservice.v1.IResetWorkflowExecutionResponse;
+            actions.push(
+              await record({
+                orderId,
+                action: 'reset',
+                reason: `workflow task failing (attempt ${pending.attempt}); reset to event ${eventId}`,
+                runId,
+                ...(reset.runId ? { newRunId: reset.runId } : {}),
+              }),
+            );
+            continue;
+          }
+          if (row.status === 'NEEDS_ATTENTION' && Number(row.age_ms) > o.attentionAgeMs) {
+            if ((await count(orderId, 'alert', o.attentionAgeMs)) === 0) {
+              actions.push(
+                await record({
+                  orderId,
+                  action: 'alert',
+                  reason: `in NEEDS_ATTENTION for ${Math.round(Number(row.age_ms) / 60_000)} min`,
+                  runId: desc.runId,
+                }),
+              );
+            }
+          }
+          continue;
+        }
+        // Closed or missing: stranded.
+        stranded++;
+        oldest = Math.max(oldest, Number(row.age_ms));
+        const why = desc
+          ? `its run ${desc.runId} is ${STATUS_NAME[desc.raw.workflowExecutionInfo?.status ?? 0] ?? desc.status.name}`
+          : 'it has no workflow';
+        if ((await count(orderId, 'restart')) >= o.maxRestarts) {
+          const told = await handToPerson(orderId, `${why}, and it was restarted ${o.maxRestarts} times`, desc?.runId);
+          if (told) actions.push(told);
+          continue;
+        }
+        const input: OrderInput = {
+          orderId,
+          customerId: row.customer_id,
+          currency: row.currency as OrderInput['currency'],
+          paymentMethod: row.payment_method,
+          items: row.items.map((i) => ({ sku: i.sku, qty: i.qty, unitPriceCents: i.unitPriceCents })),
+        };
+        try {
+          const handle = await client.workflow.start('orderSaga', {
+            taskQueue: tc.taskQueue,
+            workflowId,
+            args: [input],
+            workflowIdReusePolicy: 'ALLOW_DUPLICATE',
+            staticSummary: `order ${orderId}, restarted by the sweeper: ${why}`,
+            staticDetails: `The sweeper started this run because the order was ${row.status} while ${why}. It catches up from the order row.`,
+          });
+          // A cancel the closed run had accepted is the customer's: the new run gets it too (it is
+          // refused there if the row is past the pivot).
+          const cancel = desc ? await acceptedCancel(client, workflowId, desc.runId) : undefined;
+          let carried = '';
+          if (cancel !== undefined) {
+            carried = await handle
+              .startUpdate('cancel', { args: [cancel], waitForStage: WorkflowUpdateStage.ACCEPTED })
+              .then(
+                () => `; its accepted cancel (${cancel}) carried over`,
+                (err: Error) => `; its accepted cancel was refused by the new run: ${err.message}`,
+              );
+          }
+          actions.push(
+            await record({
+              orderId,
+              action: 'restart',
+              reason: `${row.status} while ${why}${carried}`,
+              ...(desc ? { runId: desc.runId } : {}),
+              newRunId: handle.firstExecutionRunId,
+            }),
+          );
+        } catch (err) {
+          if (!(err instanceof WorkflowExecutionAlreadyStartedError)) throw err; // someone started it meanwhile
+        }
+      }
+      stats.oldestStrandedMs = oldest;
+      log.info('sweep done', { open: rows.length, stranded, actions: actions.length });
+      return { open: rows.length, stranded, actions };
+    },
+  };
+}
+
+/** The last WorkflowTaskCompleted event of a run: where a reset takes a failing run back to. */
+async function lastCompletedTask(client: Client, workflowId: string, runId: string): Promise<number | undefined> {
+  const history = await client.workflow.getHandle(workflowId, runId).fetchHistory();
+  let last: number | undefined;
+  for (const e of history.events ?? []) {
+    if (e.eventType === EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED) last = Number(e.eventId);
+  }
+  return last;
+}
+
+/** The reason of a `cancel` Update the run accepted, if any (its history says so). */
+async function acceptedCancel(client: Client, workflowId: string, runId: string): Promise<string | undefined> {
+  const history = await client.workflow.getHandle(workflowId, runId).fetchHistory();
+  for (const e of history.events ?? []) {
+    const input = e.workflowExecutionUpdateAcceptedEventAttributes?.acceptedRequest?.input;
+    if (input?.name !== 'cancel') continue;
+    const payload = input.args?.payloads?.[0];
+    const reason: unknown = payload ? client.options.loadedDataConverter.payloadConverter.fromPayload(payload) : '';
+    return typeof reason === 'string' && reason ? reason : 'cancelled';
+  }
+  return undefined;
+}

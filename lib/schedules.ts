@@ -1,0 +1,44 @@
+/**
+ * The application's Temporal Schedules: `reconcile` (the invariant check) and `sweep` (the sweeper).
+ * One way to create or update them, for `client.ts schedule` and `npm start`.
+ */
+import { ScheduleAlreadyRunning, ScheduleOverlapPolicy, type Client } from '@temporalio/client';
+import type { Duration } from '@temporalio/common';
+
+export const RECONCILE_SCHEDULE_ID = 'reconcile';
+export const SWEEP_SCHEDULE_ID = 'sweep';
+
+export interface ScheduleRequest {
+  scheduleId: string;
+  workflowType: string;
+  taskQueue: string;
+  /** A duration such as 1m, 15m, 1h. */
+  every: string;
+  args?: unknown[];
+}
+
+/** Creates the Schedule, or updates its interval and arguments when it exists. Says which. */
+export async function upsertSchedule(client: Client, req: ScheduleRequest): Promise<{ created: boolean }> {
+  // eslint-disable-next-line @typescript-eslint/no-unsafe-assignment -- Duration is the 'ms' package's template type, which the linter cannot resolve
+  const spec = { intervals: [{ every: req.every as Duration }] };
+  const action = {
+    type: 'startWorkflow' as const,
+    workflowType: req.workflowType,
+    taskQueue: req.taskQueue,
+    workflowId: req.scheduleId,
+    args: req.args ?? [],
+  };
+  try {
+    await client.schedule.create({
+      scheduleId: req.scheduleId,
+      spec,
+      action,
+      policies: { overlap: ScheduleOverlapPolicy.SKIP, catchupWindow: '1h' },
+    });
+    return { created: true };
+  } catch (err) {
+    if (!(err instanceof ScheduleAlreadyRunning)) throw err;
+  }
+  await client.schedule.getHandle(req.scheduleId).update((prev) => ({ ...prev, spec, action }));
+  return { created: false };
+}

@@ -1,0 +1,247 @@
+/**
+ * The sweeper on the real Temporal dev server, with the real activities, Postgres and provider:
+ * - Terminate (as the Web UI does it) at every workflow task of a completed, a declined, a cancelled
+ *   and an escalated order, then only the sweeper acts: each order ends coherent (the checker finds
+ *   nothing) and the sweeper's record names it;
+ * - a run whose workflow task fails by a planted bug is reset once, then handed to a person, without
+ *   a loop.
+ */
+import path from 'node:path';
+import { WorkflowUpdateStage } from '@temporalio/client';
+import { temporal } from '@temporalio/proto';
+import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import { bundleWorkflowCode, Worker } from '@temporalio/worker';
+import type { Pool } from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createActivities } from '../activities';
+import { SweeperStats, type SweepOptions, type SweepReport } from '../activities/sweeper';
+import { checkInvariants, temporalLookup } from '../db/invariants';
+import { workflowIdFor, type OrderInput } from '../domain/order';
+import { orderStore } from '../lib/order-store';
+import { cancelUpdate, orderSaga, stateQuery, sweeperWorkflow } from '../workflows';
+import { createProduct, ledger, makeOrder, productRow, testAdmin, testPool, testProvider, uid } from './helpers';
+import { bundleWorkflows, quietLogger, startDevServer } from './temporal-env';
+
+const DAY = 86_400_000;
+let env: TestWorkflowEnvironment;
+let db: Pool;
+const workers: Worker[] = [];
+const running: Promise<void>[] = [];
+const taskQueue = `sweep-${uid()}`;
+const brokenQueue = `broken-${uid()}`;
+const stats = new SweeperStats();
+
+beforeAll(async () => {
+  env = await startDevServer();
+  db = testPool();
+  const activities = createActivities({
+    db,
+    provider: testProvider(),
+    temporal: { client: () => Promise.resolve(env.client), taskQueue },
+    sweeperStats: stats,
+  });
+  workers.push(
+    await Worker.create({
+      connection: env.nativeConnection,
+      taskQueue,
+      workflowBundle: await bundleWorkflows(),
+      activities,
+    }),
+    await Worker.create({
+      connection: env.nativeConnection,
+      taskQueue: brokenQueue,
+      workflowBundle: await bundleWorkflowCode({
+        workflowsPath: path.resolve(__dirname, 'support/workflows-broken.ts'),
+        logger: quietLogger,
+      }),
+    }),
+  );
+  for (const w of workers) running.push(w.run());
+});
+
+afterAll(async () => {
+  for (const w of workers) w.shutdown();
+  await Promise.all(running);
+  await db?.end();
+  await env?.teardown();
+});
+
+const WFT_COMPLETED = temporal.api.enums.v1.EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED;
+const sleepMs = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+/** One sweep over these orders, as the Schedule runs it (the sweeper workflow on the worker). */
+const sweep = (orderIds: string[], opts: Partial<SweepOptions> = {}): Promise<SweepReport> =>
+  env.client.workflow.execute(sweeperWorkflow, {
+    taskQueue,
+    workflowId: `sweep-${uid()}`,
+    args: [{ graceMs: 0, failedTaskAttempts: 2, ...opts, orderIds }],
+  });
+
+async function newOrder(kind: string, overrides: Partial<OrderInput> = {}) {
+  const p = await createProduct(db, { stock: 10, priceCents: 750 });
+  const order = makeOrder([{ sku: p.sku, qty: 2, unitPriceCents: p.priceCents }], {
+    orderId: `sw-${kind}-${uid()}`,
+    ...overrides,
+  });
+  return { order, sku: p.sku };
+}
+
+const start = (order: OrderInput, config = {}) =>
+  env.client.workflow.start(orderSaga, { taskQueue, workflowId: workflowIdFor(order.orderId), args: [order, config] });
+
+const tasksDone = async (h: { fetchHistory: () => Promise<temporal.api.history.v1.IHistory> }): Promise<number> =>
+  ((await h.fetchHistory()).events ?? []).filter((e) => e.eventType === WFT_COMPLETED).length;
+
+async function rowStatus(orderId: string): Promise<string | undefined> {
+  const { rows } = await db.query<{ status: string }>({
+    text: 'SELECT status FROM orders WHERE order_id = $1',
+    values: [orderId],
+  });
+  return rows[0]?.status;
+}
+
+/** Sweeps until the order is terminal (the sweeper restarts it, its new run ends it); bounded. */
+async function healed(orderId: string): Promise<string> {
+  for (let i = 0; i < 60; i++) {
+    const status = await rowStatus(orderId);
+    if (status && ['COMPLETED', 'FAILED', 'CANCELLED'].includes(status)) return status;
+    await sweep([orderId]);
+    await sleepMs(500);
+  }
+  return `still ${await rowStatus(orderId)}`;
+}
+
+async function violations(orderIds: string[]): Promise<string[]> {
+  const report = await checkInvariants(db, { deadlineMs: DAY, workflows: temporalLookup(env.client) });
+  return report.violations
+    .filter((v) => v.orderIds.some((o) => orderIds.includes(o)))
+    .map((v) => `${v.rule}: ${v.detail} [${v.orderIds.join(', ')}]`);
+}
+
+describe('Terminate at every workflow task, then only the sweeper acts', () => {
+  it('completed, declined, cancelled and escalated orders all end coherent, and the sweeper names each', async () => {
+    const probe = await newOrder('probe');
+    const probeRun = await start(probe.order);
+    await probeRun.result();
+    const tasks = await tasksDone(probeRun);
+    const store = orderStore(db);
+    const ids: string[] = [];
+    const outcomes: Record<string, number> = {};
+    const kinds: { kind: string; make: () => Promise<{ order: OrderInput; sku: string }>; config?: object }[] = [
+      { kind: 'completed', make: () => newOrder('completed') },
+      { kind: 'declined', make: () => newOrder('declined', { paymentMethod: 'tok_declined' }) },
+      { kind: 'cancelled', make: () => newOrder('cancelled') },
+      {
+        kind: 'escalated',
+        make: () => newOrder('escalated'),
+        config: { unknownEscalationMs: 1_000, inquiryBaseMs: 200, inquiryMaxMs: 400 },
+      },
+    ];
+    const admin = testAdmin();
+    for (const { kind, make, config } of kinds) {
+      for (let k = 1; k < tasks + 1; k++) {
+        const { order, sku } = await make();
+        ids.push(order.orderId);
+        const stockBefore = (await productRow(db, sku)).stock;
+        if (kind === 'escalated') {
+          const keyPrefix = `${order.orderId}:`;
+          await admin.set({ kind: 'fail-before-commit', target: 'charges', count: 100_000, keyPrefix });
+          await admin.set({ kind: 'processing', target: 'inquiries', count: 100_000, keyPrefix });
+        }
+        const handle = await start(order, config ?? {});
+        if (kind === 'cancelled') {
+          await handle.startUpdate(cancelUpdate, {
+            args: ['customer changed their mind'],
+            waitForStage: WorkflowUpdateStage.ACCEPTED,
+          });
+        }
+        if (kind === 'escalated') {
+          for (let i = 0; i < 200 && (await handle.query(stateQuery)).awaiting !== 'charge-outcome'; i++)
+            await sleepMs(50);
+          await admin.clear();
+        } else {
+          for (let i = 0; i < 400 && (await tasksDone(handle)) < k; i++) await sleepMs(10);
+        }
+        const terminated = await handle.terminate(`sweeper test: after workflow task ${k}`).then(
+          () => true,
+          () => false, // it ended first
+        );
+        const leftOpen = !['COMPLETED', 'FAILED', 'CANCELLED'].includes(String(await rowStatus(order.orderId)));
+        const end = await healed(order.orderId);
+        outcomes[`${kind}: ${end}`] = (outcomes[`${kind}: ${end}`] ?? 0) + 1;
+        expect(['COMPLETED', 'FAILED', 'CANCELLED'], `${kind}, terminated after task ${k}`).toContain(end);
+        if (terminated && leftOpen) {
+          // Stranded by the terminate: the sweeper restarted it, and its record says so.
+          const named = await store.sweeperActions({ limit: 10, orderId: order.orderId });
+          expect(
+            named.map((a) => a.action),
+            `${kind}, terminated after task ${k}`,
+          ).toContain('restart');
+        }
+        // A cancel the terminated run had accepted is carried to the new run: the order ends CANCELLED.
+        if (kind === 'cancelled') expect(end, `cancelled, terminated after task ${k}`).toBe('CANCELLED');
+        // Money and stock agree with the end: charged and sold if completed, else nothing kept, stock back.
+        const l = await ledger(db, order.orderId);
+        const kept =
+          l.charges.filter((c) => c.status === 'succeeded').reduce((s, c) => s + c.amount, 0) -
+          l.refunds.reduce((s, r) => s + r.amount, 0);
+        expect(kept, `${kind}, terminated after task ${k}`).toBe(end === 'COMPLETED' ? 1500 : 0);
+        expect((await productRow(db, sku)).stock, `${kind}, terminated after task ${k}`).toBe(
+          end === 'COMPLETED' ? stockBefore - 2 : stockBefore,
+        );
+        if (kind === 'escalated') break; // one terminate, while it waits for a person
+      }
+    }
+    expect(await violations(ids)).toEqual([]);
+    process.stdout.write(
+      `sweeper test: ${ids.length} orders terminated, outcomes ${JSON.stringify(outcomes)}, healed ${stats.healed}\n`,
+    );
+    expect(stats.healed).toBeGreaterThanOrEqual(4);
+  });
+});
+
+describe('a workflow task that fails for good', () => {
+  it('is reset once to its last completed workflow task, then handed to a person, without a loop', async () => {
+    const { order } = await newOrder('bug');
+    // The row of an order in flight, and its run on the planted bug's worker.
+    await db.query({
+      text: `INSERT INTO orders (order_id, customer_id, status, currency, total_cents, items, payment_method, workflow_id)
+             VALUES ($1, $2, 'PENDING', $3, 1500, $4, $5, $6)`,
+      values: [
+        order.orderId,
+        order.customerId,
+        order.currency,
+        JSON.stringify(order.items),
+        order.paymentMethod,
+        workflowIdFor(order.orderId),
+      ],
+    });
+    await db.query({
+      text: `UPDATE orders SET updated_at = now() - interval '1 minute' WHERE order_id = $1`,
+      values: [order.orderId],
+    });
+    const handle = await env.client.workflow.start('orderSaga', {
+      taskQueue: brokenQueue,
+      workflowId: workflowIdFor(order.orderId),
+      args: [],
+    });
+    const failing = async (): Promise<number> => (await handle.describe()).raw.pendingWorkflowTask?.attempt ?? 0;
+    for (let i = 0; i < 300 && (await failing()) < 2; i++) await sleepMs(100);
+    expect(await failing()).toBeGreaterThanOrEqual(2);
+    const first = await sweep([order.orderId]);
+    expect(first.actions.map((a) => a.action)).toEqual(['reset']);
+    // The reset run meets the same bug.
+    const latest = env.client.workflow.getHandle(workflowIdFor(order.orderId));
+    for (let i = 0; i < 300 && ((await latest.describe()).raw.pendingWorkflowTask?.attempt ?? 0) < 2; i++)
+      await sleepMs(100);
+    const second = await sweep([order.orderId]);
+    expect(second.actions.map((a) => a.action)).toEqual(['person']);
+    const third = await sweep([order.orderId]);
+    expect(third.actions).toEqual([]); // no loop: told once
+    const recorded = await orderStore(db).sweeperActions({ limit: 10, orderId: order.orderId });
+    expect(recorded.map((a) => a.action)).toEqual(['person', 'reset']);
+    expect(recorded[0]!.reason).toMatch(/keeps failing/);
+    await latest.terminate('sweeper test: done');
+    await db.query({ text: 'DELETE FROM orders WHERE order_id = $1', values: [order.orderId] }); // the planted row
+  });
+});

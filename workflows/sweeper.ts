@@ -1,0 +1,19 @@
+import { proxyActivities } from '@temporalio/workflow';
+import type { OrderActivities } from '../activities';
+import type { SweepOptions } from '../activities/sweeper';
+
+const { sweepOrders } = proxyActivities<OrderActivities>({
+  startToCloseTimeout: '5m',
+  retry: { initialInterval: '5s', backoffCoefficient: 2, maximumInterval: '1m', maximumAttempts: 5 },
+  summary: 'sweep: restart stranded orders, reset failing runs, tell a person the rest (never compensates)',
+});
+
+/**
+ * The sweeper, run by the `sweep` Schedule: no open order is left without a live run or a person who
+ * has been told. Every effect on an order is its saga's; the sweeper only starts or resets runs.
+ */
+export async function sweeperWorkflow(
+  opts: Partial<SweepOptions> = {},
+): Promise<Awaited<ReturnType<typeof sweepOrders>>> {
+  return sweepOrders(opts);
+}
