@@ -61,14 +61,29 @@ export function stateConflict(
   );
 }
 
-/** Refuses a run that a later run of the same order has superseded; `runId` undefined (outside a run) passes. */
+/**
+ * Is run ID `a` a time-ordered one (UUID version 7, as the Temporal server makes them) created before
+ * `b`? Then `a` is an older run of the order than `b`: a run left over from before `b` started (a
+ * Reset, a new start after a Terminate), which may no longer take the order over. Run IDs of other
+ * versions (the time-skipping test server's) carry no order and never compare as older.
+ */
+export const olderRun = (a: string, b: string): boolean => a[14] === '7' && b[14] === '7' && a < b;
+
+/**
+ * Refuses a run that a later run of the same order has superseded, or that is older than the owner
+ * (see olderRun); `runId` undefined (outside a run) passes.
+ */
 export function assertNotSuperseded(
   orderId: string,
   row: Pick<OrderLockRow, 'superseded_runs' | 'owner_run_id' | 'status'>,
   runId: string | null | undefined,
   wanted: string,
 ): void {
-  if (runId && row.superseded_runs.includes(runId)) {
+  if (
+    runId &&
+    (row.superseded_runs.includes(runId) ||
+      (row.owner_run_id !== null && row.owner_run_id !== runId && olderRun(runId, row.owner_run_id)))
+  ) {
     throw businessFailure(
       ErrorTypes.NotOrderOwner,
       `order ${orderId} is driven by run ${row.owner_run_id ?? '?'} now; run ${runId} was superseded (refused: ${wanted})`,
@@ -85,9 +100,12 @@ export const takeOwnership = (runParam: string): string =>
   `superseded_runs = CASE WHEN ${runParam}::text IS NOT NULL AND owner_run_id IS NOT NULL AND owner_run_id <> ${runParam}::text
                            THEN array_append(superseded_runs, owner_run_id) ELSE superseded_runs END,
    owner_run_id = COALESCE(${runParam}::text, owner_run_id)`;
-/** The WHERE part: the caller is not a superseded run. */
+/** The WHERE part: the caller is not a superseded run, nor a run older than the owner (olderRun). */
 export const notSuperseded = (runParam: string): string =>
-  `(${runParam}::text IS NULL OR NOT (${runParam}::text = ANY (superseded_runs)))`;
+  `(${runParam}::text IS NULL OR (NOT (${runParam}::text = ANY (superseded_runs))
+     AND NOT (owner_run_id IS NOT NULL AND owner_run_id <> ${runParam}::text
+              AND substr(owner_run_id, 15, 1) = '7' AND substr(${runParam}::text, 15, 1) = '7'
+              AND ${runParam}::text COLLATE "C" < owner_run_id COLLATE "C")))`;
 
 /** The forward path. A forward write to a status the order has already passed is a no-op, not an error. */
 const FORWARD: readonly OrderStatus[] = ['PENDING', 'RESERVED', 'UNKNOWN_PAYMENT', 'CHARGED', 'SHIPPED', 'COMPLETED'];

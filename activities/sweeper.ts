@@ -268,7 +268,12 @@ export function sweeperActivities({
         }
       }
       stats.oldestStrandedMs = oldest;
-      log.info('sweep done', { open: rows.length, stranded, actions: actions.length });
+      // Every minute in npm start: quiet unless it found something.
+      (actions.length || stranded ? log.info : log.debug)('sweep done', {
+        open: rows.length,
+        stranded,
+        actions: actions.length,
+      });
       return { open: rows.length, stranded, actions };
     },
   };

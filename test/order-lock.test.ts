@@ -228,6 +228,21 @@ describe('one order, one owner', () => {
     expect(row.rows[0]).toEqual({ owner_run_id: next, superseded_runs: [old] });
   });
 
+  it('a run older than the owner (time-ordered run IDs) cannot take the order over, even if it never owned it', async () => {
+    const { order } = await placed();
+    // UUID version 7 run IDs, as the Temporal server makes them: the first is the older run.
+    const older = '01900000-0000-7000-8000-00000000000a';
+    const newer = '01900000-0000-7000-8000-00000000000b';
+    expect(await asRun(newer, acts.createOrder, order)).toMatchObject({ outcome: 'owned' });
+    await expect(
+      asRun(older, acts.setOrderStatus, { orderId: order.orderId, status: 'COMPENSATING' }),
+    ).rejects.toMatchObject({ type: 'NotOrderOwner' });
+    await expect(asRun(older, acts.reserveInventory, reserveReq(order))).rejects.toMatchObject({
+      type: 'NotOrderOwner',
+    });
+    expect(await asRun(newer, acts.reserveInventory, reserveReq(order))).toMatchObject({ status: 'RESERVED' });
+  });
+
   it('an escalation before the pivot (an unknown charge) may turn backward; one at the pivot may not', async () => {
     const early = await placed();
     await runActivity(acts.reserveInventory, reserveReq(early.order));

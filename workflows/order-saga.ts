@@ -7,7 +7,7 @@
  * along, the run reads the row and decides from it (past the pivot forward, before it backward), or
  * asks a person. Update handlers only record a request; every command comes from the main path.
  * Deploys are pinned (Worker Versioning): a run finishes on the build that started it, so there are
- * no `patched()` branches (docs/versioning.md).
+ * no patch branches for old runs (docs/versioning.md).
  */
 import { ApplicationFailureCategory } from '@temporalio/common';
 import {
@@ -242,7 +242,10 @@ class OrderSaga {
       // it is. An escalation the old run left counts as the operator's retry, from where it stood; one
       // made at the pivot (from CHARGED) goes back to the pivot, never backward.
       this.mirror(created.status);
-      const status = created.status === 'NEEDS_ATTENTION' ? await this.resumeRow() : created.status;
+      const status =
+        created.status === 'NEEDS_ATTENTION'
+          ? await CancellationScope.nonCancellable(() => this.resumeRow())
+          : created.status;
       if (PAST_PIVOT.includes(status) || (created.status === 'NEEDS_ATTENTION' && created.attentionFrom === 'CHARGED'))
         throw new RowPastPivot(status);
     }
@@ -325,6 +328,8 @@ class OrderSaga {
           return;
         } catch (err) {
           if (failureType(err) === 'OrderSettled') throw err;
+          // An escalation another run left (reset or terminated while it waited): the operator's retry.
+          if (conflictStatus(err) === 'NEEDS_ATTENTION' && (await this.resumeRow()) === 'SHIPPED') continue;
           if (
             (await this.escalate('forward-step', `sendConfirmation failed after the pivot: ${describe(err)}`)) ===
             'mark-resolved'
@@ -481,19 +486,37 @@ class OrderSaga {
    * run left is taken as the operator's retry.
    */
   private async catchUp(err: unknown): Promise<'forward' | 'backward'> {
-    let status = conflictStatus(err);
-    if (failureType(err) !== 'OrderStateConflict' || status === undefined) return 'backward';
-    if (++this.redecisions > MAX_REDECISIONS) return 'backward';
-    if (status === 'NEEDS_ATTENTION') status = await this.resumeRow();
-    if (status === 'UNKNOWN_PAYMENT' && !this.stopRequested()) {
-      const verdict = await this.inquireUntilKnown();
-      if (verdict !== 'succeeded') return 'backward';
-      status = await this.setStatus('CHARGED');
+    for (let e = err; ;) {
+      let status = conflictStatus(e);
+      if (failureType(e) !== 'OrderStateConflict' || status === undefined) return 'backward';
+      // Escalated at or after the pivot (or shipped): never backward, whatever was asked.
+      const ahead = pastPivotStatus(e);
+      if (ahead) {
+        log.warn('the order row is past the pivot; carrying it forward', { orderId: this.orderId, status: ahead });
+        this.mirror(ahead);
+        return 'forward';
+      }
+      try {
+        if (status === 'NEEDS_ATTENTION') status = await this.resumeRow();
+        if (status === 'UNKNOWN_PAYMENT' && !this.stopRequested()) {
+          const verdict = await this.inquireUntilKnown();
+          if (verdict !== 'succeeded') return 'backward';
+          status = await this.setStatus('CHARGED');
+        }
+      } catch (inner) {
+        // The row moved again meanwhile (another run): read it again, a bounded number of times.
+        if (failureType(inner) !== 'OrderStateConflict' || ++this.redecisions > MAX_REDECISIONS) throw inner;
+        e = inner;
+        continue;
+      }
+      if (!PAST_PIVOT.includes(status) && (status !== 'CHARGED' || this.stopRequested())) return 'backward';
+      log.warn('order already charged or shipped by another run; carrying on forward', {
+        orderId: this.orderId,
+        status,
+      });
+      this.mirror(status);
+      return 'forward';
     }
-    if (!PAST_PIVOT.includes(status) && (status !== 'CHARGED' || this.stopRequested())) return 'backward';
-    log.warn('order already charged or shipped by another run; carrying on forward', { orderId: this.orderId, status });
-    this.mirror(status);
-    return 'forward';
   }
 
   /** Another run settled this order: this run ends at once, with the order's status, and changes nothing more. */
@@ -649,7 +672,14 @@ class OrderSaga {
       } catch (err) {
         log.warn('inquiry failed; charge outcome unknown', { orderId: this.orderId, error: describe(err) });
       }
-      if (this.state.status !== 'UNKNOWN_PAYMENT') await this.setStatus('UNKNOWN_PAYMENT');
+      if (this.state.status !== 'UNKNOWN_PAYMENT') {
+        // The row already CHARGED (the charge's own write committed, its answer was lost): it is paid.
+        const now = await this.setStatus('UNKNOWN_PAYMENT');
+        if (now === 'CHARGED' || PAST_PIVOT.includes(now)) {
+          this.state.unknowns = [];
+          return 'succeeded';
+        }
+      }
       const wait = Math.min(this.cfg.inquiryMaxMs, this.cfg.inquiryBaseMs * 2 ** n);
       if (this.overdue || slept + wait > this.cfg.unknownEscalationMs) {
         const why = this.overdue ? 'saga deadline passed' : `no answer after ${duration(slept)}`;
@@ -756,6 +786,7 @@ class OrderSaga {
       });
       this.state.reason = reason;
       this.refresh();
+      upsertSearchAttributes([{ key: NeedsAttentionKey, value: true }]); // it is in the needs-attention view
     }
     const cancellable = awaiting === 'charge-outcome';
     let request: { id: number; action: ResolveAction; note?: string } | undefined;
