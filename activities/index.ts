@@ -30,7 +30,11 @@ export function createActivities(deps: ActivityDeps) {
     ...paymentActivities(deps),
     ...shippingActivities(deps),
     ...notificationActivities(deps),
-    ...reconciliationActivities(deps),
+    ...reconciliationActivities({
+      db: deps.db,
+      ...(deps.reader ? { reader: deps.reader } : {}),
+      ...(deps.temporal ? { temporal: deps.temporal } : {}),
+    }),
     ...sweeperActivities({
       db: deps.db,
       ...(deps.temporal ? { temporal: deps.temporal } : {}),

@@ -1,7 +1,8 @@
 import { log } from '@temporalio/activity';
 import type { Pool } from 'pg';
 import { withTransaction } from '../db/pool';
-import { checkInvariants } from '../db/invariants';
+import { checkInvariants, temporalLookup } from '../db/invariants';
+import type { SweeperTemporal } from './sweeper';
 
 export interface ReconciliationSummary {
   runId: string;
@@ -10,16 +11,27 @@ export interface ReconciliationSummary {
   rules: Record<string, number>;
 }
 
-export function reconciliationActivities({ db, reader = db }: { db: Pool; reader?: Pool }) {
+export function reconciliationActivities({
+  db,
+  reader = db,
+  temporal,
+}: {
+  db: Pool;
+  reader?: Pool;
+  /** When given, the checks ask Temporal too: an open order whose run has closed is a finding. */
+  temporal?: SweeperTemporal;
+}) {
   return {
     /**
      * Runs every invariant check plus the orphan sweep (charges whose order is missing or failed
-     * without a refund, sagas past their deadline), records each finding as a row and an alert log
+     * without a refund, sagas past their deadline, and, asking Temporal, open orders whose run has
+     * closed, NEEDS_ATTENTION ones included), records each finding as a row and an alert log
      * line. It never compensates: a person decides. Idempotent per runId.
      */
     async runReconciliation(req: { runId: string; deadlineMs: number }): Promise<ReconciliationSummary> {
       // Read through the read-only role (it sees the provider's ledger); the findings are written as the app.
-      const report = await checkInvariants(reader, { deadlineMs: req.deadlineMs });
+      const workflows = temporal ? temporalLookup(await temporal.client()) : undefined;
+      const report = await checkInvariants(reader, { deadlineMs: req.deadlineMs, ...(workflows ? { workflows } : {}) });
       await withTransaction(db, async (c) => {
         await c.query({
           text: `INSERT INTO reconciliation_runs (run_id, orders, violations) VALUES ($1, $2, $3)

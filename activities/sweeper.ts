@@ -11,7 +11,7 @@
  * `sweeper_actions`, an ALERT or info log line and a counter (`SweeperStats`).
  */
 import { randomUUID } from 'node:crypto';
-import { log } from '@temporalio/activity';
+import { heartbeat, log } from '@temporalio/activity';
 import {
   WorkflowExecutionAlreadyStartedError,
   WorkflowNotFoundError,
@@ -149,7 +149,8 @@ export function sweeperActivities({
       const actions: SweepAction[] = [];
       let stranded = 0;
       let oldest = 0;
-      for (const row of rows) {
+      for (const [i, row] of rows.entries()) {
+        heartbeat({ done: i, of: rows.length });
         const orderId = row.order_id;
         const workflowId = workflowIdFor(orderId);
         let desc: Awaited<ReturnType<ReturnType<Client['workflow']['getHandle']>['describe']>> | undefined;
@@ -173,7 +174,9 @@ export function sweeperActivities({
               if (told) actions.push(told);
               continue;
             }
-            const eventId = await lastCompletedTask(client, workflowId, runId);
+            const { eventId, lastFailed } = await lastCompletedTask(client, workflowId, runId);
+            // Timed-out tasks (workers coming and going) are not a bug: only a task that failed counts.
+            if (!lastFailed) continue;
             if (eventId === undefined) {
               const told = await handToPerson(
                 orderId,
@@ -233,18 +236,20 @@ export function sweeperActivities({
           paymentMethod: row.payment_method,
           items: row.items.map((i) => ({ sku: i.sku, qty: i.qty, unitPriceCents: i.unitPriceCents })),
         };
+        // What the closed run knew beyond the row: its saga config, and a cancel it had accepted.
+        const before = desc ? await closedRun(client, workflowId, desc.runId) : {};
         try {
           const handle = await client.workflow.start('orderSaga', {
             taskQueue: tc.taskQueue,
             workflowId,
-            args: [input],
+            args: before.config === undefined ? [input] : [input, before.config],
             workflowIdReusePolicy: 'ALLOW_DUPLICATE',
             staticSummary: `order ${orderId}, restarted by the sweeper: ${why}`,
             staticDetails: `The sweeper started this run because the order was ${row.status} while ${why}. It catches up from the order row.`,
           });
           // A cancel the closed run had accepted is the customer's: the new run gets it too (it is
           // refused there if the row is past the pivot).
-          const cancel = desc ? await acceptedCancel(client, workflowId, desc.runId) : undefined;
+          const cancel = before.cancel;
           let carried = '';
           if (cancel !== undefined) {
             carried = await handle
@@ -279,25 +284,54 @@ export function sweeperActivities({
   };
 }
 
-/** The last WorkflowTaskCompleted event of a run: where a reset takes a failing run back to. */
-async function lastCompletedTask(client: Client, workflowId: string, runId: string): Promise<number | undefined> {
+/**
+ * The last WorkflowTaskCompleted event of a run (where a reset takes a failing run back to), and
+ * whether its last workflow task ended failed (not timed out).
+ */
+async function lastCompletedTask(
+  client: Client,
+  workflowId: string,
+  runId: string,
+): Promise<{ eventId?: number; lastFailed: boolean }> {
   const history = await client.workflow.getHandle(workflowId, runId).fetchHistory();
-  let last: number | undefined;
+  let eventId: number | undefined;
+  let lastFailed = false;
   for (const e of history.events ?? []) {
-    if (e.eventType === EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED) last = Number(e.eventId);
+    if (e.eventType === EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED) eventId = Number(e.eventId);
+    if (e.eventType === EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED) lastFailed = true;
+    if (
+      e.eventType === EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED ||
+      e.eventType === EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT
+    )
+      lastFailed = false;
   }
-  return last;
+  return { ...(eventId !== undefined ? { eventId } : {}), lastFailed };
 }
 
-/** The reason of a `cancel` Update the run accepted, if any (its history says so). */
-async function acceptedCancel(client: Client, workflowId: string, runId: string): Promise<string | undefined> {
+/**
+ * From a closed run's history: the saga config it was started with (its second argument), and the
+ * reason of a `cancel` Update it accepted, if any.
+ */
+async function closedRun(
+  client: Client,
+  workflowId: string,
+  runId: string,
+): Promise<{ config?: unknown; cancel?: string }> {
   const history = await client.workflow.getHandle(workflowId, runId).fetchHistory();
+  const decode = (p: temporal.api.common.v1.IPayload | undefined): unknown =>
+    p ? client.options.loadedDataConverter.payloadConverter.fromPayload(p) : undefined;
+  const out: { config?: unknown; cancel?: string } = {};
   for (const e of history.events ?? []) {
+    const started = e.workflowExecutionStartedEventAttributes;
+    if (started) {
+      const config = decode(started.input?.payloads?.[1]);
+      if (config !== undefined && config !== null) out.config = config;
+    }
     const input = e.workflowExecutionUpdateAcceptedEventAttributes?.acceptedRequest?.input;
-    if (input?.name !== 'cancel') continue;
-    const payload = input.args?.payloads?.[0];
-    const reason: unknown = payload ? client.options.loadedDataConverter.payloadConverter.fromPayload(payload) : '';
-    return typeof reason === 'string' && reason ? reason : 'cancelled';
+    if (input?.name === 'cancel' && out.cancel === undefined) {
+      const reason = decode(input.args?.payloads?.[0]);
+      out.cancel = typeof reason === 'string' && reason ? reason : 'cancelled';
+    }
   }
-  return undefined;
+  return out;
 }

@@ -107,6 +107,11 @@ export function operatorViews(now: Date, customerId = '<customerId>'): { name: s
       name: 'cancelled (Temporal cancellation) in the last hour',
       query: `WorkflowType = 'orderSaga' AND ExecutionStatus = 'Canceled' AND CloseTime > '${hourAgo}'`,
     },
+    {
+      // The sweeper tells a person about these (client.ts sweeps); the list shows their last runs.
+      name: 'stranded: needed a person, and its run has closed',
+      query: `WorkflowType = 'orderSaga' AND ExecutionStatus != 'Running' AND NeedsAttention = true`,
+    },
     { name: 'waiting on an unknown charge', query: `WorkflowType = 'orderSaga' AND OrderStatus = 'UNKNOWN_PAYMENT'` },
     { name: `a customer's orders`, query: `WorkflowType = 'orderSaga' AND CustomerId = '${customerId}'` },
   ];

@@ -29,7 +29,9 @@ import { checkInvariants, formatReport, temporalLookup } from '../db/invariants'
 import { concurrentLoops, percentile, progressBar } from '../lib/load';
 import { readConfig } from '../lib/config';
 import { FAULT_KINDS, FAULT_TARGETS, type FaultRequest } from '../provider/faults';
+import type { SweepReport } from '../activities/sweeper';
 import type { SagaConfig } from '../workflows/order-saga';
+import { sweeperWorkflow } from '../workflows/sweeper';
 import { auditOrders, readHistories, whyOpen } from './chaos/audit';
 import { LIMITED_SKU, makeOrders, MEDDLES, stockCatalogue, type ChaosOrder } from './chaos/orders';
 import { People } from './chaos/people';
@@ -99,6 +101,43 @@ function faultRules(orders: ChaosOrder[], slowMs: number): FaultRequest[] {
     rules.push({ kind: 'processing', target: 'inquiries', keyPrefix, count: 4 });
   }
   return rules;
+}
+
+/** Runs the sweeper workflow on the soak's task queue every `everyMs` until stopped; counts what it did. */
+function sweepEvery(stack: ChaosStack, everyMs: number) {
+  const out = { runs: 0, restarts: 0, resets: 0, persons: 0, restartedAt: new Map<string, number>() };
+  let stopped = false;
+  const loop = (async () => {
+    for (let n = 0; !stopped; n++) {
+      try {
+        const report: SweepReport = await stack.env.client.workflow.execute(sweeperWorkflow, {
+          taskQueue: stack.taskQueue,
+          workflowId: `chaos-sweep-${n}-${randomUUID().slice(0, 6)}`,
+          args: [{ graceMs: 2_000, attentionAgeMs: 10 * 60_000 }],
+          workflowExecutionTimeout: '2m',
+        });
+        out.runs++;
+        for (const a of report.actions) {
+          if (a.action === 'restart') {
+            out.restarts++;
+            if (!out.restartedAt.has(a.orderId)) out.restartedAt.set(a.orderId, Date.now());
+          }
+          if (a.action === 'reset') out.resets++;
+          if (a.action === 'person') out.persons++;
+        }
+      } catch (err) {
+        say(`sweep ${n} failed: ${(err as Error).message}`); // a worker killed mid-sweep, say: the next one goes on
+      }
+      await sleep(everyMs);
+    }
+  })();
+  return {
+    stop: async () => {
+      stopped = true;
+      await loop;
+      return out;
+    },
+  };
 }
 
 async function main(): Promise<number> {
@@ -175,6 +214,9 @@ async function main(): Promise<number> {
     people = new People(stack, cliCfg, SAGA_CONFIG);
     const operators = people.operate();
     const killing = stack.killWorkers(killEveryMs);
+    // The sweeper, as npm start's Schedule runs it but every few seconds (the soak is minutes long):
+    // the terminated sagas are its to heal; nobody else here touches them.
+    const sweeper = sweepEvery(stack, 3_000);
 
     // ---- The load, with the outage and the two restarts at fixed points of its progress ----------
     const events: Promise<void>[] = [];
@@ -240,6 +282,16 @@ async function main(): Promise<number> {
     }
     people.stop();
     await operators;
+    const swept = await sweeper.stop();
+    // Stranded: an open order (row not terminal) whose latest run is not running.
+    const openRows = await stack.reader.query<{ order_id: string }>({
+      text: `SELECT order_id FROM orders WHERE order_id = ANY($1::text[]) AND status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED')`,
+      values: [orders.slice(0, next).map((o) => o.input.orderId)],
+    });
+    const runsOfOpen = await temporalLookup(stack.env.client)(openRows.rows.map((r) => `order:${r.order_id}`));
+    const stranded = openRows.rows
+      .filter((r) => runsOfOpen.get(`order:${r.order_id}`) !== 'RUNNING')
+      .map((r) => r.order_id);
 
     const report = await checkInvariants(stack.reader, {
       deadlineMs: SAGA_CONFIG.deadlineMs!,
@@ -271,9 +323,11 @@ async function main(): Promise<number> {
       'start again, same input',
       'start again, other input',
       'place again (client.ts)',
+      'terminate',
     ];
     for (const a of mustAct) if (!people.actions.get(a)?.sent) missing.push(`operator action ${a}`);
     if (!people.actions.get('cancel')?.accepted) missing.push('an accepted cancel');
+    if (people.terminated.size > 0 && swept.restarts === 0) missing.push('an order the sweeper healed');
     if (!people.cancels.get('after the pivot')?.sent) missing.push('a cancel after the pivot');
     if (stack.restarts.length < (temporal === 'server' ? 3 : 2))
       missing.push(`the Postgres, provider${temporal === 'server' ? ' and Temporal server' : ''} restarts`);
@@ -288,7 +342,18 @@ async function main(): Promise<number> {
       detail: `${failures.length} failed task(s); first: ${failures[0]}`,
       orderIds: [orderId],
     }));
-    const violations = [...report.violations, ...audit.violations, ...people.violations, ...taskFailed];
+    const strandedViolations = stranded.map((orderId) => ({
+      rule: 'no order is stranded: open, with no live run, at the end',
+      detail: 'the sweeper did not heal it',
+      orderIds: [orderId],
+    }));
+    const violations = [
+      ...report.violations,
+      ...audit.violations,
+      ...people.violations,
+      ...taskFailed,
+      ...strandedViolations,
+    ];
     const stillAttention = audit.notTerminal;
     const seconds = Math.round((Date.now() - started) / 1000);
     const fmt = (m: Map<string, { sent: number; accepted: number; refused: number }>): string[] =>
@@ -357,6 +422,16 @@ async function main(): Promise<number> {
     for (const l of fmt(people.actions)) say(l);
     say('cancels by the moment they were sent:');
     for (const l of fmt(people.cancels)) say(l);
+    const heal = [...people.terminated]
+      .map(([id, at]) => (swept.restartedAt.get(id) ?? NaN) - at)
+      .filter((ms) => Number.isFinite(ms))
+      .sort((a, b) => a - b);
+    say(
+      `sweeper:      ${swept.runs} sweeps; terminates sent ${people.actions.get('terminate')?.sent ?? 0} (of running runs ${people.terminated.size}); ` +
+        `orders healed by a restart ${swept.restarts} (${heal.length} of the terminated); heal time p50 ${percentile(heal, 50)} ms, p99 ${percentile(heal, 99)} ms; ` +
+        `runs reset ${swept.resets}; handed to a person ${swept.persons}`,
+    );
+    say(`stranded at the end: ${stranded.length}${stranded.length ? ` (${stranded.join(', ')})` : ''}`);
     say(
       `settled:      ${running === 0 ? 'every saga closed' : `no: ${running} still running`}${unsettled.length ? `; not closed within 5 min: ${unsettled.join(', ')}` : ''}`,
     );

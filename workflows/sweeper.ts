@@ -3,8 +3,10 @@ import type { OrderActivities } from '../activities';
 import type { SweepOptions } from '../activities/sweeper';
 
 const { sweepOrders } = proxyActivities<OrderActivities>({
-  startToCloseTimeout: '5m',
-  retry: { initialInterval: '5s', backoffCoefficient: 2, maximumInterval: '1m', maximumAttempts: 5 },
+  startToCloseTimeout: '10m',
+  // It heartbeats per order: a worker that dies mid-sweep is noticed within this, and another goes on.
+  heartbeatTimeout: '20s',
+  retry: { initialInterval: '1s', backoffCoefficient: 2, maximumInterval: '30s', maximumAttempts: 5 },
   summary: 'sweep: restart stranded orders, reset failing runs, tell a person the rest (never compensates)',
 });
 

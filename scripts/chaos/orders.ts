@@ -2,7 +2,7 @@
  * Orders like real ones, for the chaos soak: 1–5 lines, 30 % with one hot SKU, some with the
  * catalogue's SKU-LIMITED near its per-customer limit, repeat customers, 5 % declined cards. Each
  * order also gets the person who meddles with it (if anyone): a cancel at some moment, a reset, a
- * second start. Deterministic for a seed.
+ * second start, a Terminate. Deterministic for a seed.
  */
 import type { Pool } from 'pg';
 import type { OrderInput } from '../../domain/order';
@@ -19,6 +19,7 @@ export const MEDDLES = [
   'start-again-same', // `temporal workflow start` of the closed order's ID, same input
   'start-again-other', // the same with other input
   'place-again', // `client.ts place` of the same order file again
+  'terminate', // the Web UI's Terminate of the running run at a random moment: the sweeper must heal it
 ] as const;
 export type Meddle = (typeof MEDDLES)[number] | 'none';
 

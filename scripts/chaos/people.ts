@@ -64,6 +64,8 @@ export class People {
   readonly cancelAccepted = new Set<string>();
   /** Orders that were reset or started again (their last run is not the first). */
   readonly meddled = new Set<string>();
+  /** Orders a person terminated, and when (the sweeper must have healed each). */
+  readonly terminated = new Map<string, number>();
   /** Orders found in NEEDS_ATTENTION by an operator. */
   readonly escalated = new Set<string>();
   private readonly handling = new Set<string>();
@@ -200,6 +202,7 @@ export class People {
       }
       await this.reset(id, (await this.running(wid)) ? 'reset an open run' : 'reset a closed run');
     }
+    if (meddle === 'terminate') return this.terminate(o, limitMs);
     if (!(await this.closed(wid, limitMs))) return false;
     if (meddle === 'reset-closed') {
       await this.reset(id, 'reset a closed run');
@@ -214,6 +217,49 @@ export class People {
     }
     if (meddle === 'place-again') await this.placeAgain(input);
     return true;
+  }
+
+  /**
+   * The Web UI's Terminate, at a moment chosen by the order (after 1, 2 or 3 steps: before, during or
+   * after the charge; or once it waits in NEEDS_ATTENTION). Then nobody here touches the order: the
+   * sweeper must find it stranded and start its saga again, and that run must end it.
+   */
+  private async terminate(o: ChaosOrder, limitMs: number): Promise<boolean> {
+    const id = o.input.orderId;
+    const wid = workflowIdFor(id);
+    // After the order row (1 step) or the reservation (2: the charge is next, or under way).
+    const steps = 1 + Math.floor(o.when * 2);
+    for (const until = Date.now() + 20_000; Date.now() < until; await sleep(50)) {
+      const s = await this.state(id);
+      if (s && (s.stepsDone.length >= steps || s.status === 'NEEDS_ATTENTION')) break;
+      if (!(await this.running(wid))) break;
+    }
+    this.count('terminate', 'sent');
+    this.meddled.add(id);
+    const terminated = await this.client.workflow
+      .getHandle(wid)
+      .terminate('chaos: a person pressed Terminate')
+      .then(
+        () => true,
+        () => false, // it had ended
+      );
+    this.count('terminate', terminated ? 'accepted' : 'refused');
+    const at = Date.now();
+    // Wait for the order's row to be settled (by the run the sweeper starts), and that run to close.
+    for (const until = at + limitMs; Date.now() < until; await sleep(500)) {
+      const { rows } = await this.stack.reader.query<{ status: string }>({
+        text: 'SELECT status FROM orders WHERE order_id = $1',
+        values: [id],
+      });
+      const status = rows[0]?.status;
+      // Terminated before it wrote the row: nothing to heal (unless a late write appears, then it is).
+      const none = status === undefined && Date.now() - at > 10_000;
+      if ((none || ['COMPLETED', 'FAILED', 'CANCELLED'].includes(status ?? '')) && !(await this.running(wid))) {
+        if (terminated) this.terminated.set(id, at);
+        return true;
+      }
+    }
+    return false;
   }
 
   private async cancel(o: ChaosOrder): Promise<void> {
