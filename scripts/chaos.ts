@@ -427,7 +427,7 @@ async function main(): Promise<number> {
       .filter((ms) => Number.isFinite(ms))
       .sort((a, b) => a - b);
     say(
-      `sweeper:      ${swept.runs} sweeps; terminates sent ${people.actions.get('terminate')?.sent ?? 0} (of running runs ${people.terminated.size}); ` +
+      `sweeper:      ${swept.runs} sweeps; terminates sent ${people.actions.get('terminate')?.sent ?? 0}, of a running run ${people.actions.get('terminate')?.accepted ?? 0}; ` +
         `orders healed by a restart ${swept.restarts} (${heal.length} of the terminated); heal time p50 ${percentile(heal, 50)} ms, p99 ${percentile(heal, 99)} ms; ` +
         `runs reset ${swept.resets}; handed to a person ${swept.persons}`,
     );

@@ -247,14 +247,20 @@ export class People {
     const at = Date.now();
     // Wait for the order's row to be settled (by the run the sweeper starts), and that run to close.
     for (const until = at + limitMs; Date.now() < until; await sleep(500)) {
-      const { rows } = await this.stack.reader.query<{ status: string }>({
-        text: 'SELECT status FROM orders WHERE order_id = $1',
-        values: [id],
-      });
-      const status = rows[0]?.status;
-      // Terminated before it wrote the row: nothing to heal (unless a late write appears, then it is).
-      const none = status === undefined && Date.now() - at > 10_000;
-      if ((none || ['COMPLETED', 'FAILED', 'CANCELLED'].includes(status ?? '')) && !(await this.running(wid))) {
+      let settled: boolean;
+      try {
+        const { rows } = await this.stack.reader.query<{ status: string }>({
+          text: 'SELECT status FROM orders WHERE order_id = $1',
+          values: [id],
+        });
+        const status = rows[0]?.status;
+        // Terminated before it wrote the row: nothing to heal (unless a late write appears, then it is).
+        const none = status === undefined && Date.now() - at > 10_000;
+        settled = (none || ['COMPLETED', 'FAILED', 'CANCELLED'].includes(status ?? '')) && !(await this.running(wid));
+      } catch {
+        continue; // Postgres or the Temporal server is being restarted by the soak: look again
+      }
+      if (settled) {
         if (terminated) this.terminated.set(id, at);
         return true;
       }
