@@ -82,15 +82,7 @@ interface OpenOrderRow {
   age_ms: string;
 }
 
-const { WorkflowExecutionStatus, EventType } = temporal.api.enums.v1;
-const STATUS_NAME: Record<number, string> = {
-  [WorkflowExecutionStatus.WORKFLOW_EXECUTION_STATUS_TERMINATED]: 'terminated',
-  [WorkflowExecutionStatus.WORKFLOW_EXECUTION_STATUS_FAILED]: 'failed',
-  [WorkflowExecutionStatus.WORKFLOW_EXECUTION_STATUS_TIMED_OUT]: 'timed out',
-  [WorkflowExecutionStatus.WORKFLOW_EXECUTION_STATUS_CANCELED]: 'canceled',
-  [WorkflowExecutionStatus.WORKFLOW_EXECUTION_STATUS_COMPLETED]: 'completed',
-  [WorkflowExecutionStatus.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW]: 'continued as new',
-};
+const { EventType } = temporal.api.enums.v1;
 
 export function sweeperActivities({
   db,
@@ -222,7 +214,7 @@ export function sweeperActivities({
         stranded++;
         oldest = Math.max(oldest, Number(row.age_ms));
         const why = desc
-          ? `its run ${desc.runId} is ${STATUS_NAME[desc.raw.workflowExecutionInfo?.status ?? 0] ?? desc.status.name}`
+          ? `its run ${desc.runId} is ${desc.status.name.toLowerCase().replace(/_/g, ' ')}`
           : 'it has no workflow';
         if ((await count(orderId, 'restart')) >= o.maxRestarts) {
           const told = await handToPerson(orderId, `${why}, and it was restarted ${o.maxRestarts} times`, desc?.runId);

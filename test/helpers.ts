@@ -3,6 +3,8 @@ import { MockActivityEnvironment } from '@temporalio/testing';
 import { DefaultLogger } from '@temporalio/worker';
 import type { Pool } from 'pg';
 import { inject } from 'vitest';
+import type { Client } from '@temporalio/client';
+import { checkInvariants, temporalLookup } from '../db/invariants';
 import { createPool } from '../db/pool';
 import type { OrderInput } from '../domain/order';
 import { createProviderAdmin, createProviderClient, type ProviderAdmin, type ProviderClient } from '../provider/client';
@@ -98,4 +100,19 @@ export const mockActivityEnv = (): MockActivityEnvironment =>
 /** Runs one activity function in a mock activity context, keeping its return type. */
 export function runActivity<A extends unknown[], R>(fn: (...args: A) => Promise<R>, ...args: A): Promise<R> {
   return mockActivityEnv().run<A, R, typeof fn>(fn, ...args);
+}
+
+/** Violations the checker finds for these orders, with Temporal's visibility, as readable lines. */
+export async function orderViolations(db: Pool, client: Client, orderIds: string[]): Promise<string[]> {
+  const report = await checkInvariants(db, { deadlineMs: 86_400_000, workflows: temporalLookup(client) });
+  return report.violations
+    .filter((v) => v.orderIds.some((o) => orderIds.includes(o)))
+    .map((v) => `${v.rule}: ${v.detail} [${v.orderIds.join(', ')}]`);
+}
+
+/** Money the customer has given for an order and not got back, in cents. */
+export async function moneyKept(db: Pool, orderId: string): Promise<number> {
+  const l = await ledger(db, orderId);
+  const charged = l.charges.filter((c) => c.status === 'succeeded').reduce((s, c) => s + c.amount, 0);
+  return charged - l.refunds.reduce((s, r) => s + r.amount, 0);
 }

@@ -19,7 +19,7 @@ import { workflowIdFor, type OrderInput, type OrderResult } from '../domain/orde
 import { checkInvariants, temporalLookup } from '../db/invariants';
 import { cancelUpdate, orderSaga, resolveUpdate, stateQuery } from '../workflows';
 import { bundleWorkflows, startDevServer } from './temporal-env';
-import { createProduct, ledger, makeOrder, testAdmin, testPool, testProvider, uid } from './helpers';
+import { createProduct, ledger, makeOrder, moneyKept, testAdmin, testPool, testProvider, uid } from './helpers';
 
 const DAY = 86_400_000;
 let env: TestWorkflowEnvironment;
@@ -273,12 +273,9 @@ describe('Reset (as the Web UI does it) of finished orders to every workflow tas
       expect(['COMPLETED', 'FAILED', 'ALREADY_SETTLED'], `reset to event ${eventId}`).toContain(end);
       expect(await problems([order.orderId]), `reset to event ${eventId}`).toEqual([]);
       // Money: charged only if shipped, and then exactly once and never refunded.
-      const l = await ledger(db, order.orderId);
       const shipped = (await db.query({ text: 'SELECT 1 FROM shipments WHERE order_id = $1', values: [order.orderId] }))
         .rowCount;
-      const kept =
-        l.charges.filter((c) => c.status === 'succeeded').reduce((a, c) => a + c.amount, 0) -
-        l.refunds.reduce((a, r) => a + r.amount, 0);
+      const kept = await moneyKept(db, order.orderId);
       expect(kept, `reset to event ${eventId}`).toBe(shipped ? 3000 : 0);
     }
     process.stdout.write(

@@ -16,14 +16,22 @@ import { Worker } from '@temporalio/worker';
 import type { Pool } from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createActivities, type OrderActivities } from '../activities';
-import { checkInvariants, temporalLookup } from '../db/invariants';
 import { chargeKeyFor, workflowIdFor, type OrderInput, type OrderResult } from '../domain/order';
 import { orderOutcome } from '../lib/order-outcome';
 import { cancelUpdate, orderSaga, resolveUpdate, stateQuery } from '../workflows';
-import { createProduct, ledger, makeOrder, productRow, testPool, testProvider, uid } from './helpers';
+import {
+  createProduct,
+  ledger,
+  makeOrder,
+  moneyKept,
+  orderViolations,
+  productRow,
+  testPool,
+  testProvider,
+  uid,
+} from './helpers';
 import { bundleWorkflows, startDevServer } from './temporal-env';
 
-const DAY = 86_400_000;
 /** The provider timeout of this file's worker: short, so a blocked request times out quickly. */
 const PROVIDER_TIMEOUT_MS = 2_000;
 let env: TestWorkflowEnvironment;
@@ -89,20 +97,7 @@ async function ending(handle: { workflowId: string; result: () => Promise<unknow
   ]);
 }
 
-/** Violations the checker finds for these orders (with Temporal's visibility). */
-async function violations(orderIds: string[]): Promise<string[]> {
-  const report = await checkInvariants(db, { deadlineMs: DAY, workflows: temporalLookup(env.client) });
-  return report.violations
-    .filter((v) => v.orderIds.some((o) => orderIds.includes(o)))
-    .map((v) => `${v.rule}: ${v.detail} [${v.orderIds.join(', ')}]`);
-}
-
-/** Money the customer has given and not got back, in cents. */
-async function kept(orderId: string): Promise<number> {
-  const l = await ledger(db, orderId);
-  const charged = l.charges.filter((c) => c.status === 'succeeded').reduce((s, c) => s + c.amount, 0);
-  return charged - l.refunds.reduce((s, r) => s + r.amount, 0);
-}
+const violations = (orderIds: string[]): Promise<string[]> => orderViolations(db, env.client, orderIds);
 
 describe('a slow provider database: a not_found after a timed-out request is not an answer', () => {
   it('the charge blocks before its first write, the inquiry says not_found, the customer cancels: no money is kept', async () => {
@@ -143,7 +138,7 @@ describe('a slow provider database: a not_found after a timed-out request is not
     process.stdout.write(
       `slow provider: ledger ${JSON.stringify(l)}, key ${closed.rowCount ? 'closed' : 'not closed'}\n`,
     );
-    expect(await kept(order.orderId)).toBe(0);
+    expect(await moneyKept(db, order.orderId)).toBe(0);
     // Either the late charge landed and was refunded, or the key was closed and no charge exists.
     expect(l.charges.length === 0 ? closed.rowCount : l.refunds.length).toBe(1);
     expect((await productRow(db, sku)).stock).toBe(stockBefore);
@@ -221,7 +216,7 @@ describe('Terminate (as the Web UI does it) after each workflow task, then the s
         values: [order.orderId],
       });
       expect(row.rows[0]?.status, `terminated after task ${k}`).toBe('COMPLETED');
-      expect(await kept(order.orderId), `terminated after task ${k}`).toBe(total);
+      expect(await moneyKept(db, order.orderId), `terminated after task ${k}`).toBe(total);
       expect((await productRow(db, sku)).stock, `terminated after task ${k}`).toBe(stockBefore - 2);
     }
     expect(await violations(ids)).toEqual([]);

@@ -15,14 +15,22 @@ import type { Pool } from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createActivities } from '../activities';
 import { SweeperStats, type SweepOptions, type SweepReport } from '../activities/sweeper';
-import { checkInvariants, temporalLookup } from '../db/invariants';
 import { workflowIdFor, type OrderInput } from '../domain/order';
 import { orderStore } from '../lib/order-store';
 import { cancelUpdate, orderSaga, stateQuery, sweeperWorkflow } from '../workflows';
-import { createProduct, ledger, makeOrder, productRow, testAdmin, testPool, testProvider, uid } from './helpers';
+import {
+  createProduct,
+  makeOrder,
+  moneyKept,
+  orderViolations,
+  productRow,
+  testAdmin,
+  testPool,
+  testProvider,
+  uid,
+} from './helpers';
 import { bundleWorkflows, quietLogger, startDevServer } from './temporal-env';
 
-const DAY = 86_400_000;
 let env: TestWorkflowEnvironment;
 let db: Pool;
 const workers: Worker[] = [];
@@ -114,12 +122,7 @@ async function healed(orderId: string): Promise<{ end: string; first?: SweepRepo
   return { end: `still ${await rowStatus(orderId)}`, ...(first ? { first } : {}) };
 }
 
-async function violations(orderIds: string[]): Promise<string[]> {
-  const report = await checkInvariants(db, { deadlineMs: DAY, workflows: temporalLookup(env.client) });
-  return report.violations
-    .filter((v) => v.orderIds.some((o) => orderIds.includes(o)))
-    .map((v) => `${v.rule}: ${v.detail} [${v.orderIds.join(', ')}]`);
-}
+const violations = (orderIds: string[]): Promise<string[]> => orderViolations(db, env.client, orderIds);
 
 describe('Terminate at every workflow task, then only the sweeper acts', () => {
   it('completed, declined, cancelled and escalated orders all end coherent, and the sweeper names each', async () => {
@@ -188,10 +191,7 @@ describe('Terminate at every workflow task, then only the sweeper acts', () => {
         // A cancel the terminated run had accepted is carried to the new run: the order ends CANCELLED.
         if (kind === 'cancelled') expect(end, `cancelled, terminated after task ${k}`).toBe('CANCELLED');
         // Money and stock agree with the end: charged and sold if completed, else nothing kept, stock back.
-        const l = await ledger(db, order.orderId);
-        const kept =
-          l.charges.filter((c) => c.status === 'succeeded').reduce((s, c) => s + c.amount, 0) -
-          l.refunds.reduce((s, r) => s + r.amount, 0);
+        const kept = await moneyKept(db, order.orderId);
         expect(kept, `${kind}, terminated after task ${k}`).toBe(end === 'COMPLETED' ? 1500 : 0);
         expect((await productRow(db, sku)).stock, `${kind}, terminated after task ${k}`).toBe(
           end === 'COMPLETED' ? stockBefore - 2 : stockBefore,
