@@ -100,6 +100,18 @@ function faultRules(orders: ChaosOrder[], slowMs: number): FaultRequest[] {
     rules.push({ kind: 'lose-response-after-commit', target: 'charges', keyPrefix, count: 1 });
     rules.push({ kind: 'processing', target: 'inquiries', keyPrefix, count: 4 });
   }
+  // And its mirror: the charge fails before the provider writes anything, then the inquiries say
+  // `processing` until the saga escalates. The provider holds no charge, so the person who checks it
+  // answers `charge-failed`. Without these orders that answer is met only by chance (an escalation
+  // with nothing charged needs a 5xx on the charge and then failing inquiries on the same order).
+  // Orders nobody meddles with, on a card that is not declined, so nothing else settles it first.
+  const quiet = orders.filter((o) => o.meddle === 'none' && o.input.paymentMethod !== 'tok_declined');
+  for (const [j, o] of quiet.entries()) {
+    if (j % STUCK_EVERY !== 1) continue;
+    const keyPrefix = chargeKeyFor(o.input.orderId);
+    rules.unshift({ kind: 'fail-before-commit', target: 'charges', keyPrefix, count: 1 });
+    rules.push({ kind: 'processing', target: 'inquiries', keyPrefix, count: 4 });
+  }
   return rules;
 }
 
@@ -406,7 +418,7 @@ async function main(): Promise<number> {
       `  (not counted above: ${opFaults} fault(s) met by the operators' own calls, ${[...stack.appliedToOperators].map(([k, v]) => `${k} ${v}`).join(', ') || 'none'})`,
     );
     say(
-      `  outage window: ${outage.ms ? `${outage.ms / 1000} s from ${new Date(outage.at!).toISOString()}` : 'did not happen'}; stuck charges (answer lost, then processing): every ${STUCK_EVERY}th order`,
+      `  outage window: ${outage.ms ? `${outage.ms / 1000} s from ${new Date(outage.at!).toISOString()}` : 'did not happen'}; stuck charges (answer lost, then processing): every ${STUCK_EVERY}th order; failed charges then processing: every ${STUCK_EVERY}th quiet order`,
     );
     say(
       `worker faults: SIGKILLs per worker process ${stack.workerKills.join(' and ')} (each about every ${killEveryMs / 1000} s, restarted)`,
