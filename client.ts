@@ -5,6 +5,7 @@
  * failed, 2 invalid input (nothing started, nothing written), 3 duplicate order ID.
  */
 import { readFile } from 'node:fs/promises';
+import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Command, CommanderError, InvalidArgumentError, Option } from '@commander-js/extra-typings';
 import {
@@ -22,6 +23,7 @@ import {
 import { WorkflowIdConflictPolicy, WorkflowIdReusePolicy } from '@temporalio/common';
 import type { GenericSchema, InferOutput } from 'valibot';
 import { ABORT_RATE_CRITICAL, ABORT_RATE_HEALTHY, type SkuStats } from './activities/inventory-metrics';
+import { DEFAULT_KEY_FILE, dataConverterFor, requirePayloadKeys, rotateKeyFile } from './platform/payload-codec';
 import {
   IdSchema,
   ORDER_STATUSES,
@@ -84,9 +86,15 @@ type CliConfig = AppConfig & { client?: Client };
 
 async function connect(cfg: CliConfig): Promise<Client> {
   if (cfg.client) return cfg.client;
+  let dataConverter;
+  try {
+    dataConverter = dataConverterFor(requirePayloadKeys());
+  } catch (err) {
+    throw new CliError((err as Error).message, EXIT.notCompleted);
+  }
   try {
     const connection = await Connection.connect({ address: cfg.temporalAddress, connectTimeout: '5s' });
-    return new Client({ connection, namespace: cfg.namespace });
+    return new Client({ connection, namespace: cfg.namespace, dataConverter });
   } catch (err) {
     throw new CliError(
       `cannot reach Temporal at ${cfg.temporalAddress}: ${(err as Error).message} (is "npm start" running?)`,
@@ -553,6 +561,37 @@ async function sweeps(
   return EXIT.ok;
 }
 
+/** `keys`: the payload keys this process would use; `keys rotate`: a new current key in the key file. */
+function keys(action: string | undefined, opts: { json?: boolean }, io: Out): number {
+  if (action !== undefined && action !== 'rotate')
+    throw new CliError(`keys: unknown action "${action}" (expected nothing, to list, or "rotate")`, EXIT.invalid);
+  try {
+    if (action === 'rotate') {
+      if (process.env.PAYLOAD_KEYS?.trim())
+        throw new CliError(
+          'keys rotate changes the key file, but PAYLOAD_KEYS is set: add the new key at the front of PAYLOAD_KEYS instead (docs: SECURITY.md)',
+          EXIT.notCompleted,
+        );
+      const file = process.env.PAYLOAD_KEY_FILE ? path.resolve(process.env.PAYLOAD_KEY_FILE) : DEFAULT_KEY_FILE;
+      const r = rotateKeyFile(file);
+      if (opts.json) io.out(JSON.stringify({ file, ...r }));
+      else {
+        io.out(`new current key ${r.current} in ${file} (${r.count} keys; ${r.previous} and older ones still decode)`);
+        io.out('restart the workers, the codec server (npm start) and any long-lived client so they seal with it');
+      }
+      return EXIT.ok;
+    }
+    const k = requirePayloadKeys();
+    const ids = [...k.keys.keys()];
+    if (opts.json) io.out(JSON.stringify({ source: k.source, current: k.current, keys: ids }));
+    else io.out(`payload keys from ${k.source}: current ${k.current}; can decode ${ids.join(', ')}`);
+    return EXIT.ok;
+  } catch (err) {
+    if (err instanceof CliError) throw err;
+    throw new CliError((err as Error).message, EXIT.notCompleted);
+  }
+}
+
 async function fetchStats(cfg: AppConfig): Promise<SkuStats[]> {
   let res: Response;
   try {
@@ -887,6 +926,16 @@ ${Object.values(RULES)
     )
     .addOption(jsonOption())
     .action(async (opts) => done(await load(opts, cfg, io)));
+
+  cli
+    .command('keys')
+    .summary("the payload encryption keys' IDs; rotate: a new current key")
+    .description(
+      'Without an action: the IDs of the payload keys this process has (from PAYLOAD_KEYS, PAYLOAD_KEY_FILE or .data/payload-keys.json) and which one is current; never the keys themselves. "keys rotate": adds a new key to the key file and makes it current; the old keys stay, so every payload they sealed still decodes. Processes read the file when they start.',
+    )
+    .argument('[action]', 'rotate')
+    .addOption(jsonOption())
+    .action((action: string | undefined, opts) => done(keys(action, opts, io)));
 
   cli
     .command('views')

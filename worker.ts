@@ -12,6 +12,7 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { Client, Connection } from '@temporalio/client';
+import type { DataConverter } from '@temporalio/common';
 import { NativeConnection, Runtime, Worker, type WorkerOptions } from '@temporalio/worker';
 import type { Pool } from 'pg';
 import { Counter, Gauge, Registry } from 'prom-client';
@@ -22,6 +23,7 @@ import { createPool } from './db/pool';
 import { laneTaskQueue } from './domain/lanes';
 import { DEFAULT_PORTS, readConfig, type AppConfig } from './lib/config';
 import { DEPLOYMENT_NAME, makeVersionCurrent, orderTaskQueues, resolveBuildId, versionName } from './lib/deployments';
+import { dataConverterFor, requirePayloadKeys } from './platform/payload-codec';
 import { jsonApp, jsonServer, rawPath } from './provider/http';
 import { createProviderClient } from './provider/client';
 import { DEFAULT_SAGA_CONFIG } from './workflows/order-saga';
@@ -83,9 +85,13 @@ export async function createOrderWorkers(
     sweeperStats?: SweeperStats;
     /** Off (unversioned) unless given: worker.ts's main and npm start give it; tests choose. */
     versioning?: WorkerVersioning;
+    /** The payload codec and failure converter; by default from the keys in the environment (PAYLOAD_KEYS…). */
+    dataConverter?: DataConverter;
   } = {},
 ): Promise<OrderWorkers> {
   if (!cfg.databaseUrl && !extra.db) throw new Error('DATABASE_URL is required');
+  // Before anything opens: a worker without its keys would fail each order it touches, not start.
+  const dataConverter = extra.dataConverter ?? dataConverterFor(requirePayloadKeys());
   const db = extra.db ?? createPool(cfg.databaseUrl!, { max: 20 });
   const reader =
     extra.db || !cfg.readerDatabaseUrl || cfg.readerDatabaseUrl === cfg.databaseUrl
@@ -105,7 +111,7 @@ export async function createOrderWorkers(
     taskQueue: cfg.taskQueue,
     client: () =>
       (sweeperClient ??= Connection.connect({ address: cfg.temporalAddress }).then(
-        (connection) => new Client({ connection, namespace: cfg.namespace }),
+        (connection) => new Client({ connection, namespace: cfg.namespace, dataConverter }),
       )),
   };
   const activities = createActivities({
@@ -124,6 +130,7 @@ export async function createOrderWorkers(
     connection,
     namespace: cfg.namespace,
     taskQueue: cfg.taskQueue,
+    dataConverter,
     ...(extra.workflowBundle
       ? { workflowBundle: extra.workflowBundle }
       : { workflowsPath: require.resolve('./workflows') }),
@@ -136,6 +143,7 @@ export async function createOrderWorkers(
         ...versioned, // the lanes belong to the same version: a pinned saga's lane tasks go to its own build
         connection,
         namespace: cfg.namespace,
+        dataConverter,
         taskQueue: laneTaskQueue(cfg.taskQueue, n),
         activities: { reserveInventorySerial: activities.reserveInventorySerial },
         maxConcurrentActivityTaskExecutions: 1, // the lane: one task at a time

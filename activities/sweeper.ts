@@ -20,6 +20,7 @@ import {
 } from '@temporalio/client';
 import { temporal } from '@temporalio/proto';
 import type { Pool } from 'pg';
+import { decodeHistoryPayload } from '../platform/payload-codec';
 import { TERMINAL_STATUSES, workflowIdFor, type OrderInput, type OrderStatus } from '../domain/order';
 
 /** How the sweeper reaches Temporal: a client (made on first use) and the saga's task queue. */
@@ -310,18 +311,18 @@ async function closedRun(
   runId: string,
 ): Promise<{ config?: unknown; cancel?: string }> {
   const history = await client.workflow.getHandle(workflowId, runId).fetchHistory();
-  const decode = (p: temporal.api.common.v1.IPayload | undefined): unknown =>
-    p ? client.options.loadedDataConverter.payloadConverter.fromPayload(p) : undefined;
+  const decode = (p: temporal.api.common.v1.IPayload | undefined): Promise<unknown> =>
+    decodeHistoryPayload(client.options.loadedDataConverter, p);
   const out: { config?: unknown; cancel?: string } = {};
   for (const e of history.events ?? []) {
     const started = e.workflowExecutionStartedEventAttributes;
     if (started) {
-      const config = decode(started.input?.payloads?.[1]);
+      const config = await decode(started.input?.payloads?.[1]);
       if (config !== undefined && config !== null) out.config = config;
     }
     const input = e.workflowExecutionUpdateAcceptedEventAttributes?.acceptedRequest?.input;
     if (input?.name === 'cancel' && out.cancel === undefined) {
-      const reason = decode(input.args?.payloads?.[0]);
+      const reason = await decode(input.args?.payloads?.[0]);
       out.cancel = typeof reason === 'string' && reason ? reason : 'cancelled';
     }
   }

@@ -11,6 +11,8 @@ import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync,
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
+import { randomBytes } from 'node:crypto';
+import { Client } from '@temporalio/client';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { bundleWorkflowCode, DefaultLogger, Runtime, Worker, type WorkerOptions } from '@temporalio/worker';
 import { createActivities } from '../activities';
@@ -19,6 +21,7 @@ import { createPool } from '../db/pool';
 import { ensurePostgres } from '../db/postgres';
 import { workflowIdFor, type OrderInput } from '../domain/order';
 import { percentile } from '../lib/load';
+import { dataConverterFor, parseKeyList } from '../platform/payload-codec';
 import { startProviderProcess, stopProcess } from '../platform/processes';
 import { devServerExecutable } from '../lib/temporal-servers';
 import { createProviderClient } from '../provider/client';
@@ -133,19 +136,32 @@ interface Side {
 export interface P2Result {
   saga: Side;
   floor: Side;
+  /** The same saga with no payload codec (payloads in the clear), on a worker and client of its own. */
+  plain: Side;
+  /** The codec's cost: saga throughput with the codec over without it (1 = free). */
+  codecRatio: number;
   /** Saga throughput over the floor's, and saga p50 over the floor's. */
   ratio: number;
   p50Ratio: number;
   /** One order on an idle stack, end to end (median of a few, one at a time). */
-  idle: { saga: number; floor: number };
+  idle: { saga: number; floor: number; plain: number };
   /** Events in one happy-path saga's history, and in one floor run's. */
   historyEvents: { saga: number; floor: number };
 }
 
+const KINDS = ['floor', 'saga', 'plain'] as const;
+type Kind = (typeof KINDS)[number];
+
 async function p2(url: string, orders: number, concurrency: number, rounds: number): Promise<P2Result> {
   progress('P2: starting the dev server and the provider…');
   const executable = devServerExecutable();
+  // The saga and the floor run with the project's payload codec (a key of the bench's own); `plain`
+  // runs the same saga without it, side by side, for the codec's cost.
+  const dataConverter = dataConverterFor(
+    parseKeyList(`bench-1:${randomBytes(32).toString('base64')}`, 'the bench key'),
+  );
   const env = await TestWorkflowEnvironment.createLocal({
+    client: { dataConverter },
     server: {
       ...(executable ? { executable } : {}),
       ip: '127.0.0.1',
@@ -163,26 +179,40 @@ async function p2(url: string, orders: number, concurrency: number, rounds: numb
   const db = createPool(url, { max: 20 });
   try {
     const quiet = { log() {}, trace() {}, debug() {}, info() {}, warn() {}, error() {} };
-    const workflowBundle = await bundleWorkflowCode({
-      workflowsPath: path.join(ROOT, 'bench', 'workflows.ts'),
-      logger: quiet,
-    });
+    const bundle = (failureConverterPath?: string) =>
+      bundleWorkflowCode({
+        workflowsPath: path.join(ROOT, 'bench', 'workflows.ts'),
+        logger: quiet,
+        ...(failureConverterPath ? { failureConverterPath } : {}),
+      });
     const taskQueue = 'bench-p2';
-    // One worker with the production worker's settings, serving both workflows.
-    const worker = await Worker.create({
+    const plainQueue = 'bench-p2-plain';
+    const activities = {
+      ...createActivities({ db, provider: createProviderClient({ baseUrl: provider.url, apiKey: 'bench-key' }) }),
+      noop: async () => undefined,
+    };
+    // One worker with the production worker's settings, serving both workflows; its twin without the codec.
+    const workerOptions = {
       ...WORKER_TUNING,
-      // BENCH_WORKER_OPTIONS: worker options (JSON) to measure, given to both sides alike.
+      // BENCH_WORKER_OPTIONS: worker options (JSON) to measure, given to every side alike.
       ...(process.env.BENCH_WORKER_OPTIONS
         ? (JSON.parse(process.env.BENCH_WORKER_OPTIONS) as Partial<WorkerOptions>)
         : {}),
       connection: env.nativeConnection,
+      activities,
+    };
+    const worker = await Worker.create({
+      ...workerOptions,
       taskQueue,
-      workflowBundle,
-      activities: {
-        ...createActivities({ db, provider: createProviderClient({ baseUrl: provider.url, apiKey: 'bench-key' }) }),
-        noop: async () => undefined,
-      },
+      dataConverter,
+      workflowBundle: await bundle(dataConverter.failureConverterPath),
     });
+    const plainWorker = await Worker.create({
+      ...workerOptions,
+      taskQueue: plainQueue,
+      workflowBundle: await bundle(),
+    });
+    const plainClient = new Client({ connection: env.connection, namespace: env.namespace ?? 'default' });
     const sku = `BENCH-P2-${Date.now()}`;
     await db.query({
       text: `INSERT INTO products (sku, name, price_cents, stock, initial_stock) SELECT $1 || '-' || g, 'bench', 100, 1000000, 1000000 FROM generate_series(0, 99) g`,
@@ -192,7 +222,7 @@ async function p2(url: string, orders: number, concurrency: number, rounds: numb
     let lastSagaId = '';
     let lastFloorId = '';
     /** One workflow, start to result; returns its latency in ms. */
-    const one = async (kind: 'saga' | 'floor'): Promise<number> => {
+    const one = async (kind: Kind): Promise<number> => {
       const i = seq++;
       const t = Date.now();
       if (kind === 'floor') {
@@ -206,17 +236,17 @@ async function p2(url: string, orders: number, concurrency: number, rounds: numb
           paymentMethod: 'tok_visa',
           items: [{ sku: `${sku}-${i % 100}`, qty: 1, unitPriceCents: 100 }],
         };
-        const r = (await env.client.workflow.execute('orderSaga', {
-          taskQueue,
+        const r = (await (kind === 'plain' ? plainClient : env.client).workflow.execute('orderSaga', {
+          taskQueue: kind === 'plain' ? plainQueue : taskQueue,
           workflowId: workflowIdFor(order.orderId),
           args: [order],
         })) as { status: string };
         if (r.status !== 'COMPLETED') throw new Error(`bench saga ended ${r.status}`);
-        lastSagaId = workflowIdFor(order.orderId);
+        if (kind === 'saga') lastSagaId = workflowIdFor(order.orderId);
       }
       return Date.now() - t;
     };
-    const runBatch = async (kind: 'saga' | 'floor'): Promise<{ perSecond: number; latencies: number[] }> => {
+    const runBatch = async (kind: Kind): Promise<{ perSecond: number; latencies: number[] }> => {
       let next = 0;
       const latencies: number[] = [];
       const started = Date.now();
@@ -230,54 +260,66 @@ async function p2(url: string, orders: number, concurrency: number, rounds: numb
       );
       return { perSecond: orders / ((Date.now() - started) / 1000), latencies };
     };
-    return await worker.runUntil(async () => {
-      // The idle stack first: one order at a time, alternating, after one warm-up of each.
-      const idle = { saga: [] as number[], floor: [] as number[] };
-      await one('floor');
-      await one('saga');
-      for (let i = 0; i < 5; i++) {
-        progress(`P2 idle ${i + 1}/5: one order at a time…`);
-        idle.floor.push(await one('floor'));
-        idle.saga.push(await one('saga'));
-      }
-      // Under load: rounds in ABBA order (floor, saga, saga, floor, …), so a drift over the run (a
-      // noisy machine, a server whose store grows) hits both sides alike instead of always the second.
-      const runs: Record<'saga' | 'floor', { perSecond: number; latencies: number[] }[]> = { saga: [], floor: [] };
-      for (let round = 0; round < rounds; round++) {
-        const order = round % 2 === 0 ? (['floor', 'saga'] as const) : (['saga', 'floor'] as const);
-        for (const kind of order) {
-          progress(`P2 round ${round + 1}/${rounds}: ${kind === 'saga' ? 'full saga' : 'essential-work floor'}…`);
-          runs[kind].push(await runBatch(kind));
+    const plainRunning = plainWorker.run();
+    try {
+      return await worker.runUntil(async () => {
+        // The idle stack first: one order at a time, alternating, after one warm-up of each.
+        const idle = { saga: [] as number[], floor: [] as number[], plain: [] as number[] };
+        for (const kind of KINDS) await one(kind);
+        for (let i = 0; i < 5; i++) {
+          progress(`P2 idle ${i + 1}/5: one order at a time…`);
+          for (const kind of KINDS) idle[kind].push(await one(kind));
         }
-      }
-      const { saga: sagaRuns, floor: floorRuns } = runs;
-      progress('');
-      const side = (xs: { perSecond: number; latencies: number[] }[]): Side => {
-        const all = xs.flatMap((x) => x.latencies).sort((a, b) => a - b);
-        return {
-          perSecond: Math.round((xs.reduce((a, x) => a + x.perSecond, 0) / xs.length) * 10) / 10,
-          p50: percentile(all, 50),
-          p99: percentile(all, 99),
+        // Under load: rounds in ABBA order (floor, saga, plain, then the reverse, …), so a drift over the
+        // run (a noisy machine, a server whose store grows) hits every side alike instead of always the last.
+        const runs: Record<Kind, { perSecond: number; latencies: number[] }[]> = { saga: [], floor: [], plain: [] };
+        const names: Record<Kind, string> = {
+          saga: 'full saga',
+          floor: 'essential-work floor',
+          plain: 'saga, no codec',
         };
-      };
-      const median = (xs: number[]): number =>
-        percentile(
-          [...xs].sort((a, b) => a - b),
-          50,
-        );
-      const events = async (workflowId: string): Promise<number> =>
-        (await env.client.workflow.getHandle(workflowId).fetchHistory()).events?.length ?? 0;
-      const saga = side(sagaRuns);
-      const floor = side(floorRuns);
-      return {
-        saga,
-        floor,
-        ratio: Math.round((saga.perSecond / floor.perSecond) * 100) / 100,
-        p50Ratio: Math.round((saga.p50 / floor.p50) * 100) / 100,
-        idle: { saga: median(idle.saga), floor: median(idle.floor) },
-        historyEvents: { saga: await events(lastSagaId), floor: await events(lastFloorId) },
-      };
-    });
+        for (let round = 0; round < rounds; round++) {
+          const order = round % 2 === 0 ? KINDS : [...KINDS].reverse();
+          for (const kind of order) {
+            progress(`P2 round ${round + 1}/${rounds}: ${names[kind]}…`);
+            runs[kind].push(await runBatch(kind));
+          }
+        }
+        const { saga: sagaRuns, floor: floorRuns, plain: plainRuns } = runs;
+        progress('');
+        const side = (xs: { perSecond: number; latencies: number[] }[]): Side => {
+          const all = xs.flatMap((x) => x.latencies).sort((a, b) => a - b);
+          return {
+            perSecond: Math.round((xs.reduce((a, x) => a + x.perSecond, 0) / xs.length) * 10) / 10,
+            p50: percentile(all, 50),
+            p99: percentile(all, 99),
+          };
+        };
+        const median = (xs: number[]): number =>
+          percentile(
+            [...xs].sort((a, b) => a - b),
+            50,
+          );
+        const events = async (workflowId: string): Promise<number> =>
+          (await env.client.workflow.getHandle(workflowId).fetchHistory()).events?.length ?? 0;
+        const saga = side(sagaRuns);
+        const floor = side(floorRuns);
+        const plain = side(plainRuns);
+        return {
+          saga,
+          floor,
+          plain,
+          codecRatio: Math.round((saga.perSecond / plain.perSecond) * 100) / 100,
+          ratio: Math.round((saga.perSecond / floor.perSecond) * 100) / 100,
+          p50Ratio: Math.round((saga.p50 / floor.p50) * 100) / 100,
+          idle: { saga: median(idle.saga), floor: median(idle.floor), plain: median(idle.plain) },
+          historyEvents: { saga: await events(lastSagaId), floor: await events(lastFloorId) },
+        };
+      });
+    } finally {
+      plainWorker.shutdown();
+      await plainRunning;
+    }
   } finally {
     await db.end();
     await stopProcess(provider.child);
@@ -495,6 +537,12 @@ async function main(): Promise<void> {
       );
       say(
         `| saga / floor | ${p2r.ratio}× | ${p2r.p50Ratio}× | ${(p2r.saga.p99 / p2r.floor.p99).toFixed(2)}× | ${(p2r.idle.saga / p2r.idle.floor).toFixed(2)}× | |`,
+      );
+      say(
+        `| saga, no payload codec | ${p2r.plain.perSecond} | ${p2r.plain.p50} | ${p2r.plain.p99} | ${p2r.idle.plain} | |`,
+      );
+      say(
+        `| codec's cost: with / without | ${p2r.codecRatio}× | ${(p2r.saga.p50 / p2r.plain.p50).toFixed(2)}× | ${(p2r.saga.p99 / p2r.plain.p99).toFixed(2)}× | ${(p2r.idle.saga / p2r.idle.plain).toFixed(2)}× | |`,
       );
     }
     if (p3r)

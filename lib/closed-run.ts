@@ -6,7 +6,7 @@
  * which compensations ran). Same shape as the `state` query, so `client.ts status` prints the same.
  */
 import type { Client, WorkflowExecutionDescription } from '@temporalio/client';
-import { defaultPayloadConverter } from '@temporalio/common';
+import { defaultPayloadConverter, type LoadedDataConverter } from '@temporalio/common';
 import { temporal } from '@temporalio/proto';
 import { ORDER_STATUSES, type OrderStatus } from '../domain/order';
 import type { SagaState } from '../workflows/messages';
@@ -135,6 +135,25 @@ export function stateFromHistory(
   };
 }
 
+/**
+ * The history's activity inputs and results, and local-activity markers, opened with the client's
+ * payload codecs (the history holds them encrypted), in place; the rest stays as the server sent it.
+ */
+async function openPayloads(dc: LoadedDataConverter, events: Event[]): Promise<void> {
+  const open = async (p: Payloads): Promise<void> => {
+    if (!p?.payloads?.length) return;
+    let list = p.payloads as Parameters<(typeof dc.payloadCodecs)[number]['decode']>[0];
+    for (const codec of [...dc.payloadCodecs].reverse()) list = await codec.decode(list);
+    p.payloads = list;
+  };
+  for (const e of events) {
+    await open(e.activityTaskScheduledEventAttributes?.input);
+    await open(e.activityTaskCompletedEventAttributes?.result);
+    const m = e.markerRecordedEventAttributes;
+    if (m?.details) for (const key of Object.keys(m.details)) await open(m.details[key]);
+  }
+}
+
 const isStatus = (s: unknown): s is OrderStatus => (ORDER_STATUSES as readonly unknown[]).includes(s);
 
 /** The `state` of the closed run `described` (of workflow order:<orderId>), from the server alone. */
@@ -145,6 +164,7 @@ export async function closedRunState(
 ): Promise<SagaState> {
   const handle = client.workflow.getHandle(described.workflowId, described.runId);
   const history = await handle.fetchHistory();
+  await openPayloads(client.options.loadedDataConverter, history.events ?? []);
   let outcome: Awaited<ReturnType<typeof orderOutcome>> | undefined;
   try {
     outcome = await orderOutcome(handle); // the run has closed: this answers at once

@@ -9,6 +9,8 @@ export const DEFAULT_PORTS = {
   temporal: 7233,
   /** TEMPORAL_UI_PORT: the Temporal Web UI. */
   temporalUi: 8233,
+  /** CODEC_SERVER_PORT: the codec server, which decodes payloads for the Web UI. */
+  codecServer: 8234,
   /** PROVIDER_PORT: the payment provider's API. */
   provider: PROVIDER_PORT,
   /** PROVIDER_ADMIN_PORT: the provider's fault switches. */

@@ -33,6 +33,8 @@ export interface RealTemporalOptions {
   port: number;
   uiPort: number;
   metricsPort: number;
+  /** The codec server's endpoint the Web UI calls to show decoded payloads (none: the UI shows them encoded). */
+  codecEndpoint?: string;
   namespace?: string;
   log?: (line: string) => void;
   /** Called when the server or the UI server exits on its own (not by stop() or restart()). */
@@ -252,6 +254,7 @@ export async function startRealTemporal(opts: RealTemporalOptions): Promise<Real
           TEMPORAL_ADDRESS: address,
           TEMPORAL_UI_PORT: String(opts.uiPort),
           TEMPORAL_UI_ORIGIN: uiUrl,
+          ...(opts.codecEndpoint ? { TEMPORAL_CODEC_ENDPOINT: opts.codecEndpoint } : {}),
           TEMPORAL_NAMESPACE: namespace,
           ...passThrough,
         },

@@ -12,6 +12,7 @@
  */
 import { spawnSync, type ChildProcess } from 'node:child_process';
 import { parseArgs } from 'node:util';
+import { randomBytes } from 'node:crypto';
 import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { Client, Connection } from '@temporalio/client';
@@ -19,6 +20,14 @@ import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { ensurePostgres } from '../db/postgres';
 import { passwordsFromEnv, prepareDatabase, ROLES } from '../db/roles';
 import { DEFAULT_PORTS, listUrl, loopbackUrl, operatorViews, readConfig, RUNTIME_FILE } from '../lib/config';
+import { startCodecServer } from '../lib/codec-server';
+import {
+  DEFAULT_KEY_FILE,
+  dataConverterFor,
+  EncryptionCodec,
+  ensureKeyFile,
+  requirePayloadKeys,
+} from '../platform/payload-codec';
 import { startTsProcess, stopProcess } from '../platform/processes';
 import { SWEEP_SCHEDULE_ID, upsertSchedule } from '../lib/schedules';
 import { startRealTemporal } from '../lib/temporal-server';
@@ -124,6 +133,25 @@ async function main(): Promise<void> {
       `postgres: ${pg.embedded ? `embedded, data in ${pg.dataDir!.startsWith(ROOT) ? path.relative(ROOT, pg.dataDir!) : pg.dataDir}` : 'DATABASE_URL'}; migrations applied now: ${applied.length ? applied.join(', ') : 'none (up to date)'}`,
     );
 
+    // ---- The payload keys and the codec server (before Temporal: its Web UI is given the codec's address) ----
+    const keyFile = env.PAYLOAD_KEY_FILE ? path.resolve(env.PAYLOAD_KEY_FILE) : DEFAULT_KEY_FILE;
+    const madeKeys = env.PAYLOAD_KEYS?.trim() ? false : ensureKeyFile(keyFile);
+    const keys = requirePayloadKeys(env);
+    const dataConverter = dataConverterFor(keys);
+    const uiPort = Number(env.TEMPORAL_UI_PORT ?? DEFAULT_PORTS.temporalUi);
+    const codecServer = await startCodecServer({
+      codec: new EncryptionCodec(keys),
+      // A new token at every start, unless one is given; the Web UI's endpoint carries it.
+      token: env.CODEC_SERVER_TOKEN ?? randomBytes(24).toString('base64url'),
+      allowOrigins: [loopbackUrl(uiPort), `http://localhost:${uiPort}`],
+      port: Number(env.CODEC_SERVER_PORT ?? DEFAULT_PORTS.codecServer),
+      log: say,
+    });
+    cleanups.push(() => codecServer.close());
+    say(
+      `payload keys: ${madeKeys ? `created ${path.relative(ROOT, keyFile)} (mode 0600)` : keys.source === 'PAYLOAD_KEYS' ? 'PAYLOAD_KEYS' : path.relative(ROOT, keys.source)}, current ${keys.current}; codec server ${codecServer.url}`,
+    );
+
     // ---- Temporal ----
     let temporalAddress = env.TEMPORAL_ADDRESS;
     let uiUrl = env.TEMPORAL_UI_URL ?? loopbackUrl(DEFAULT_PORTS.temporalUi);
@@ -138,8 +166,9 @@ async function main(): Promise<void> {
       const real = await startRealTemporal({
         ownerUrl: pg.url,
         port: Number(env.TEMPORAL_PORT ?? DEFAULT_PORTS.temporal),
-        uiPort: Number(env.TEMPORAL_UI_PORT ?? DEFAULT_PORTS.temporalUi),
+        uiPort,
         metricsPort: Number(env.TEMPORAL_SERVER_METRICS_PORT ?? DEFAULT_PORTS.temporalServerMetrics),
+        codecEndpoint: codecServer.uiEndpoint,
         namespace,
         log: say,
         onSpawn: (child) => children.push(child),
@@ -160,14 +189,16 @@ async function main(): Promise<void> {
       say(
         `starting the Temporal dev server${executable ? ` (${path.basename(executable.type === 'existing-path' ? executable.path : '')})` : ' (SDK download)'}…`,
       );
+      const file = fileBackedDevServer(path.join(DATA, 'temporal.db'));
       const tenv = await TestWorkflowEnvironment.createLocal({
         server: {
           ...(executable ? { executable } : {}),
           ip: '127.0.0.1',
           port: Number(env.TEMPORAL_PORT ?? DEFAULT_PORTS.temporal),
           ui: true,
-          uiPort: Number(env.TEMPORAL_UI_PORT ?? DEFAULT_PORTS.temporalUi),
-          ...fileBackedDevServer(path.join(DATA, 'temporal.db')),
+          uiPort,
+          dbFilename: file.dbFilename,
+          extraArgs: [...file.extraArgs, '--ui-codec-endpoint', codecServer.uiEndpoint],
           namespace,
           searchAttributes: [OrderStatusKey, CustomerIdKey, NeedsAttentionKey, TotalCentsKey],
           log: { format: 'pretty', level: 'warn' },
@@ -260,7 +291,7 @@ async function main(): Promise<void> {
     {
       const connection = await Connection.connect({ address: temporalAddress });
       try {
-        const client = new Client({ connection, namespace });
+        const client = new Client({ connection, namespace, dataConverter });
         await upsertSchedule(client, {
           scheduleId: SWEEP_SCHEDULE_ID,
           workflowType: 'sweeperWorkflow',
@@ -280,6 +311,8 @@ async function main(): Promise<void> {
       ...appEnv,
       PROVIDER_URL: childEnv.PROVIDER_URL,
       WORKER_METRICS_URL: loopbackUrl(metricsPort),
+      CODEC_SERVER_URL: codecServer.url,
+      CODEC_SERVER_TOKEN: codecServer.token,
     };
     writeFileSync(RUNTIME_FILE, `${JSON.stringify(runtime, null, 2)}\n`, { mode: 0o600 });
     wroteRuntime = true;
@@ -296,6 +329,9 @@ async function main(): Promise<void> {
       `Workers:   ${opts.workers} process${opts.workers > 1 ? 'es' : ''} (metrics ${opts.workers > 1 ? `ports ${metricsPort}–${metricsPort + opts.workers - 1}` : `port ${metricsPort}`})`,
     );
     say(`Build:     ${versionLine}`);
+    say(
+      `Payloads:  encrypted with key ${keys.current}; the Web UI decodes through ${codecServer.url} (the Temporal CLI too: --codec-endpoint ${codecServer.url} --codec-auth "Bearer $CODEC_SERVER_TOKEN", the token in ${path.relative(ROOT, RUNTIME_FILE)})`,
+    );
     say(
       `Metrics:   ${cfg.workerMetricsUrl}/metrics (inventory), ${loopbackUrl(DEFAULT_PORTS.temporalMetrics)}/metrics (Temporal runtime)`,
     );

@@ -21,7 +21,7 @@ import { readConfig } from '../lib/config';
 import { startTsProcess, stopProcess } from '../platform/processes';
 import { createOrderWorkers } from '../worker';
 import { orderSaga, resolveUpdate, stateQuery } from '../workflows';
-import { bundleWorkflows, startE2eServer } from './temporal-env';
+import { bundleWorkflows, dataConverter, startE2eServer } from './temporal-env';
 import {
   createProduct,
   ledger,
@@ -163,7 +163,12 @@ describe('crash safety: SIGKILL of the worker between a commit and its activity 
       inquireCharge: async (req) =>
         ++inquiries === 1 ? { status: 'processing', amountCents: 0, refundedCents: 0 } : real.inquireCharge(req),
     };
-    const activityWorker = await Worker.create({ connection: env.nativeConnection, taskQueue, activities });
+    const activityWorker = await Worker.create({
+      dataConverter: dataConverter(),
+      connection: env.nativeConnection,
+      taskQueue,
+      activities,
+    });
     const runningActivities = activityWorker.run();
     let workflowWorker: Worker | undefined;
     let runningWorkflows: Promise<void> | undefined;
@@ -181,6 +186,7 @@ describe('crash safety: SIGKILL of the worker between a commit and its activity 
       await stopProcess(holder, 'SIGKILL');
       answer();
       workflowWorker = await Worker.create({
+        dataConverter: dataConverter(),
         connection: env.nativeConnection,
         taskQueue,
         workflowBundle: bundle,
@@ -213,7 +219,11 @@ describe('crash safety: SIGKILL of the worker between a commit and its activity 
       expect(history.events?.some((e) => e.eventType === T.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT)).toBe(true);
       expect(history.events?.some((e) => e.eventType === T.EVENT_TYPE_WORKFLOW_TASK_FAILED)).toBe(false);
       expect(inquiries).toBeGreaterThanOrEqual(2);
-      await Worker.runReplayHistory({ workflowBundle: bundle }, history, workflowIdFor(order.orderId));
+      await Worker.runReplayHistory(
+        { dataConverter: dataConverter(), workflowBundle: bundle },
+        history,
+        workflowIdFor(order.orderId),
+      );
       expect(escalated).toBe(false);
     } finally {
       answer();

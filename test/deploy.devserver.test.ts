@@ -13,7 +13,7 @@
 import path from 'node:path';
 import type { WorkflowHandle } from '@temporalio/client';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
-import { bundleWorkflowCode, Worker, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
+import { Worker, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
 import type { Pool } from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { runCli } from '../client';
@@ -33,7 +33,7 @@ import { orderOutcome } from '../lib/order-outcome';
 import { createOrderWorkers, type OrderWorkers } from '../worker';
 import { DEFAULT_SAGA_CONFIG, orderSaga, stateQuery, type SagaState } from '../workflows';
 import { createProduct, ledger, makeOrder, testAdmin, testPool, uid } from './helpers';
-import { bundleWorkflows, quietLogger, startDevServer } from './temporal-env';
+import { bundleWorkflows, dataConverter, startDevServer } from './temporal-env';
 
 let env: TestWorkflowEnvironment;
 let db: Pool;
@@ -69,7 +69,7 @@ beforeAll(async () => {
   });
   [bundleA, bundleB] = await Promise.all([
     bundleWorkflows(),
-    bundleWorkflowCode({ workflowsPath: path.resolve(__dirname, 'support/workflows-b.ts'), logger: quietLogger }),
+    bundleWorkflows(path.resolve(__dirname, 'support/workflows-b.ts')),
   ]);
 });
 
@@ -210,7 +210,9 @@ describe('a deploy with Worker Versioning (dev server)', () => {
     const history1 = await h1.fetchHistory();
     const history2 = await h2.fetchHistory();
     const replay = async (bundle: WorkflowBundleWithSourceMap, workflowId: string, history: typeof history1) => {
-      for await (const r of Worker.runReplayHistories({ workflowBundle: bundle }, [{ workflowId, history }]))
+      for await (const r of Worker.runReplayHistories({ dataConverter: dataConverter(), workflowBundle: bundle }, [
+        { workflowId, history },
+      ]))
         return r.error;
       throw new Error('no replay result');
     };

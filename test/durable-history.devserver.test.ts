@@ -14,7 +14,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createActivities, type OrderActivities } from '../activities';
 import { workflowIdFor, type OrderResult } from '../domain/order';
 import { createProduct, ledger, makeOrder, orderRow, testPool, testProvider, uid } from './helpers';
-import { bundleWorkflows, startDevServer } from './temporal-env';
+import { bundleWorkflows, dataConverter, startDevServer } from './temporal-env';
 
 let db: Pool;
 let dir: string;
@@ -62,6 +62,7 @@ describe('the file-backed dev server of npm start', () => {
     const p = await createProduct(db, { stock: 5, priceCents: 700 });
     const order = makeOrder([{ sku: p.sku, qty: 1, unitPriceCents: 700 }], { orderId: `durable-${uid()}` });
     const worker1 = await Worker.create({
+      dataConverter: dataConverter(),
       connection: before.nativeConnection,
       taskQueue,
       workflowBundle: bundle,
@@ -87,6 +88,7 @@ describe('the file-backed dev server of npm start', () => {
     const after = await startDevServer({ dbFilename });
     envs.push(after);
     const worker2 = await Worker.create({
+      dataConverter: dataConverter(),
       connection: after.nativeConnection,
       taskQueue,
       workflowBundle: bundle,

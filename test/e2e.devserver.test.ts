@@ -18,12 +18,14 @@ import { createOrderWorkers, type OrderWorkers } from '../worker';
 import { NeedsAttentionKey, OrderStatusKey, TotalCentsKey } from '../workflows/search-attributes';
 import { runCli } from '../client';
 import { freePort, runProcess, startWorkerProcess, stopProcess } from '../platform/processes';
+import { devServerExecutable } from '../lib/temporal-servers';
 import { bundleWorkflows, startE2eServer } from './temporal-env';
 import { createProduct, ledger, makeOrder, orderRow, productRow, testAdmin, testPool, uid } from './helpers';
 import { MALFORMED_ORDERS } from './malformed-orders';
 
 const ROOT = path.resolve(__dirname, '..');
 let env: TestWorkflowEnvironment;
+let server: Awaited<ReturnType<typeof startE2eServer>> | undefined;
 let db: Pool;
 let workers: OrderWorkers | undefined;
 let running: Promise<void> | undefined;
@@ -50,7 +52,7 @@ async function settledCount(e: TestWorkflowEnvironment): Promise<number> {
 }
 
 beforeAll(async () => {
-  const server = await startE2eServer({ uiPort: await freePort() });
+  server = await startE2eServer({ uiPort: await freePort() });
   env = server.env;
   db = testPool();
   childEnv = {
@@ -92,7 +94,7 @@ afterAll(async () => {
   await workers?.db.end();
   await workers?.reader.end();
   await db?.end();
-  await env?.teardown();
+  await server?.stop();
 });
 
 /** Runs `npx tsx client.ts …` as its own process, as a person would. */
@@ -113,7 +115,51 @@ function orderFile(order: unknown): string {
   return file;
 }
 
+/** The Temporal CLI (`temporal workflow show … --output json`), as someone without the key runs it. */
+async function temporalShow(workflowId: string, extra: string[] = []): Promise<string> {
+  const cli = devServerExecutable();
+  if (!cli || cli.type !== 'existing-path')
+    throw new Error('the Temporal CLI is not in the cache: bash scripts/ensure-servers.sh cli');
+  const r = await runProcess(
+    cli.path,
+    ['workflow', 'show', '--workflow-id', workflowId, '--address', env.address, '--output', 'json', ...extra],
+    {},
+  );
+  if (r.code !== 0) throw new Error(`temporal workflow show exited ${r.code}: ${r.stderr}`);
+  return r.stdout;
+}
+
 describe('end to end on the dev server', () => {
+  it('the history holds no payment token, line or price in the clear; the codec server opens it', async () => {
+    const p = await createProduct(db, { stock: 20, priceCents: 4321 });
+    const order = makeOrder([{ sku: p.sku, qty: 3, unitPriceCents: p.priceCents }], { paymentMethod: 'tok_visa' });
+    const r = await cli(['place', '--file', orderFile(order), '--json']);
+    expect(r.code, r.stderr).toBe(0);
+    const raw = await temporalShow(workflowIdFor(order.orderId));
+    expect(raw.length).toBeGreaterThan(1_000); // a whole history, not an error
+    // Neither the token, nor the SKU of its line, nor its price, anywhere (the customer's ID and the
+    // total are search attributes: readable by design, SECURITY.md).
+    expect(raw).not.toContain('tok_');
+    expect(raw).not.toContain(p.sku);
+    expect(raw).not.toContain('4321');
+    expect(raw).not.toContain('unitPriceCents');
+    // Failure messages are sealed too, and what is readable by design is there: the activity names.
+    expect(raw).toContain('chargePayment');
+    expect(raw).toContain(Buffer.from('binary/encrypted').toString('base64'));
+    // The same history through the codec server (the CLI's --codec-endpoint): the order in the clear.
+    const codec = server!.codec;
+    if (codec) {
+      const open = await temporalShow(workflowIdFor(order.orderId), [
+        '--codec-endpoint',
+        codec.url,
+        '--codec-auth',
+        `Bearer ${codec.token}`,
+      ]);
+      expect(open).toContain('tok_visa');
+      expect(open).toContain(p.sku);
+    }
+  });
+
   it('client place --json: COMPLETED, visible in the dev server, rows and ledger as expected', async () => {
     const p = await createProduct(db, { stock: 20, priceCents: 999 });
     const order = makeOrder([{ sku: p.sku, qty: 2, unitPriceCents: p.priceCents }]);
@@ -456,6 +502,31 @@ describe('end to end on the dev server', () => {
         expect(attention).toContain(`GET /v1/charges/${stuck.orderId}:charge`);
         expect(attention).toContain(`npx tsx client.ts resolve ${stuck.orderId} --action charge-failed`);
         await page.screenshot({ path: path.join(artifacts, 'web-ui-needs-attention.png'), fullPage: true });
+
+        // The same run page where the codec server cannot be reached: the payloads stay sealed.
+        const codec = server!.codec!;
+        const sealed = await browser.newContext({ viewport: { width: 1600, height: 1200 } });
+        let codecCalls = 0;
+        await sealed.route(`${codec.url}/**`, (route) => {
+          codecCalls++;
+          return route.abort();
+        });
+        const blind = await sealed.newPage();
+        await blind.goto((JSON.parse(failed.stdout) as { uiUrl: string }).uiUrl, {
+          waitUntil: 'domcontentloaded',
+          timeout: 60_000,
+        });
+        await blind.getByText('Event History').first().waitFor({ timeout: 60_000 });
+        await blind.getByText('WorkflowExecutionStarted').first().waitFor({ timeout: 60_000 });
+        await new Promise((r) => setTimeout(r, 3_000)); // time for any decoding to show, if it could
+        const blindText = await allText(blind);
+        writeFileSync(path.join(artifacts, 'web-ui-no-codec.txt'), blindText);
+        await blind.screenshot({ path: path.join(artifacts, 'web-ui-no-codec.png'), fullPage: true });
+        expect(codecCalls).toBeGreaterThan(0); // the UI did try its codec server
+        expect(blindText).not.toContain(orderSummary(declined));
+        expect(blindText).not.toContain('Steps done:');
+        expect(blindText).not.toContain('tok_declined');
+        await sealed.close();
       } catch (err) {
         // What the page showed when a check failed, for whoever reads the CI log.
         const page = browser.contexts()[0]?.pages()[0];

@@ -5,6 +5,7 @@
  * Temporal servers are per file (time-skipping or dev server).
  */
 import type { ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import { chmodSync, mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -13,6 +14,9 @@ import { ensurePostgres, type PostgresHandle } from '../db/postgres';
 import { prepareDatabase, type RoleUrls } from '../db/roles';
 import { startProviderProcess, stopProcess } from '../platform/processes';
 import { realServerPortBlock, startRealTemporal, type RealTemporal } from '../lib/temporal-server';
+import { startCodecServer, type CodecServer } from '../lib/codec-server';
+import { EncryptionCodec, parseKeyList } from '../platform/payload-codec';
+import { TEST_PAYLOAD_KEYS } from './support/payload-keys';
 
 export const TEST_PROVIDER_API_KEY = 'test-provider-key';
 export const TEST_PROVIDER_ADMIN_KEY = 'test-provider-admin-key';
@@ -24,7 +28,7 @@ declare module 'vitest' {
     /** The app's, the provider's and the read-only role's (db/roles.ts). */
     roleUrls: RoleUrls;
     /** Set only under `npm run test:server`: the real Temporal server on Postgres, and its Web UI. */
-    temporalServer: { address: string; uiUrl: string } | undefined;
+    temporalServer: { address: string; uiUrl: string; codec: { url: string; token: string } } | undefined;
     providerUrl: string;
     providerApiKey: string;
     providerAdminUrl: string;
@@ -35,6 +39,7 @@ declare module 'vitest' {
 let pg: PostgresHandle | undefined;
 let provider: ChildProcess | undefined;
 let real: RealTemporal | undefined;
+let codec: CodecServer | undefined;
 let tmp: string | undefined;
 
 export async function setup(project: TestProject): Promise<void> {
@@ -60,8 +65,24 @@ export async function setup(project: TestProject): Promise<void> {
   if (process.env.ORDER_SAGA_TEMPORAL === 'server') {
     // npm run test:server: one real Temporal server on this Postgres for every file, with its Web UI.
     const port = realServerPortBlock(process.pid + 1);
-    real = await startRealTemporal({ ownerUrl: pg.url, port, uiPort: port + 21, metricsPort: port + 22 });
-    project.provide('temporalServer', { address: real.address, uiUrl: real.uiUrl });
+    // Its Web UI decodes through a codec server with the tests' key, as npm start's does.
+    codec = await startCodecServer({
+      codec: new EncryptionCodec(parseKeyList(TEST_PAYLOAD_KEYS)),
+      token: randomBytes(24).toString('base64url'),
+      allowOrigins: [`http://127.0.0.1:${port + 21}`],
+    });
+    real = await startRealTemporal({
+      ownerUrl: pg.url,
+      port,
+      uiPort: port + 21,
+      metricsPort: port + 22,
+      codecEndpoint: codec.uiEndpoint,
+    });
+    project.provide('temporalServer', {
+      address: real.address,
+      uiUrl: real.uiUrl,
+      codec: { url: codec.url, token: codec.token },
+    });
   } else project.provide('temporalServer', undefined);
   project.provide('providerUrl', started.url);
   project.provide('providerApiKey', TEST_PROVIDER_API_KEY);
@@ -71,6 +92,7 @@ export async function setup(project: TestProject): Promise<void> {
 
 export async function teardown(): Promise<void> {
   await real?.stop();
+  await codec?.close();
   await stopProcess(provider);
   await pg?.stop();
   if (tmp) rmSync(tmp, { recursive: true, force: true });

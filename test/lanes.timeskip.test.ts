@@ -13,7 +13,7 @@ import type { ReserveRequest, ReserveResult } from '../activities/inventory';
 import { laneFor, laneTaskQueue } from '../domain/lanes';
 import { workflowIdFor, type OrderInput } from '../domain/order';
 import { orderSaga } from '../workflows';
-import { bundleWorkflows, startTimeSkipping } from './temporal-env';
+import { bundleWorkflows, dataConverter, startTimeSkipping } from './temporal-env';
 import { createProduct, ledger, makeOrder, productRow, reservations, testPool, testProvider, uid } from './helpers';
 
 let env: TestWorkflowEnvironment;
@@ -38,10 +38,17 @@ async function withLanes<T>(
 ): Promise<T> {
   const taskQueue = `lanes-${uid()}`;
   const workers = [
-    await Worker.create({ connection: env.nativeConnection, taskQueue, workflowBundle: bundle, activities: main }),
+    await Worker.create({
+      dataConverter: dataConverter(),
+      connection: env.nativeConnection,
+      taskQueue,
+      workflowBundle: bundle,
+      activities: main,
+    }),
     ...(await Promise.all(
       [0, 1].map((n) =>
         Worker.create({
+          dataConverter: dataConverter(),
           connection: env.nativeConnection,
           taskQueue: laneTaskQueue(taskQueue, n),
           activities: lane(n),

@@ -6,16 +6,19 @@
  * is incompatible with running histories: it ships as a new build (every deploy has its own build ID),
  * and the fixtures are recorded afresh with
  * UPDATE_FIXTURES=1 npx vitest run test/saga-semantics.timeskip.test.ts
+ * The fixtures hold what the server holds: payloads sealed by the payload codec, with the tests' key
+ * (test/support/payload-keys.ts); the replay decodes them with it.
  */
 import { readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { historyFromJSON } from '@temporalio/common/lib/proto-utils';
-import { bundleWorkflowCode, Worker } from '@temporalio/worker';
+import { Worker } from '@temporalio/worker';
 import { describe, expect, it } from 'vitest';
 import { workflowIdFor } from '../domain/order';
+import { EncryptionCodec, ENCRYPTED_ENCODING, requirePayloadKeys } from '../platform/payload-codec';
+import { bundleWorkflows, dataConverter } from './temporal-env';
 
 const DIR = path.join(__dirname, 'fixtures', 'histories');
-const quiet = { log() {}, trace() {}, debug() {}, info() {}, warn() {}, error() {} };
 
 const files = readdirSync(DIR)
   .filter((f) => f.endsWith('.json'))
@@ -25,20 +28,32 @@ function loadHistories() {
   return files.map((f) => {
     const history = historyFromJSON(JSON.parse(readFileSync(path.join(DIR, f), 'utf8')));
     // The saga checks that it runs as order:<orderId>: replay each history under its own workflow ID.
-    const input = history.events?.[0]?.workflowExecutionStartedEventAttributes?.input?.payloads?.[0]?.data;
+    const sealed = history.events?.[0]?.workflowExecutionStartedEventAttributes?.input?.payloads?.[0];
+    const input = sealed ? new EncryptionCodec(requirePayloadKeys()).open(sealed).data : undefined;
     const orderId = (JSON.parse(Buffer.from(input ?? []).toString('utf8')) as { orderId?: string }).orderId;
     return { workflowId: orderId ? workflowIdFor(orderId) : f.replace(/\.json$/, ''), history };
   });
 }
 
 async function replayAll(workflowsPath: string) {
-  const workflowBundle = await bundleWorkflowCode({ workflowsPath, logger: quiet });
+  const workflowBundle = await bundleWorkflows(workflowsPath);
   const results = [];
-  for await (const r of Worker.runReplayHistories({ workflowBundle }, loadHistories())) results.push(r);
+  for await (const r of Worker.runReplayHistories({ workflowBundle, dataConverter: dataConverter() }, loadHistories()))
+    results.push(r);
   return results;
 }
 
 describe('replay of saved saga histories', () => {
+  it('every fixture holds its input sealed: no payment token, no price in the clear', () => {
+    for (const f of files) {
+      const text = readFileSync(path.join(DIR, f), 'utf8');
+      expect(text, f).not.toMatch(/tok_|unitPriceCents|paymentMethod/);
+      const history = historyFromJSON(JSON.parse(text));
+      const input = history.events?.[0]?.workflowExecutionStartedEventAttributes?.input?.payloads?.[0];
+      expect(Buffer.from(input?.metadata?.encoding ?? []).toString(), f).toBe(ENCRYPTED_ENCODING);
+    }
+  });
+
   it('every fixture replays with no error', async () => {
     expect(files.length).toBeGreaterThanOrEqual(30);
     const results = await replayAll(path.resolve(__dirname, '../workflows/index.ts'));

@@ -18,7 +18,7 @@ import { createActivities, type OrderActivities } from '../activities';
 import { workflowIdFor, type OrderInput, type OrderResult } from '../domain/order';
 import { checkInvariants, temporalLookup } from '../db/invariants';
 import { cancelUpdate, orderSaga, resolveUpdate, stateQuery } from '../workflows';
-import { bundleWorkflows, startDevServer } from './temporal-env';
+import { bundleWorkflows, dataConverter, startDevServer } from './temporal-env';
 import { createProduct, ledger, makeOrder, moneyKept, testAdmin, testPool, testProvider, uid } from './helpers';
 
 const DAY = 86_400_000;
@@ -62,6 +62,7 @@ beforeAll(async () => {
     },
   };
   worker = await Worker.create({
+    dataConverter: dataConverter(),
     connection: env.nativeConnection,
     taskQueue,
     workflowBundle: await bundleWorkflows(),

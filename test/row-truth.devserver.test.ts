@@ -30,7 +30,7 @@ import {
   testProvider,
   uid,
 } from './helpers';
-import { bundleWorkflows, startDevServer } from './temporal-env';
+import { bundleWorkflows, dataConverter, startDevServer } from './temporal-env';
 
 /** The provider timeout of this file's worker: short, so a blocked request times out quickly. */
 const PROVIDER_TIMEOUT_MS = 2_000;
@@ -55,6 +55,7 @@ beforeAll(async () => {
     },
   };
   worker = await Worker.create({
+    dataConverter: dataConverter(),
     connection: env.nativeConnection,
     taskQueue,
     workflowBundle: await bundleWorkflows(),

@@ -9,7 +9,7 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { Context } from '@temporalio/activity';
 import { WorkflowUpdateFailedError, WorkflowUpdateStage, type WorkflowHandle } from '@temporalio/client';
-import { ApplicationFailure, type HistoryAndWorkflowId } from '@temporalio/common';
+import { ApplicationFailure, defaultPayloadConverter, type HistoryAndWorkflowId } from '@temporalio/common';
 import { historyToJSON, type History } from '@temporalio/common/lib/proto-utils';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { Worker, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
@@ -28,7 +28,8 @@ import {
   type SagaState,
 } from '../workflows';
 import { NeedsAttentionKey, OrderStatusKey } from '../workflows/search-attributes';
-import { bundleWorkflows, startTimeSkipping } from './temporal-env';
+import { EncryptionCodec, requirePayloadKeys } from '../platform/payload-codec';
+import { bundleWorkflows, dataConverter, startTimeSkipping } from './temporal-env';
 import {
   createProduct,
   ledger,
@@ -117,6 +118,7 @@ async function withSaga<T>(
 ): Promise<T> {
   const taskQueue = `sem-${uid()}`;
   const worker = await Worker.create({
+    dataConverter: dataConverter(),
     connection: env.nativeConnection,
     taskQueue,
     workflowBundle: bundle,
@@ -713,7 +715,13 @@ describe('the order row is the lock', () => {
       },
     };
     // No sticky cache: each phase's worker takes over the workflow tasks of the one before.
-    const phase = { connection: env.nativeConnection, taskQueue, workflowBundle: bundle, maxCachedWorkflows: 0 };
+    const phase = {
+      dataConverter: dataConverter(),
+      connection: env.nativeConnection,
+      taskQueue,
+      workflowBundle: bundle,
+      maxCachedWorkflows: 0,
+    };
     full = await Worker.create({ ...phase, activities: stopAfterReserve });
     await Promise.all([full.run(), env.client.workflow.start(orderSaga, { taskQueue, workflowId, args: [order, {}] })]);
     // Phase 2: workflows only. The customer cancels; the unstarted request times out unsent.
@@ -851,7 +859,7 @@ describe('replay', () => {
     expect(histories.length).toBeGreaterThanOrEqual(20);
     const results = [];
     for await (const r of Worker.runReplayHistories(
-      { workflowBundle: bundle },
+      { dataConverter: dataConverter(), workflowBundle: bundle },
       histories.map((h): HistoryAndWorkflowId => ({ workflowId: h.workflowId, history: h.history })),
     ))
       results.push(r);
@@ -860,9 +868,29 @@ describe('replay', () => {
     if (process.env.UPDATE_FIXTURES) {
       const dir = path.join(ROOT, 'test', 'fixtures', 'histories');
       mkdirSync(dir, { recursive: true });
-      // Stack traces name this machine's paths, and replay never reads them: saved empty.
+      // Stack traces name this machine's paths, and replay never reads them: saved empty, also those
+      // sealed inside a failure's encoded attributes (opened, emptied, sealed again with the test key).
+      const codec = new EncryptionCodec(requirePayloadKeys());
+      type JsonPayload = { metadata?: Record<string, string>; data?: string };
+      const b64 = (v: Uint8Array | null | undefined) => Buffer.from(v ?? []).toString('base64');
+      const reseal = (p: JsonPayload): JsonPayload => {
+        const opened = codec.open({
+          metadata: Object.fromEntries(Object.entries(p.metadata ?? {}).map(([k, v]) => [k, Buffer.from(v, 'base64')])),
+          data: Buffer.from(p.data ?? '', 'base64'),
+        });
+        const attrs = defaultPayloadConverter.fromPayload<Record<string, unknown>>(opened);
+        const sealed = codec.seal(defaultPayloadConverter.toPayload({ ...attrs, stack_trace: '' }));
+        return {
+          metadata: Object.fromEntries(Object.entries(sealed.metadata ?? {}).map(([k, v]) => [k, b64(v)])),
+          data: b64(sealed.data),
+        };
+      };
       const scrub = (json: string): string =>
-        JSON.stringify(JSON.parse(json), (k, v: unknown) => (k === 'stackTrace' ? '' : v), 2);
+        JSON.stringify(
+          JSON.parse(json),
+          (k, v: unknown) => (k === 'stackTrace' ? '' : k === 'encodedAttributes' ? reseal(v as JsonPayload) : v),
+          2,
+        );
       for (const h of histories)
         writeFileSync(path.join(dir, `${h.name}.json`), `${scrub(historyToJSON(h.history))}\n`);
     }

@@ -12,7 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createActivities } from '../activities';
 import { workflowIdFor, type OrderResult } from '../domain/order';
 import { orderSaga } from '../workflows';
-import { bundleWorkflows, startTimeSkipping } from './temporal-env';
+import { bundleWorkflows, dataConverter, startTimeSkipping } from './temporal-env';
 import {
   createProduct,
   ledger,
@@ -43,6 +43,7 @@ afterAll(async () => {
 async function runSaga(order: ReturnType<typeof makeOrder>): Promise<OrderResult> {
   const taskQueue = `saga-${uid()}`;
   const worker = await Worker.create({
+    dataConverter: dataConverter(),
     connection: env.nativeConnection,
     taskQueue,
     workflowBundle: bundle,

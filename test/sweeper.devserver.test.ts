@@ -10,7 +10,7 @@ import path from 'node:path';
 import { WorkflowUpdateStage } from '@temporalio/client';
 import { temporal } from '@temporalio/proto';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
-import { bundleWorkflowCode, Worker } from '@temporalio/worker';
+import { Worker } from '@temporalio/worker';
 import type { Pool } from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createActivities } from '../activities';
@@ -29,7 +29,7 @@ import {
   testProvider,
   uid,
 } from './helpers';
-import { bundleWorkflows, quietLogger, startDevServer } from './temporal-env';
+import { bundleWorkflows, dataConverter, startDevServer } from './temporal-env';
 
 let env: TestWorkflowEnvironment;
 let db: Pool;
@@ -50,18 +50,17 @@ beforeAll(async () => {
   });
   workers.push(
     await Worker.create({
+      dataConverter: dataConverter(),
       connection: env.nativeConnection,
       taskQueue,
       workflowBundle: await bundleWorkflows(),
       activities,
     }),
     await Worker.create({
+      dataConverter: dataConverter(),
       connection: env.nativeConnection,
       taskQueue: brokenQueue,
-      workflowBundle: await bundleWorkflowCode({
-        workflowsPath: path.resolve(__dirname, 'support/workflows-broken.ts'),
-        logger: quietLogger,
-      }),
+      workflowBundle: await bundleWorkflows(path.resolve(__dirname, 'support/workflows-broken.ts')),
     }),
   );
   for (const w of workers) running.push(w.run());

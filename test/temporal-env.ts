@@ -1,4 +1,5 @@
 /** The real Temporal servers the test files start, and the workflow bundle they share per file. */
+import { randomBytes } from 'node:crypto';
 import path from 'node:path';
 import { inject } from 'vitest';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
@@ -9,18 +10,33 @@ import {
   registerSearchAttributes,
   testServerExecutable,
 } from '../lib/temporal-servers';
+import { startCodecServer } from '../lib/codec-server';
+import {
+  dataConverterFor,
+  EncryptionCodec,
+  FAILURE_CONVERTER_PATH,
+  requirePayloadKeys,
+} from '../platform/payload-codec';
 import { CustomerIdKey, NeedsAttentionKey, OrderStatusKey, TotalCentsKey } from '../workflows/search-attributes';
 
 export const quietLogger = { log() {}, trace() {}, debug() {}, info() {}, warn() {}, error() {} };
 
-/** Bundles the workflows once (per test file). */
-export const bundleWorkflows = (): Promise<WorkflowBundleWithSourceMap> =>
-  bundleWorkflowCode({ workflowsPath: path.resolve(__dirname, '../workflows/index.ts'), logger: quietLogger });
+/** The payload codec and failure converter of every client and worker of the tests (the test key). */
+export const dataConverter = () => dataConverterFor(requirePayloadKeys());
+
+/** Bundles the workflows once (per test file), with the failure converter the workers use. */
+export const bundleWorkflows = (
+  workflowsPath = path.resolve(__dirname, '../workflows/index.ts'),
+): Promise<WorkflowBundleWithSourceMap> =>
+  bundleWorkflowCode({ workflowsPath, logger: quietLogger, failureConverterPath: FAILURE_CONVERTER_PATH });
 
 /** The Java time-skipping server (from the cache, or the SDK's download), with the search attributes. */
 export async function startTimeSkipping(): Promise<TestWorkflowEnvironment> {
   const executable = testServerExecutable();
-  const env = await TestWorkflowEnvironment.createTimeSkipping(executable ? { server: { executable } } : {});
+  const env = await TestWorkflowEnvironment.createTimeSkipping({
+    ...(executable ? { server: { executable } } : {}),
+    client: { dataConverter: dataConverter() },
+  });
   await registerSearchAttributes(env.connection, env.namespace ?? 'default');
   return env;
 }
@@ -30,7 +46,7 @@ export async function startTimeSkipping(): Promise<TestWorkflowEnvironment> {
  * search attributes, optionally the Web UI, and optionally dynamic config values.
  */
 export async function startDevServer(
-  opts: { uiPort?: number; dbFilename?: string; dynamicConfig?: Record<string, unknown> } = {},
+  opts: { uiPort?: number; dbFilename?: string; dynamicConfig?: Record<string, unknown>; codecEndpoint?: string } = {},
 ): Promise<TestWorkflowEnvironment> {
   const executable = devServerExecutable();
   const file = opts.dbFilename ? fileBackedDevServer(opts.dbFilename) : undefined;
@@ -39,11 +55,15 @@ export async function startDevServer(
     '--dynamic-config-value',
     `${k}=${JSON.stringify(v)}`,
   ]);
+  const codec = opts.codecEndpoint ? ['--ui-codec-endpoint', opts.codecEndpoint] : [];
   return TestWorkflowEnvironment.createLocal({
+    client: { dataConverter: dataConverter() },
     server: {
       ...(executable ? { executable } : {}),
       ...(file ? { dbFilename: file.dbFilename } : {}),
-      ...(file || dynamic.length ? { extraArgs: [...(file?.extraArgs ?? []), ...dynamic] } : {}),
+      ...(file || dynamic.length || codec.length
+        ? { extraArgs: [...(file?.extraArgs ?? []), ...dynamic, ...codec] }
+        : {}),
       ip: '127.0.0.1',
       ...(opts.uiPort ? { ui: true, uiPort: opts.uiPort } : {}),
       searchAttributes: [OrderStatusKey, CustomerIdKey, NeedsAttentionKey, TotalCentsKey],
@@ -57,16 +77,41 @@ export async function startDevServer(
  * Web UI on `uiPort`). Under `npm run test:server`: the real Postgres-backed Temporal server the
  * global setup started once, with its standalone Web UI (teardown leaves that server running).
  */
-export async function startE2eServer(
-  opts: { uiPort?: number } = {},
-): Promise<{ env: TestWorkflowEnvironment; uiUrl?: string; real: boolean }> {
+export async function startE2eServer(opts: { uiPort?: number } = {}): Promise<{
+  env: TestWorkflowEnvironment;
+  uiUrl?: string;
+  real: boolean;
+  /** The codec server the Web UI decodes through (with a UI only); stop() closes one of the file's own. */
+  codec?: { url: string; token: string };
+  stop(): Promise<void>;
+}> {
   const real = inject('temporalServer');
-  if (real)
-    return {
-      env: await TestWorkflowEnvironment.createFromExistingServer({ address: real.address }),
-      uiUrl: real.uiUrl,
-      real: true,
-    };
-  const env = await startDevServer(opts);
-  return { env, ...(opts.uiPort ? { uiUrl: `http://127.0.0.1:${opts.uiPort}` } : {}), real: false };
+  if (real) {
+    const env = await TestWorkflowEnvironment.createFromExistingServer({
+      address: real.address,
+      client: { dataConverter: dataConverter() },
+    });
+    return { env, uiUrl: real.uiUrl, real: true, codec: real.codec, stop: () => env.teardown() };
+  }
+  if (!opts.uiPort) {
+    const env = await startDevServer();
+    return { env, real: false, stop: () => env.teardown() };
+  }
+  const uiUrl = `http://127.0.0.1:${opts.uiPort}`;
+  const codec = await startCodecServer({
+    codec: new EncryptionCodec(requirePayloadKeys()),
+    token: randomBytes(24).toString('base64url'),
+    allowOrigins: [uiUrl],
+  });
+  const env = await startDevServer({ uiPort: opts.uiPort, codecEndpoint: codec.uiEndpoint });
+  return {
+    env,
+    uiUrl,
+    real: false,
+    codec: { url: codec.url, token: codec.token },
+    stop: async () => {
+      await env.teardown();
+      await codec.close();
+    },
+  };
 }

@@ -8,6 +8,7 @@ import { temporal } from '@temporalio/proto';
 import type { Pool } from 'pg';
 import { orderTotalCents, TERMINAL_STATUSES, type OrderStatus } from '../../domain/order';
 import type { ChaosOrder } from './orders';
+import { decodeHistoryPayload } from '../../platform/payload-codec';
 import type { PeopleViolation } from './people';
 
 interface AuditRow {
@@ -177,8 +178,12 @@ export async function readHistories(
             facts.compensationsRun.add(`${orderId}/${sched.activityId}`);
           }
           if (name === 'setOrderStatus') {
-            const input = Buffer.from(sched.input?.payloads?.[0]?.data ?? []).toString('utf8');
-            if (input.includes('"status":"UNKNOWN_PAYMENT"')) facts.unknownPayment.add(orderId);
+            // The history holds it sealed: open it with the client's codec.
+            const input = (await decodeHistoryPayload(
+              client.options.loadedDataConverter,
+              sched.input?.payloads?.[0],
+            )) as { status?: string } | undefined;
+            if (input?.status === 'UNKNOWN_PAYMENT') facts.unknownPayment.add(orderId);
           }
         }
         const wft = e.workflowTaskFailedEventAttributes;

@@ -6,6 +6,7 @@
  * first workers poll; every saga is pinned to it.
  */
 import type { ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import { writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -20,6 +21,7 @@ import { realServerPortBlock, startRealTemporal, SERVER_VERSION, type RealTempor
 import { devServerExecutable } from '../../lib/temporal-servers';
 import { DEPLOYMENT_NAME, makeVersionCurrent, orderTaskQueues, resolveBuildId } from '../../lib/deployments';
 import { DEFAULT_SAGA_CONFIG } from '../../workflows/order-saga';
+import { dataConverterFor, FAILURE_CONVERTER_PATH, parseKeyList } from '../../platform/payload-codec';
 import { createProviderAdmin, type ProviderAdmin } from '../../provider/client';
 import type { FaultRequest } from '../../provider/faults';
 import { CustomerIdKey, NeedsAttentionKey, OrderStatusKey, TotalCentsKey } from '../../workflows/search-attributes';
@@ -42,6 +44,9 @@ export class ChaosStack {
   readonly apiKey = 'chaos-key';
   private readonly adminKey = 'chaos-admin-key';
   readonly providerTimeoutMs = 2_000;
+  /** The soak's own payload key, new each run: its workers and its client seal every payload with it. */
+  private readonly payloadKeys = `chaos-${randomBytes(3).toString('hex')}:${randomBytes(32).toString('base64')}`;
+  readonly dataConverter = dataConverterFor(parseKeyList(this.payloadKeys));
   /** The workers' Worker Deployment version (one build for the whole soak). */
   readonly version = { deploymentName: DEPLOYMENT_NAME, buildId: resolveBuildId() };
   /** Faults applied to the saga's calls (the workers'). */
@@ -95,10 +100,14 @@ export class ChaosStack {
       // Its own databases on the soak's Postgres; a port block of its own (frontend + 3, +10…, +20).
       const port = realServerPortBlock();
       this.real = await startRealTemporal({ ownerUrl: this.pg.url, port, uiPort: port + 21, metricsPort: port + 22 });
-      this.env = await TestWorkflowEnvironment.createFromExistingServer({ address: this.real.address });
+      this.env = await TestWorkflowEnvironment.createFromExistingServer({
+        address: this.real.address,
+        client: { dataConverter: this.dataConverter },
+      });
     } else {
       const executable = devServerExecutable();
       this.env = await TestWorkflowEnvironment.createLocal({
+        client: { dataConverter: this.dataConverter },
         server: {
           ...(executable ? { executable } : {}),
           ip: '127.0.0.1',
@@ -112,6 +121,7 @@ export class ChaosStack {
     const bundle = await bundleWorkflowCode({
       workflowsPath: require.resolve('../../workflows'),
       logger: new DefaultLogger('ERROR'),
+      failureConverterPath: FAILURE_CONVERTER_PATH,
     });
     this.bundlePath = path.join(this.pgOpts.dataDir, '..', 'workflow-bundle.js');
     writeFileSync(this.bundlePath, bundle.code);
@@ -238,6 +248,7 @@ export class ChaosStack {
   private async startWorker(): Promise<ChildProcess> {
     const env = {
       TEMPORAL_ADDRESS: this.env.address,
+      PAYLOAD_KEYS: this.payloadKeys,
       TASK_QUEUE: this.taskQueue,
       DATABASE_URL: this.urls.app,
       READER_DATABASE_URL: this.urls.reader,

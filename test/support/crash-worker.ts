@@ -12,6 +12,7 @@ import { NativeConnection, Worker } from '@temporalio/worker';
 import { createActivities } from '../../activities';
 import { createPool } from '../../db/pool';
 import { readConfig } from '../../lib/config';
+import { dataConverterFor, requirePayloadKeys } from '../../platform/payload-codec';
 import { createProviderClient } from '../../provider/client';
 
 async function main(): Promise<void> {
@@ -42,6 +43,7 @@ async function main(): Promise<void> {
   const connection = await NativeConnection.connect({ address: cfg.temporalAddress });
   const worker = await Worker.create({
     connection,
+    dataConverter: dataConverterFor(requirePayloadKeys()),
     taskQueue: cfg.taskQueue,
     workflowsPath: require.resolve('../../workflows'),
     activities,
