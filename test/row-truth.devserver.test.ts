@@ -153,7 +153,9 @@ describe('a cancel is refused once the row is past the pivot, whatever the run b
     failConfirmation.add(order.orderId);
     const first = await start(order);
     for (let i = 0; i < 200; i++) {
-      if ((await first.query(stateQuery)).awaiting === 'forward-step') break;
+      // awaiting is set first, then the NEEDS_ATTENTION write's answer comes: wait for both.
+      const st = await first.query(stateQuery);
+      if (st.awaiting === 'forward-step' && st.status === 'NEEDS_ATTENTION') break;
       await sleepMs(50);
     }
     expect((await first.query(stateQuery)).status).toBe('NEEDS_ATTENTION');
