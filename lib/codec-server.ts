@@ -144,8 +144,10 @@ export function startCodecServer(opts: CodecServerOptions): Promise<CodecServer>
           } catch {
             throw new BadRequest('the body must be JSON: { "payloads": [...] }');
           }
-          if (!Array.isArray(body?.payloads)) throw new BadRequest('"payloads" must be an array');
-          const payloads = body.payloads.map(fromJson);
+          // Protobuf's JSON leaves an empty list out: `{}` is no payloads (the Temporal CLI sends it).
+          const list = body?.payloads ?? [];
+          if (!Array.isArray(list)) throw new BadRequest('"payloads" must be an array');
+          const payloads = list.map(fromJson);
           const out = action === 'encode' ? await opts.codec.encode(payloads) : await opts.codec.decode(payloads);
           send(200, { payloads: out.map(toJson) });
         } catch (err) {

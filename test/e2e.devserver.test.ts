@@ -125,8 +125,17 @@ async function temporalShow(workflowId: string, extra: string[] = []): Promise<s
     ['workflow', 'show', '--workflow-id', workflowId, '--address', env.address, '--output', 'json', ...extra],
     {},
   );
-  if (r.code !== 0) throw new Error(`temporal workflow show exited ${r.code}: ${r.stderr}`);
-  return r.stdout;
+  if (r.code !== 0)
+    throw new Error(
+      `temporal workflow show ${extra.length ? 'with' : 'without'} the codec exited ${r.code}: ${r.stderr}`,
+    );
+  // The JSON output carries each payload's data in base64: add what each one says, as bytes read as text.
+  const opened: string[] = [];
+  JSON.parse(r.stdout, (k, v: unknown) => {
+    if (k === 'data' && typeof v === 'string') opened.push(Buffer.from(v, 'base64').toString('latin1'));
+    return v;
+  });
+  return `${r.stdout}\n${opened.join('\n')}`;
 }
 
 describe('end to end on the dev server', () => {
@@ -517,8 +526,8 @@ describe('end to end on the dev server', () => {
           timeout: 60_000,
         });
         await blind.getByText('Event History').first().waitFor({ timeout: 60_000 });
-        await blind.getByText('WorkflowExecutionStarted').first().waitFor({ timeout: 60_000 });
-        await new Promise((r) => setTimeout(r, 3_000)); // time for any decoding to show, if it could
+        for (let i = 0; i < 60 && codecCalls === 0; i++) await new Promise((r) => setTimeout(r, 500));
+        await new Promise((r) => setTimeout(r, 5_000)); // time for any decoding to show, if it could
         const blindText = await allText(blind);
         writeFileSync(path.join(artifacts, 'web-ui-no-codec.txt'), blindText);
         await blind.screenshot({ path: path.join(artifacts, 'web-ui-no-codec.png'), fullPage: true });

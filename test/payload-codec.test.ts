@@ -162,6 +162,14 @@ describe('the codec server', () => {
         headers: { authorization: `Bearer ${token}` },
       });
       expect(bad.status).toBe(400);
+      // Protobuf JSON leaves an empty list out: {} is no payloads, not an error (the Temporal CLI sends it).
+      const empty = await fetch(`${server.url}/decode`, {
+        method: 'POST',
+        body: '{}',
+        headers: { authorization: `Bearer ${token}` },
+      });
+      expect(empty.status).toBe(200);
+      expect(await empty.json()).toEqual({ payloads: [] });
       expect(((await bad.json()) as { message: string }).message).toMatch(/"payloads" must be an array/);
       // A payload sealed with a key it does not have: 422 naming the key ID.
       const stranger = new EncryptionCodec(parseKeyList(`k9:${key()}`));
