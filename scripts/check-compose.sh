@@ -22,7 +22,7 @@ else
   fi
   compose=("$bin")
 fi
-secrets=(APP_DB_PASSWORD APP_ROLE_PASSWORD PROVIDER_ROLE_PASSWORD READER_ROLE_PASSWORD TEMPORAL_DB_PASSWORD PROVIDER_API_KEY PROVIDER_ADMIN_KEY)
+secrets=(APP_DB_PASSWORD APP_ROLE_PASSWORD PROVIDER_ROLE_PASSWORD READER_ROLE_PASSWORD TEMPORAL_DB_PASSWORD PROVIDER_API_KEY PROVIDER_ADMIN_KEY PAYLOAD_KEYS CODEC_SERVER_TOKEN)
 unset_all=()
 for v in "${secrets[@]}" PROVIDER_ADMIN_HOST; do unset_all+=(-u "$v"); done
 
@@ -66,6 +66,14 @@ env "${unset_all[@]}" "${compose[@]}" --env-file "$envfile" -f docker-compose.ym
   if (!String(cfg.services.temporal.command).includes("--config temporal/config --env order-saga")) bad.push("temporal: does not start with temporal/config (env order-saga)");
   if (!mounts(cfg.services["temporal-ui"], "/temporal/ui/order-saga.yaml", "/home/ui-server/config/order-saga.yaml")) bad.push("temporal-ui: does not mount temporal/ui/order-saga.yaml");
   if (!(cfg.services["temporal-ui"].entrypoint ?? []).join(" ").includes("--env order-saga")) bad.push("temporal-ui: does not use temporal/ui/order-saga.yaml");
+  // Payloads are sealed by every app process, and the Web UI decodes through the codec server.
+  for (const name of ["worker", "codec-server"])
+    if (!cfg.services[name]?.environment?.PAYLOAD_KEYS) bad.push(`${name}: no PAYLOAD_KEYS`);
+  for (const name of ["provider", "setup", "temporal", "temporal-ui"])
+    if (cfg.services[name]?.environment?.PAYLOAD_KEYS) bad.push(`${name}: has the payload keys, which it does not need`);
+  const codecEndpoint = cfg.services["temporal-ui"].environment?.TEMPORAL_CODEC_ENDPOINT ?? "";
+  if (!codecEndpoint.startsWith("http://127.0.0.1:8234/") || codecEndpoint.endsWith("/")) bad.push("temporal-ui: no codec endpoint with its token");
+  if (!(cfg.services["codec-server"]?.environment?.CODEC_SERVER_ORIGINS ?? "").split(",").includes("http://127.0.0.1:8233")) bad.push("codec-server: the Web UI origin is not the one allowed");
   if (bad.length) { console.error("check-compose: " + bad.join("; ")); process.exit(1); }
 '
-echo "docker-compose.yml: config -q passed; refused without its secrets; every published port on 127.0.0.1; admin API not published, on the provider's loopback; each process with its own database role; Temporal and its Web UI configured by temporal/"
+echo "docker-compose.yml: config -q passed; refused without its secrets; every published port on 127.0.0.1; admin API not published, on the provider's loopback; each process with its own database role; Temporal and its Web UI configured by temporal/; payloads sealed, the Web UI decoding through the codec server"
