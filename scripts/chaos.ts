@@ -354,6 +354,14 @@ async function main(): Promise<number> {
       detail: `${failures.length} failed task(s); first: ${failures[0]}`,
       orderIds: [orderId],
     }));
+    // The SDK's Update-ordering bug is counted apart; an order it hit must have been healed (not stranded).
+    const sdkBugUnhealed = [...facts.sdkBugTaskFailures.keys()]
+      .filter((orderId) => stranded.includes(orderId))
+      .map((orderId) => ({
+        rule: "a run the SDK's Update-ordering bug stopped is healed by the sweeper",
+        detail: facts.sdkBugTaskFailures.get(orderId)![0]!,
+        orderIds: [orderId],
+      }));
     const strandedViolations = stranded.map((orderId) => ({
       rule: 'no order is stranded: open, with no live run, at the end',
       detail: 'the sweeper did not heal it',
@@ -364,6 +372,7 @@ async function main(): Promise<number> {
       ...audit.violations,
       ...people.violations,
       ...taskFailed,
+      ...sdkBugUnhealed,
       ...strandedViolations,
     ];
     const stillAttention = audit.notTerminal;
@@ -442,6 +451,9 @@ async function main(): Promise<number> {
       `sweeper:      ${swept.runs} sweeps; terminates sent ${people.actions.get('terminate')?.sent ?? 0}, of a running run ${people.actions.get('terminate')?.accepted ?? 0}; ` +
         `orders healed by a restart ${swept.restarts} (${heal.length} of the terminated); heal time p50 ${percentile(heal, 50)} ms, p99 ${percentile(heal, 99)} ms; ` +
         `runs reset ${swept.resets}; handed to a person ${swept.persons}`,
+    );
+    say(
+      `task failures of the SDK's Update-ordering bug (sdk-core#1146), counted apart: ${facts.sdkBugTaskFailures.size} order(s)${facts.sdkBugTaskFailures.size ? `, healed ${facts.sdkBugTaskFailures.size - sdkBugUnhealed.length} (${[...facts.sdkBugTaskFailures.keys()].join(', ')})` : ''}`,
     );
     say(`stranded at the end: ${stranded.length}${stranded.length ? ` (${stranded.join(', ')})` : ''}`);
     say(
