@@ -13,7 +13,8 @@ import { EncryptionCodec, requirePayloadKeys } from '../platform/payload-codec';
 async function main(): Promise<void> {
   const env = process.env;
   const token = env.CODEC_SERVER_TOKEN ?? '';
-  if (token.length < 16) throw new Error('CODEC_SERVER_TOKEN must be set, at least 16 characters (openssl rand -hex 24)');
+  if (token.length < 16)
+    throw new Error('CODEC_SERVER_TOKEN must be set, at least 16 characters (openssl rand -hex 24)');
   const keys = requirePayloadKeys();
   const origins = (env.CODEC_SERVER_ORIGINS ?? new URL(readConfig().uiUrl).origin)
     .split(',')
