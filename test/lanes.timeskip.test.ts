@@ -71,7 +71,7 @@ async function withLanes<T>(
  * make queued tasks look old.
  */
 const run = (taskQueue: string, order: OrderInput) =>
-  new WorkflowClient({ connection: env.connection }).execute(orderSaga, {
+  new WorkflowClient({ connection: env.connection, dataConverter: dataConverter() }).execute(orderSaga, {
     taskQueue,
     workflowId: workflowIdFor(order.orderId),
     args: [order],
