@@ -23,8 +23,8 @@ import { createPool } from './db/pool';
 import { laneTaskQueue } from './domain/lanes';
 import { DEFAULT_PORTS, readConfig, type AppConfig } from './lib/config';
 import { DEPLOYMENT_NAME, makeVersionCurrent, orderTaskQueues, resolveBuildId, versionName } from './lib/deployments';
+import { jsonApp, jsonServer, rawPath } from './platform/http';
 import { dataConverterFor, requirePayloadKeys } from './platform/payload-codec';
-import { jsonApp, jsonServer, rawPath } from './provider/http';
 import { createProviderClient } from './provider/client';
 import { DEFAULT_SAGA_CONFIG } from './workflows/order-saga';
 

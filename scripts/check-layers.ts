@@ -18,11 +18,12 @@ import ts from 'typescript';
 
 /**
  * The layers, lowest first; the units in one layer may import each other (but not in a loop).
- *  - platform/: helpers over Node itself (child processes: start, wait until ready, stop). Nothing of
- *    ours below it, so embedded Postgres (db/) and every program can use the one helper.
+ *  - platform/: helpers over Node itself: child processes (start, wait until ready, stop), the JSON
+ *    HTTP edge (hono on Node's server), the payload codec and failure converter. Nothing of ours below
+ *    it, so embedded Postgres (db/), the provider, the worker and every program can use the one helper.
  *  - domain/: types, the input schema and pure rules. Depends on nothing of ours, so every layer can use it.
  *  - db/: the pool, transactions, migrations, roles, and the read-only invariant checker over the schema.
- *  - provider/: the payment provider (its server on db/, its HTTP client and wire types).
+ *  - provider/: the payment provider (its ledger on db/, its routes and entry, its HTTP client and wire types).
  *  - activities/: the saga's side effects, on db/ and the provider's client.
  *  - workflows/: deterministic code; it knows the activities only by type (rule workflow-bundle in TYPE_ONLY).
  *  - lib/: what operates the system from outside: configuration, the client's data access and load,

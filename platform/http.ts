@@ -1,5 +1,5 @@
 /**
- * The HTTP edge of the provider, shared with the worker's metrics endpoint: hono apps on Node's
+ * The JSON HTTP edge, for the payment provider and the worker's metrics endpoint: hono apps on Node's
  * HTTP server, and every answer is JSON, the framework's own refusals and Node's included.
  */
 import http, { STATUS_CODES, type IncomingMessage, type ServerResponse } from 'node:http';
@@ -8,15 +8,21 @@ import { getRequestListener, type HttpBindings } from '@hono/node-server';
 import { Hono, type Context, type MiddlewareHandler } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
 import type { ContentfulStatusCode } from 'hono/utils/http-status';
-import type { ApiError } from './api';
 
 export type JsonEnv = { Bindings: HttpBindings };
+
+/** The body of every refusal (the provider's wire type ApiError has this shape). */
+export interface ErrorBody {
+  error: string;
+  message: string;
+  field?: string;
+}
 
 /** A refusal: the app answers it as `status` with `body` (see jsonApp). */
 export class HttpError extends Error {
   constructor(
     readonly status: ContentfulStatusCode,
-    readonly body: ApiError,
+    readonly body: ErrorBody,
   ) {
     super(body.message);
   }
@@ -68,12 +74,12 @@ export async function readJson(c: Context): Promise<unknown> {
 }
 
 /** A whole HTTP response, for a socket no ServerResponse is attached to. */
-function rawJson(status: number, body: ApiError): string {
+function rawJson(status: number, body: ErrorBody): string {
   const text = JSON.stringify(body);
   return `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(text)}\r\nconnection: close\r\n\r\n${text}`;
 }
 
-function sendJson(res: ServerResponse, status: number, body: ApiError): void {
+function sendJson(res: ServerResponse, status: number, body: ErrorBody): void {
   res.writeHead(status, { 'content-type': 'application/json' });
   res.end(JSON.stringify(body));
 }
