@@ -13,19 +13,17 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { randomBytes } from 'node:crypto';
 import { Client } from '@temporalio/client';
-import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { bundleWorkflowCode, DefaultLogger, Runtime, Worker, type WorkerOptions } from '@temporalio/worker';
 import { createActivities } from '../activities';
 import { migrateAll } from '../db/migrate';
 import { createPool } from '../db/pool';
-import { ensurePostgres } from '../db/postgres';
 import { workflowIdFor, type OrderInput } from '../domain/order';
 import { percentile } from '../lib/load';
 import { dataConverterFor, parseKeyList } from '../platform/payload-codec';
 import { startProviderProcess, stopProcess } from '../platform/processes';
-import { devServerExecutable } from '../lib/temporal-servers';
 import { createProviderClient } from '../provider/client';
-import { CustomerIdKey, NeedsAttentionKey, OrderStatusKey, TotalCentsKey } from '../workflows/search-attributes';
+import { ensurePostgres } from '../servers/postgres';
+import { startDevServer } from '../servers/temporal-dev';
 import { renderChart } from './chart';
 import { WORKER_TUNING } from '../worker';
 import {
@@ -154,21 +152,12 @@ type Kind = (typeof KINDS)[number];
 
 async function p2(url: string, orders: number, concurrency: number, rounds: number): Promise<P2Result> {
   progress('P2: starting the dev server and the provider…');
-  const executable = devServerExecutable();
   // The saga and the floor run with the project's payload codec (a key of the bench's own); `plain`
   // runs the same saga without it, side by side, for the codec's cost.
   const dataConverter = dataConverterFor(
     parseKeyList(`bench-1:${randomBytes(32).toString('base64')}`, 'the bench key'),
   );
-  const env = await TestWorkflowEnvironment.createLocal({
-    client: { dataConverter },
-    server: {
-      ...(executable ? { executable } : {}),
-      ip: '127.0.0.1',
-      searchAttributes: [OrderStatusKey, CustomerIdKey, NeedsAttentionKey, TotalCentsKey],
-      log: { format: 'pretty', level: 'error' },
-    },
-  });
+  const env = await startDevServer({ logLevel: 'error', client: { dataConverter } });
   const provider = await startProviderProcess({
     DATABASE_URL: url,
     PROVIDER_PORT: '0',

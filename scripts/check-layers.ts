@@ -20,14 +20,19 @@ import ts from 'typescript';
  * The layers, lowest first; the units in one layer may import each other (but not in a loop).
  *  - platform/: helpers over Node itself: child processes (start, wait until ready, stop), the JSON
  *    HTTP edge (hono on Node's server), the payload codec and failure converter. Nothing of ours below
- *    it, so embedded Postgres (db/), the provider, the worker and every program can use the one helper.
+ *    it, so the local servers (servers/), the provider, the worker and every program can use the one helper.
  *  - domain/: types, the input schema and pure rules. Depends on nothing of ours, so every layer can use it.
- *  - db/: the pool, transactions, migrations, roles, and the read-only invariant checker over the schema.
+ *  - db/: the schema's code: the pool, transactions, migrations, roles, and the read-only invariant checker.
  *  - provider/: the payment provider (its ledger on db/, its routes and entry, its HTTP client and wire types).
  *  - activities/: the saga's side effects, on db/ and the provider's client.
  *  - workflows/: deterministic code; it knows the activities only by type (rule workflow-bundle in TYPE_ONLY).
  *  - lib/: what operates the system from outside: configuration, the client's data access and load,
- *    the Temporal servers, processes. It starts workflows and reads their messages, so it sits above them.
+ *    deployments, schedules, the codec server. It starts workflows and reads their messages, so it
+ *    sits above them.
+ *  - servers/: what starts and stops the local servers: embedded Postgres, the Temporal dev server
+ *    (with the saga's search attributes), the real Temporal server and its Web UI server. On db/
+ *    (pool, roles), platform/ and the search attributes of workflows/; beside lib/, neither imports
+ *    the other.
  *  - entry points: worker.ts, client.ts, scripts/, bench/. Programs that put the layers together.
  *  - test/: may import anything; nothing imports it.
  */
@@ -38,7 +43,7 @@ const LAYERS: readonly (readonly string[])[] = [
   ['provider'],
   ['activities'],
   ['workflows'],
-  ['lib'],
+  ['lib', 'servers'],
   ['worker.ts', 'client.ts', 'scripts', 'bench'],
   ['test'],
 ];

@@ -12,7 +12,7 @@ set -euo pipefail
 CLI_VERSION="${TEMPORAL_CLI_VERSION:-v1.5.1}"
 TEST_SERVER_VERSION="${TEMPORAL_TEST_SERVER_VERSION:-1.34.0}"
 CACHE="${ORDER_SAGA_CACHE:-$HOME/.cache/order-saga}"
-# Fixed (lib/temporal-server.ts names the same): the server and the Web UI inside the CLI v1.5.1.
+# Fixed (servers/temporal-server.ts names the same): the server and the Web UI inside the CLI v1.5.1.
 SERVER_VERSION="v1.29.1"
 UI_VERSION="v2.42.1"
 WHAT="${1:-all}"   # all | cli | test-server | server

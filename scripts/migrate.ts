@@ -8,7 +8,7 @@
 import { migrateAll } from '../db/migrate';
 import { createPool } from '../db/pool';
 import { grantRoles, passwordsFromEnv, ROLE_PASSWORD_VARS, ROLES, rolesExist, setUpRoles } from '../db/roles';
-import { prepareNamespace } from '../lib/temporal-server';
+import { prepareNamespace } from '../servers/temporal-server';
 
 async function main(): Promise<void> {
   const url = process.env.DATABASE_URL;

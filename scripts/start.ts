@@ -16,8 +16,6 @@ import { randomBytes } from 'node:crypto';
 import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { Client, Connection } from '@temporalio/client';
-import { TestWorkflowEnvironment } from '@temporalio/testing';
-import { ensurePostgres } from '../db/postgres';
 import { passwordsFromEnv, prepareDatabase, ROLES } from '../db/roles';
 import { DEFAULT_PORTS, listUrl, loopbackUrl, operatorViews, readConfig, RUNTIME_FILE } from '../lib/config';
 import { startCodecServer } from '../lib/codec-server';
@@ -30,8 +28,6 @@ import {
 } from '../platform/payload-codec';
 import { startTsProcess, stopProcess } from '../platform/processes';
 import { SWEEP_SCHEDULE_ID, upsertSchedule } from '../lib/schedules';
-import { startRealTemporal } from '../lib/temporal-server';
-import { devServerExecutable, fileBackedDevServer, registerSearchAttributes } from '../lib/temporal-servers';
 import {
   DEPLOYMENT_NAME,
   makeVersionCurrent,
@@ -41,8 +37,10 @@ import {
   resolveBuildId,
   versionName,
 } from '../lib/deployments';
+import { ensurePostgres } from '../servers/postgres';
+import { devServerExecutable, registerSearchAttributes, startDevServer } from '../servers/temporal-dev';
+import { startRealTemporal } from '../servers/temporal-server';
 import { DEFAULT_SAGA_CONFIG } from '../workflows/order-saga';
-import { CustomerIdKey, NeedsAttentionKey, OrderStatusKey, TotalCentsKey } from '../workflows/search-attributes';
 
 const ROOT = path.resolve(__dirname, '..');
 const DATA = path.join(ROOT, '.data');
@@ -189,20 +187,13 @@ async function main(): Promise<void> {
       say(
         `starting the Temporal dev server${executable ? ` (${path.basename(executable.type === 'existing-path' ? executable.path : '')})` : ' (SDK download)'}…`,
       );
-      const file = fileBackedDevServer(path.join(DATA, 'temporal.db'));
-      const tenv = await TestWorkflowEnvironment.createLocal({
-        server: {
-          ...(executable ? { executable } : {}),
-          ip: '127.0.0.1',
-          port: Number(env.TEMPORAL_PORT ?? DEFAULT_PORTS.temporal),
-          ui: true,
-          uiPort,
-          dbFilename: file.dbFilename,
-          extraArgs: [...file.extraArgs, '--ui-codec-endpoint', codecServer.uiEndpoint],
-          namespace,
-          searchAttributes: [OrderStatusKey, CustomerIdKey, NeedsAttentionKey, TotalCentsKey],
-          log: { format: 'pretty', level: 'warn' },
-        },
+      const tenv = await startDevServer({
+        port: Number(env.TEMPORAL_PORT ?? DEFAULT_PORTS.temporal),
+        uiPort,
+        dbFilename: path.join(DATA, 'temporal.db'),
+        codecEndpoint: codecServer.uiEndpoint,
+        namespace,
+        logLevel: 'warn',
       });
       cleanups.push(() => tenv.teardown());
       temporalAddress = tenv.address;

@@ -1,6 +1,6 @@
 /**
  * `npm start`'s dev server keeps history in a SQLite file with the settings of
- * lib/temporal-servers.ts (WAL, synchronous=normal). A saga in flight when that server stops (as
+ * servers/temporal-dev.ts (WAL, synchronous=normal). A saga in flight when that server stops (as
  * npm start stops it on Ctrl-C) completes after it starts again on the same file: nothing is lost,
  * and the charge is made once.
  */

@@ -18,7 +18,7 @@ import { createOrderWorkers, type OrderWorkers } from '../worker';
 import { NeedsAttentionKey, OrderStatusKey, TotalCentsKey } from '../workflows/search-attributes';
 import { runCli } from '../client';
 import { freePort, runProcess, startWorkerProcess, stopProcess } from '../platform/processes';
-import { devServerExecutable } from '../lib/temporal-servers';
+import { devServerExecutable } from '../servers/temporal-dev';
 import { bundleWorkflows, startE2eServer } from './temporal-env';
 import { createProduct, ledger, makeOrder, orderRow, productRow, testAdmin, testPool, uid } from './helpers';
 import { MALFORMED_ORDERS } from './malformed-orders';

@@ -5,11 +5,11 @@ import { inject } from 'vitest';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { bundleWorkflowCode, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
 import {
-  devServerExecutable,
-  fileBackedDevServer,
   registerSearchAttributes,
+  startDevServer as startSagaDevServer,
   testServerExecutable,
-} from '../lib/temporal-servers';
+  type DevServerOptions,
+} from '../servers/temporal-dev';
 import { startCodecServer } from '../lib/codec-server';
 import {
   dataConverterFor,
@@ -17,7 +17,6 @@ import {
   FAILURE_CONVERTER_PATH,
   requirePayloadKeys,
 } from '../platform/payload-codec';
-import { CustomerIdKey, NeedsAttentionKey, OrderStatusKey, TotalCentsKey } from '../workflows/search-attributes';
 
 export const quietLogger = { log() {}, trace() {}, debug() {}, info() {}, warn() {}, error() {} };
 
@@ -43,34 +42,12 @@ export async function startTimeSkipping(): Promise<TestWorkflowEnvironment> {
 
 /**
  * The Temporal CLI's dev server on loopback (in memory, or as npm start keeps it in a file), with the
- * search attributes, optionally the Web UI, and optionally dynamic config values.
+ * search attributes, optionally the Web UI, and optionally dynamic config values; the tests' client.
  */
-export async function startDevServer(
-  opts: { uiPort?: number; dbFilename?: string; dynamicConfig?: Record<string, unknown>; codecEndpoint?: string } = {},
-): Promise<TestWorkflowEnvironment> {
-  const executable = devServerExecutable();
-  const file = opts.dbFilename ? fileBackedDevServer(opts.dbFilename) : undefined;
-  // --dynamic-config-value KEY=VALUE, the value as JSON.
-  const dynamic = Object.entries(opts.dynamicConfig ?? {}).flatMap(([k, v]) => [
-    '--dynamic-config-value',
-    `${k}=${JSON.stringify(v)}`,
-  ]);
-  const codec = opts.codecEndpoint ? ['--ui-codec-endpoint', opts.codecEndpoint] : [];
-  return TestWorkflowEnvironment.createLocal({
-    client: { dataConverter: dataConverter() },
-    server: {
-      ...(executable ? { executable } : {}),
-      ...(file ? { dbFilename: file.dbFilename } : {}),
-      ...(file || dynamic.length || codec.length
-        ? { extraArgs: [...(file?.extraArgs ?? []), ...dynamic, ...codec] }
-        : {}),
-      ip: '127.0.0.1',
-      ...(opts.uiPort ? { ui: true, uiPort: opts.uiPort } : {}),
-      searchAttributes: [OrderStatusKey, CustomerIdKey, NeedsAttentionKey, TotalCentsKey],
-      log: { format: 'pretty', level: 'error' },
-    },
-  });
-}
+export const startDevServer = (
+  opts: Pick<DevServerOptions, 'uiPort' | 'dbFilename' | 'dynamicConfig' | 'codecEndpoint'> = {},
+): Promise<TestWorkflowEnvironment> =>
+  startSagaDevServer({ ...opts, logLevel: 'error', client: { dataConverter: dataConverter() } });
 
 /**
  * The server of the end-to-end tests. Under `npm test`: a dev server of the file's own (with the

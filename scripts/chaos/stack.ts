@@ -14,17 +14,21 @@ import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { bundleWorkflowCode, DefaultLogger } from '@temporalio/worker';
 import type { Pool } from 'pg';
 import { createPool } from '../../db/pool';
-import { ensurePostgres, type EmbeddedOptions, type PostgresHandle } from '../../db/postgres';
 import { prepareDatabase, type RoleUrls } from '../../db/roles';
 import { freePort, startProviderProcess, startWorkerProcess, stopProcess } from '../../platform/processes';
-import { realServerPortBlock, startRealTemporal, SERVER_VERSION, type RealTemporal } from '../../lib/temporal-server';
-import { devServerExecutable } from '../../lib/temporal-servers';
 import { DEPLOYMENT_NAME, makeVersionCurrent, orderTaskQueues, resolveBuildId } from '../../lib/deployments';
 import { DEFAULT_SAGA_CONFIG } from '../../workflows/order-saga';
 import { dataConverterFor, FAILURE_CONVERTER_PATH, parseKeyList } from '../../platform/payload-codec';
 import { createProviderAdmin, type ProviderAdmin } from '../../provider/client';
 import type { FaultRequest } from '../../provider/faults';
-import { CustomerIdKey, NeedsAttentionKey, OrderStatusKey, TotalCentsKey } from '../../workflows/search-attributes';
+import { ensurePostgres, type EmbeddedOptions, type PostgresHandle } from '../../servers/postgres';
+import { startDevServer } from '../../servers/temporal-dev';
+import {
+  realServerPortBlock,
+  startRealTemporal,
+  SERVER_VERSION,
+  type RealTemporal,
+} from '../../servers/temporal-server';
 
 /** The name the soak's operators give the provider (X-Client-Name), so faults they meet count apart. */
 export const OPERATOR_CLIENT = 'chaos-operator';
@@ -105,16 +109,10 @@ export class ChaosStack {
         client: { dataConverter: this.dataConverter },
       });
     } else {
-      const executable = devServerExecutable();
-      this.env = await TestWorkflowEnvironment.createLocal({
+      this.env = await startDevServer({
+        // Its error lines are the expected noise of SIGKILLed workers ("context canceled"); the summary says what matters.
+        logLevel: 'never',
         client: { dataConverter: this.dataConverter },
-        server: {
-          ...(executable ? { executable } : {}),
-          ip: '127.0.0.1',
-          searchAttributes: [OrderStatusKey, CustomerIdKey, NeedsAttentionKey, TotalCentsKey],
-          // Its error lines are the expected noise of SIGKILLed workers ("context canceled"); the summary says what matters.
-          log: { format: 'pretty', level: 'never' },
-        },
       });
     }
     // Bundled once: each worker restart loads it instead of bundling again (seconds of CPU each time).

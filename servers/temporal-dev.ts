@@ -1,0 +1,133 @@
+/**
+ * The Temporal CLI's dev server, started with the saga's search attributes; where it and the Java
+ * time-skipping server come from; and the search attributes' registration on any server.
+ * scripts/ensure-servers.sh builds the binaries from package registries into the cache;
+ * TEMPORAL_CLI_PATH / TEMPORAL_TEST_SERVER_PATH override; with neither, the SDK's own download is
+ * used (needs internet).
+ */
+import { existsSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import type { Connection } from '@temporalio/client';
+import {
+  TestWorkflowEnvironment,
+  type ClientOptionsForTestEnv,
+  type EphemeralServerExecutable,
+} from '@temporalio/testing';
+import { temporal } from '@temporalio/proto';
+import {
+  CustomerIdKey,
+  NeedsAttentionKey,
+  OrderStatusKey,
+  SEARCH_ATTRIBUTES,
+  TotalCentsKey,
+} from '../workflows/search-attributes';
+
+export const CACHE_DIR = process.env.ORDER_SAGA_CACHE ?? path.join(os.homedir(), '.cache', 'order-saga');
+
+function executable(envVar: string, cached: string): EphemeralServerExecutable | undefined {
+  const override = process.env[envVar];
+  if (override) {
+    if (!existsSync(override)) throw new Error(`${envVar}=${override} does not exist`);
+    return { type: 'existing-path', path: override };
+  }
+  return existsSync(cached) ? { type: 'existing-path', path: cached } : undefined;
+}
+
+/** The Temporal CLI (dev server with the Web UI). undefined → let the SDK download it. */
+export const devServerExecutable = (): EphemeralServerExecutable | undefined =>
+  executable('TEMPORAL_CLI_PATH', path.join(CACHE_DIR, 'bin', 'temporal'));
+
+/**
+ * SQLite settings of the file-backed dev server (`npm start`). WAL lets readers and the writer work at
+ * once and commits with one fsync of the log instead of two of the database and its journal;
+ * `synchronous=normal` in WAL mode keeps every commit across a stop, a crash or a kill of the server
+ * process (only a power cut or an OS crash can lose the last commits). Measured in docs/decisions.md.
+ */
+export const DEV_SERVER_SQLITE_PRAGMAS = ['journal_mode=wal', 'synchronous=normal'];
+
+/** The dev server's options for history kept in `dbFilename` (npm start, and its durability test). */
+const fileBackedDevServer = (dbFilename: string): { dbFilename: string; extraArgs: string[] } => ({
+  dbFilename,
+  extraArgs: DEV_SERVER_SQLITE_PRAGMAS.flatMap((p) => ['--sqlite-pragma', p]),
+});
+
+export interface DevServerOptions {
+  /** The frontend's gRPC port (none: a free one). */
+  port?: number;
+  /** The Web UI on this port (none: no Web UI). */
+  uiPort?: number;
+  /** History kept in this SQLite file, with DEV_SERVER_SQLITE_PRAGMAS (none: in memory). */
+  dbFilename?: string;
+  /** Dynamic config values (`--dynamic-config-value KEY=VALUE`, the value as JSON). */
+  dynamicConfig?: Record<string, unknown>;
+  /** The codec server's endpoint the Web UI calls to show decoded payloads (`--ui-codec-endpoint`). */
+  codecEndpoint?: string;
+  /** The server's own log level (default `error`; `never` silences it). */
+  logLevel?: 'debug' | 'info' | 'warn' | 'error' | 'never';
+  /** The namespace it creates and the environment's client uses (default: the SDK's, `default`). */
+  namespace?: string;
+  /** The environment's client (its data converter: the payload codec and failure converter). */
+  client?: ClientOptionsForTestEnv;
+}
+
+/**
+ * The Temporal CLI's dev server on loopback, with the saga's search attributes: what npm start, the
+ * tests, the chaos soak and the benchmark run. The executable is the cached CLI (devServerExecutable).
+ */
+export async function startDevServer(opts: DevServerOptions = {}): Promise<TestWorkflowEnvironment> {
+  const executable = devServerExecutable();
+  const file = opts.dbFilename ? fileBackedDevServer(opts.dbFilename) : undefined;
+  const dynamic = Object.entries(opts.dynamicConfig ?? {}).flatMap(([k, v]) => [
+    '--dynamic-config-value',
+    `${k}=${JSON.stringify(v)}`,
+  ]);
+  const codec = opts.codecEndpoint ? ['--ui-codec-endpoint', opts.codecEndpoint] : [];
+  const extraArgs = [...(file?.extraArgs ?? []), ...dynamic, ...codec];
+  return TestWorkflowEnvironment.createLocal({
+    ...(opts.client ? { client: opts.client } : {}),
+    server: {
+      ...(executable ? { executable } : {}),
+      ip: '127.0.0.1',
+      ...(opts.port !== undefined ? { port: opts.port } : {}),
+      ...(opts.uiPort ? { ui: true, uiPort: opts.uiPort } : {}),
+      ...(file ? { dbFilename: file.dbFilename } : {}),
+      ...(extraArgs.length ? { extraArgs } : {}),
+      ...(opts.namespace !== undefined ? { namespace: opts.namespace } : {}),
+      searchAttributes: [OrderStatusKey, CustomerIdKey, NeedsAttentionKey, TotalCentsKey],
+      log: { format: 'pretty', level: opts.logLevel ?? 'error' },
+    },
+  });
+}
+
+/** The Java time-skipping test server's wrapper. undefined → let the SDK download it. */
+export const testServerExecutable = (): EphemeralServerExecutable | undefined =>
+  executable('TEMPORAL_TEST_SERVER_PATH', path.join(CACHE_DIR, 'bin', 'temporal-test-server'));
+
+/** Registers the saga's search attributes on a running server (idempotent). */
+export async function registerSearchAttributes(connection: Connection, namespace: string): Promise<void> {
+  const types = temporal.api.enums.v1.IndexedValueType;
+  const searchAttributes: Record<string, temporal.api.enums.v1.IndexedValueType> = {};
+  for (const [name, type] of Object.entries(SEARCH_ATTRIBUTES)) {
+    searchAttributes[name] =
+      type === 'Keyword'
+        ? types.INDEXED_VALUE_TYPE_KEYWORD
+        : type === 'Bool'
+          ? types.INDEXED_VALUE_TYPE_BOOL
+          : types.INDEXED_VALUE_TYPE_INT;
+  }
+  let known: Record<string, unknown> = {};
+  try {
+    known = (await connection.operatorService.listSearchAttributes({ namespace })).customAttributes ?? {};
+  } catch (err) {
+    // The Java time-skipping server can add search attributes but cannot list them.
+    if ((err as { code?: number }).code !== 12 /* UNIMPLEMENTED */) throw err;
+  }
+  const missing = Object.fromEntries(Object.entries(searchAttributes).filter(([name]) => !(name in known)));
+  if (Object.keys(missing).length === 0) return;
+  try {
+    await connection.operatorService.addSearchAttributes({ namespace, searchAttributes: missing });
+  } catch (err) {
+    if (!/already exists/i.test((err as Error).message)) throw err;
+  }
+}
