@@ -27,7 +27,8 @@ import ts from 'typescript';
  *  - workflows/: deterministic code; it knows the activities only by type (rule workflow-bundle in TYPE_ONLY).
  *  - lib/: what operates the system from outside: configuration, the client's data access and load,
  *    the Temporal servers, processes. It starts workflows and reads their messages, so it sits above them.
- *  - entry points: worker.ts, client.ts, scripts/, bench/. Programs that put the layers together.
+ *  - entry points: worker.ts, client.ts, cli/, scripts/, bench/. Programs that put the layers together;
+ *    cli/ holds client.ts's commands (client.ts imports them, never the other way round).
  *  - test/: may import anything; nothing imports it.
  */
 const LAYERS: readonly (readonly string[])[] = [
@@ -38,7 +39,7 @@ const LAYERS: readonly (readonly string[])[] = [
   ['activities'],
   ['workflows'],
   ['lib'],
-  ['worker.ts', 'client.ts', 'scripts', 'bench'],
+  ['worker.ts', 'client.ts', 'cli', 'scripts', 'bench'],
   ['test'],
 ];
 
