@@ -33,7 +33,8 @@ import ts from 'typescript';
  *    (with the saga's search attributes), the real Temporal server and its Web UI server. On db/
  *    (pool, roles), platform/ and the search attributes of workflows/; beside lib/, neither imports
  *    the other.
- *  - entry points: worker.ts, client.ts, scripts/, bench/. Programs that put the layers together.
+ *  - entry points: worker.ts, client.ts, cli/, scripts/, bench/. Programs that put the layers together;
+ *    cli/ holds client.ts's commands (client.ts imports them, never the other way round).
  *  - test/: may import anything; nothing imports it.
  */
 const LAYERS: readonly (readonly string[])[] = [
@@ -44,7 +45,7 @@ const LAYERS: readonly (readonly string[])[] = [
   ['activities'],
   ['workflows'],
   ['lib', 'servers'],
-  ['worker.ts', 'client.ts', 'scripts', 'bench'],
+  ['worker.ts', 'client.ts', 'cli', 'scripts', 'bench'],
   ['test'],
 ];
 

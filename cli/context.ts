@@ -1,0 +1,101 @@
+/**
+ * What every command of client.ts shares, built once per run: the configuration and its Web UI links,
+ * the Temporal client (connected on first use), the stores, the output, the exit codes and CliError.
+ */
+import { setTimeout as sleep } from 'node:timers/promises';
+import { Client, Connection } from '@temporalio/client';
+import { dataConverterFor, requirePayloadKeys } from '../platform/payload-codec';
+import { listUrl, runUrl, type AppConfig } from '../lib/config';
+import { openOrderStore, type OrderStore, type StoreRole } from '../lib/order-store';
+
+export const EXIT = { ok: 0, notCompleted: 1, invalid: 2, duplicate: 3 } as const;
+
+/** A user error: printed on stderr, naming the field, with the given exit code. */
+export class CliError extends Error {
+  constructor(
+    message: string,
+    readonly code: number,
+  ) {
+    super(message);
+  }
+}
+
+export interface Out {
+  out(line: string): void;
+  err(line: string): void;
+}
+
+/** One run's context, handed to every command. */
+export interface CliContext {
+  readonly cfg: AppConfig;
+  readonly io: Out;
+  /** The Web UI's pages: a run (its history, with a run ID), a visibility query's list, a Schedule. */
+  readonly links: {
+    run(workflowId: string, runId?: string): string;
+    list(query: string): string;
+    schedule(scheduleId: string): string;
+  };
+  /** The Temporal client: the shared one, else connected on the first call (once per run). */
+  temporal(): Promise<Client>;
+  /** The store of `role`, or undefined without a URL for it. */
+  openStore(role: StoreRole, opts?: { max?: number }): OrderStore | undefined;
+  /** The store of `role` for `command`; without a URL for it the command cannot run (exit 1). */
+  needStore(role: StoreRole, command: string, max?: number): OrderStore;
+  /** Receives the command's exit code. */
+  done(code: number): void;
+}
+
+/** The context of one run; `shared.client`: a Temporal client to reuse (a long-lived caller, such as the chaos soak's operators). */
+export function createContext(
+  cfg: AppConfig,
+  io: Out,
+  shared: { client?: Client },
+  done: (code: number) => void,
+): CliContext {
+  let client: Promise<Client> | undefined = shared.client ? Promise.resolve(shared.client) : undefined;
+  const openStore = (role: StoreRole, opts?: { max?: number }): OrderStore | undefined =>
+    openOrderStore(cfg, role, opts);
+  return {
+    cfg,
+    io,
+    links: {
+      run: (workflowId, runId) => runUrl(cfg, workflowId, runId),
+      list: (query) => listUrl(cfg, query),
+      schedule: (scheduleId) => `${cfg.uiUrl}/namespaces/${encodeURIComponent(cfg.namespace)}/schedules/${scheduleId}`,
+    },
+    temporal: () => (client ??= connect(cfg)),
+    openStore,
+    needStore(role, command, max = 1) {
+      const store = openStore(role, { max });
+      if (store) return store;
+      const variable = role === 'reader' ? 'READER_DATABASE_URL or DATABASE_URL' : 'DATABASE_URL';
+      throw new CliError(`${command} needs ${variable} (or a running "npm start")`, EXIT.notCompleted);
+    },
+    done,
+  };
+}
+
+/** A client with the payload codec's data converter: payloads are sealed and opened with the keys this process has. */
+async function connect(cfg: AppConfig): Promise<Client> {
+  let dataConverter;
+  try {
+    dataConverter = dataConverterFor(requirePayloadKeys());
+  } catch (err) {
+    throw new CliError((err as Error).message, EXIT.notCompleted);
+  }
+  try {
+    const connection = await Connection.connect({ address: cfg.temporalAddress, connectTimeout: '5s' });
+    return new Client({ connection, namespace: cfg.namespace, dataConverter });
+  } catch (err) {
+    throw new CliError(
+      `cannot reach Temporal at ${cfg.temporalAddress}: ${(err as Error).message} (is "npm start" running?)`,
+      EXIT.notCompleted,
+    );
+  }
+}
+
+/** What a bounded wait (place's, cancel's and resolve's --wait) gets when the time is up. */
+export const LATE = Symbol('late');
+
+/** Resolves to LATE after ms, without holding the process open. */
+export const lateAfter = (ms: number): Promise<typeof LATE> => sleep(Math.max(0, ms), LATE, { ref: false });

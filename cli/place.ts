@@ -1,0 +1,228 @@
+/**
+ * `place`: validates an order file, starts its saga with an Update-with-Start, prints the early
+ * answer and (unless --no-wait) the end. Also `loadOrder`, the order file's reader.
+ */
+import { readFile } from 'node:fs/promises';
+import type { Command } from '@commander-js/extra-typings';
+import {
+  WithStartWorkflowOperation,
+  WorkflowExecutionAlreadyStartedError,
+  WorkflowFailedError,
+  WorkflowUpdateFailedError,
+  type WorkflowHandleWithFirstExecutionRunId,
+} from '@temporalio/client';
+import { WorkflowIdConflictPolicy, WorkflowIdReusePolicy } from '@temporalio/common';
+import {
+  OrderValidationError,
+  orderSummary,
+  orderTotalCents,
+  parseOrder,
+  workflowIdFor,
+  type OrderInput,
+  type OrderResult,
+} from '../domain/order';
+import { orderOutcome } from '../lib/order-outcome';
+import type { OrderStore } from '../lib/order-store';
+import { acceptedUpdate, type Acceptance } from '../workflows/messages';
+import { CustomerIdKey, NeedsAttentionKey, OrderStatusKey, TotalCentsKey } from '../workflows/search-attributes';
+import { CliError, EXIT, LATE, lateAfter, type CliContext, type Out } from './context';
+import { jsonOption, waitOption } from './options';
+
+/** Reads and validates an order file. Throws CliError(2) naming the field; with a store, also checks the catalogue and duplicates (3). */
+export async function loadOrder(
+  file: string,
+  store?: Pick<OrderStore, 'catalogueProblem' | 'orderExists'>,
+): Promise<OrderInput> {
+  let text: string;
+  try {
+    text = await readFile(file, 'utf8');
+  } catch (err) {
+    throw new CliError(
+      `invalid input: file: cannot read ${file}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`,
+      EXIT.invalid,
+    );
+  }
+  let raw: unknown;
+  try {
+    raw = JSON.parse(text);
+  } catch (err) {
+    throw new CliError(`invalid input: file: ${file} is not valid JSON: ${(err as Error).message}`, EXIT.invalid);
+  }
+  let order: OrderInput;
+  try {
+    order = parseOrder(raw);
+  } catch (err) {
+    if (err instanceof OrderValidationError) throw new CliError(err.message, EXIT.invalid);
+    throw err;
+  }
+  if (store) {
+    const problem = await store.catalogueProblem(order);
+    if (problem) throw new CliError(`invalid order: ${problem.field}: ${problem.problem}`, EXIT.invalid);
+    if (await store.orderExists(order.orderId))
+      throw new CliError(`duplicate order: orderId: ${order.orderId} already exists`, EXIT.duplicate);
+  }
+  return order;
+}
+
+function printResult(
+  io: Out,
+  json: boolean,
+  r: {
+    orderId: string;
+    workflowId: string;
+    runId?: string;
+    status: string;
+    reason?: string;
+    uiUrl: string;
+    accepted?: boolean;
+    answerMs?: number;
+    durationMs?: number;
+  },
+): void {
+  if (json) return io.out(JSON.stringify(r));
+  const early = r.accepted === undefined ? '' : r.accepted ? ' — accepted, the saga runs on' : ' — refused';
+  const took =
+    r.answerMs !== undefined
+      ? ` [answer in ${r.answerMs} ms]`
+      : r.durationMs !== undefined
+        ? ` [end to end in ${r.durationMs} ms]`
+        : '';
+  io.out(`order ${r.orderId}: ${r.status}${r.reason ? ` (${r.reason})` : ''}${early}${took}`);
+  io.out(`  workflow: ${r.workflowId}${r.runId ? ` run ${r.runId}` : ''}`);
+  io.out(`  web ui:   ${r.uiUrl}`);
+}
+
+async function place(
+  opts: { file: string; json?: boolean; noWait: boolean; waitSeconds: number },
+  ctx: CliContext,
+): Promise<number> {
+  const { cfg, io, links } = ctx;
+  const store = ctx.openStore('app'); // without DATABASE_URL the workflow's boundary checks the catalogue
+  let order: OrderInput;
+  try {
+    order = await loadOrder(opts.file, store);
+  } finally {
+    await store?.close();
+  }
+  const client = await ctx.temporal();
+  const workflowId = workflowIdFor(order.orderId);
+  // Update-with-Start: one call starts the saga and returns its early answer (stock reserved, or refused).
+  const start = new WithStartWorkflowOperation('orderSaga', {
+    taskQueue: cfg.taskQueue,
+    workflowId,
+    args: [order],
+    workflowIdReusePolicy: WorkflowIdReusePolicy.REJECT_DUPLICATE,
+    workflowIdConflictPolicy: WorkflowIdConflictPolicy.FAIL,
+    typedSearchAttributes: [
+      { key: OrderStatusKey, value: 'PENDING' },
+      { key: CustomerIdKey, value: order.customerId },
+      { key: TotalCentsKey, value: orderTotalCents(order) },
+      { key: NeedsAttentionKey, value: false },
+    ],
+    staticSummary: orderSummary(order),
+  });
+  const sent = Date.now();
+  const waitMs = opts.waitSeconds * 1000;
+  // The call waits for the saga's early answer; past --wait it is cut, not left to the server's long poll.
+  const cut = new AbortController();
+  let acceptance: Acceptance | typeof LATE | Error;
+  try {
+    acceptance = await Promise.race([
+      client.withAbortSignal(cut.signal, () =>
+        client.workflow.executeUpdateWithStart(acceptedUpdate, { startWorkflowOperation: start }),
+      ),
+      lateAfter(waitMs),
+    ]);
+  } catch (err) {
+    if (err instanceof WorkflowExecutionAlreadyStartedError) {
+      throw new CliError(
+        `duplicate order: orderId: ${order.orderId} already has workflow ${workflowId}`,
+        EXIT.duplicate,
+      );
+    }
+    // The saga started but ended before it could answer (it failed at its boundary, say): its outcome says why.
+    if (!(err instanceof WorkflowUpdateFailedError)) throw err;
+    acceptance = err;
+  }
+  const answerMs = Date.now() - sent;
+  if (acceptance === LATE) {
+    cut.abort();
+    start.workflowHandle().catch(() => undefined); // cut with the call
+    const run = await client.workflow
+      .getHandle(workflowId)
+      .describe()
+      .catch(() => undefined);
+    throw new CliError(
+      run
+        ? `order ${order.orderId}: started, but no answer within ${opts.waitSeconds} s (is a worker running?); see ${links.run(workflowId, run.runId)}`
+        : `order ${order.orderId}: no answer within ${opts.waitSeconds} s, and the server does not show it started; see client.ts status ${order.orderId}`,
+      EXIT.notCompleted,
+    );
+  }
+  const handle = await start.workflowHandle();
+  // The start's run ID, when the server's answer carried it; else as the server describes the run.
+  const runId =
+    (handle as Partial<WorkflowHandleWithFirstExecutionRunId>).firstExecutionRunId || (await handle.describe()).runId;
+  const base = { orderId: order.orderId, workflowId, runId, uiUrl: links.run(workflowId, runId) };
+  // With --no-wait, the early answer: accepted (RESERVED) and running on, or refused with the reason.
+  // A saga that ended before it could answer: wait for the end, which says why (an invalid order is
+  // exit 2, as if the client had caught it).
+  if (opts.noWait && !(acceptance instanceof Error)) {
+    printResult(io, !!opts.json, {
+      ...base,
+      status: acceptance.status,
+      ...(acceptance.reason ? { reason: acceptance.reason } : {}),
+      accepted: acceptance.accepted,
+      answerMs,
+    });
+    if (acceptance.status === 'ALREADY_SETTLED') return EXIT.duplicate;
+    return acceptance.accepted ? EXIT.ok : EXIT.notCompleted;
+  }
+  let result: OrderResult;
+  try {
+    result = await orderOutcome(handle); // a FAILED or CANCELLED order fails its workflow: read back as a result
+  } catch (err) {
+    if (!(err instanceof WorkflowFailedError)) throw err;
+    const cause: (Error & { type?: string }) | undefined = err.cause;
+    const reason = cause?.message ?? err.message;
+    // Without DATABASE_URL the client cannot check the catalogue; the workflow's boundary did.
+    if (cause?.type === 'InvalidOrder') throw new CliError(`invalid order: ${reason}`, EXIT.invalid);
+    printResult(io, !!opts.json, { ...base, status: 'FAILED', reason, durationMs: Date.now() - sent });
+    return EXIT.notCompleted;
+  }
+  // End to end: from the start request until the saga's outcome is known.
+  printResult(io, !!opts.json, {
+    ...base,
+    status: result.status,
+    ...(result.reason ? { reason: result.reason } : {}),
+    durationMs: Date.now() - sent,
+  });
+  if (result.status === 'ALREADY_SETTLED') return EXIT.duplicate; // another run had settled this order
+  return result.status === 'COMPLETED' ? EXIT.ok : EXIT.notCompleted;
+}
+
+export function register(cli: Command, ctx: CliContext): void {
+  const placeCmd = cli
+    .command('place')
+    .summary('start an order saga: its early answer, then its end')
+    .description(
+      `Validates the order (with DATABASE_URL also against the catalogue, and that its ID is new), then starts workflow order:<orderId> with an Update-with-Start: one call starts the saga and gets its early answer, accepted (stock reserved) or refused with the reason. Unless --no-wait, it then waits for the end. Prints the order ID, the status and the run's Web UI URL.
+Exit codes: 0 COMPLETED (with --no-wait: accepted); 1 ended otherwise, or refused; 2 invalid input; 3 duplicate order ID, or ALREADY_SETTLED (an earlier run settled the order; this one changed nothing).`,
+    )
+    .requiredOption('--file <order.json>', 'the order, as JSON (see examples/order.json)')
+    .addOption(
+      jsonOption(
+        'one JSON object: orderId, workflowId, runId, status, reason, uiUrl (with --no-wait also accepted and answerMs)',
+      ),
+    )
+    .addOption(waitOption('seconds to wait for the early answer; with none by then (no worker?), exit 1'))
+    .option('--no-wait', 'return with the early answer (status RESERVED when accepted)');
+  // --wait <seconds> and --no-wait share commander's value "wait": note each as it comes.
+  let noWait = false;
+  let waitSeconds = 60;
+  placeCmd.on('option:no-wait', () => void (noWait = true));
+  placeCmd.on('option:wait', () => void (waitSeconds = Number(placeCmd.getOptionValue('wait'))));
+  placeCmd.action(async (opts) =>
+    ctx.done(await place({ file: opts.file, json: !!opts.json, noWait, waitSeconds }, ctx)),
+  );
+}

@@ -1,0 +1,66 @@
+/** `schedule reconcile` and `schedule sweep`: create (or update) one of the application's Temporal Schedules. */
+import type { Command } from '@commander-js/extra-typings';
+import { RECONCILE_SCHEDULE_ID, SWEEP_SCHEDULE_ID, upsertSchedule } from '../lib/schedules';
+import { EXIT, type CliContext } from './context';
+import { durationMs, interval, jsonOption, positiveInt } from './options';
+
+/** Creates (or updates) one of the application's Schedules and says where to see it. */
+async function schedule(
+  req: { scheduleId: string; workflowType: string; every: string; args?: unknown[]; json?: boolean },
+  ctx: CliContext,
+): Promise<number> {
+  const { cfg, io } = ctx;
+  const client = await ctx.temporal();
+  const { created } = await upsertSchedule(client, { ...req, taskQueue: cfg.taskQueue });
+  const url = ctx.links.schedule(req.scheduleId);
+  if (req.json) io.out(JSON.stringify({ scheduleId: req.scheduleId, every: req.every, created, uiUrl: url }));
+  else io.out(`schedule ${req.scheduleId}: ${created ? 'created' : 'updated'}, every ${req.every}\n  web ui: ${url}`);
+  return EXIT.ok;
+}
+
+export function register(cli: Command, ctx: CliContext): void {
+  const schedules = cli
+    .command('schedule')
+    .summary('reconcile | sweep: create (or update) one of the Schedules')
+    .description('Temporal Schedules of this application: reconcile (the invariant check) and sweep (the sweeper).');
+  schedules
+    .command('reconcile')
+    .summary('create (or update) the Schedule that runs the reconciliation')
+    .description(
+      `Creates the Temporal Schedule "reconcile" (or updates its interval) that runs the reconciliation workflow every <duration>. Each run checks every invariant, sweeps for orphan charges and overdue sagas, and records findings (client.ts findings); it never compensates.`,
+    )
+    .option('--every <duration>', 'how often, for example 15m, 6h, 1d (at least 60s)', interval, '1h')
+    .addOption(jsonOption())
+    .action(async (opts) =>
+      ctx.done(
+        await schedule(
+          { scheduleId: RECONCILE_SCHEDULE_ID, workflowType: 'reconcileWorkflow', every: opts.every, json: opts.json },
+          ctx,
+        ),
+      ),
+    );
+  schedules
+    .command('sweep')
+    .summary('create (or update) the Schedule that runs the sweeper')
+    .description(
+      `Creates the Temporal Schedule "sweep" (or updates it) that runs the sweeper every <duration>: an open order whose saga has closed (terminated, failed) or is missing gets its saga started again from the order row (at most --max-restarts times, then a person is told); a run whose workflow task keeps failing is reset once to its last completed workflow task, then a person; an order in NEEDS_ATTENTION for longer than --attention-age is alerted. It never compensates or charges. What it did: client.ts sweeps.`,
+    )
+    .option('--every <duration>', 'how often, for example 1m, 5m (at least 60s)', interval, '1m')
+    .option('--max-restarts <n>', 'restarts per order before a person is told', positiveInt, 3)
+    .option('--attention-age <duration>', 'alert an order in NEEDS_ATTENTION this long', interval, '1h')
+    .addOption(jsonOption())
+    .action(async (opts) =>
+      ctx.done(
+        await schedule(
+          {
+            scheduleId: SWEEP_SCHEDULE_ID,
+            workflowType: 'sweeperWorkflow',
+            every: opts.every,
+            args: [{ maxRestarts: opts.maxRestarts, attentionAgeMs: durationMs(opts.attentionAge) }],
+            json: opts.json,
+          },
+          ctx,
+        ),
+      ),
+    );
+}

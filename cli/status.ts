@@ -1,0 +1,66 @@
+/**
+ * `status`: the saga's state and its Web UI link; also how a saga's state prints (status, cancel
+ * and resolve print it alike) and the error for an order that has no workflow.
+ */
+import type { Command } from '@commander-js/extra-typings';
+import { WorkflowNotFoundError } from '@temporalio/client';
+import { workflowIdFor } from '../domain/order';
+import { closedRunState } from '../lib/closed-run';
+import { stateQuery, type SagaState } from '../workflows/messages';
+import { CliError, EXIT, type CliContext } from './context';
+import { jsonOption, orderIdArgument } from './options';
+
+export function printState(ctx: CliContext, json: boolean, s: SagaState): void {
+  const { io, links } = ctx;
+  const workflowId = workflowIdFor(s.orderId);
+  if (json) return io.out(JSON.stringify({ ...s, workflowId, uiUrl: links.run(workflowId) }));
+  io.out(`order ${s.orderId}: ${s.status}${s.reason ? ` (${s.reason})` : ''}`);
+  io.out(`  step:          ${s.step}${s.awaiting ? ` (awaiting operator: ${s.awaiting})` : ''}`);
+  io.out(`  steps done:    ${s.stepsDone.join(' → ') || '-'}`);
+  io.out(
+    `  compensations: ${s.compensations.length ? [...s.compensations].reverse().join(' ← ') : '-'}${s.compensationsRun.length ? ` (ran: ${s.compensationsRun.join(', ')})` : ''}`,
+  );
+  io.out(`  unknowns:      ${s.unknowns.join(', ') || '-'}`);
+  io.out(
+    `  attempts:      ${
+      Object.entries(s.attempts)
+        .map(([k, v]) => `${k}=${v}`)
+        .join(' ') || '-'
+    }`,
+  );
+  io.out(`  web ui:        ${links.run(workflowId)}`);
+}
+
+export const noOrder = (orderId: string): CliError =>
+  new CliError(`no order ${orderId} (no workflow ${workflowIdFor(orderId)})`, EXIT.notCompleted);
+
+async function status(orderId: string, opts: { json?: boolean }, ctx: CliContext): Promise<number> {
+  const client = await ctx.temporal();
+  try {
+    const handle = client.workflow.getHandle(workflowIdFor(orderId));
+    const described = await handle.describe();
+    // An open run's workers answer its query; a closed one may be pinned to a build already drained
+    // and removed, so its state comes from the server (description, result, history) instead.
+    const state =
+      described.status.name === 'RUNNING'
+        ? await handle.query(stateQuery)
+        : await closedRunState(client, orderId, described);
+    printState(ctx, !!opts.json, state);
+    return EXIT.ok;
+  } catch (err) {
+    if (err instanceof WorkflowNotFoundError) throw noOrder(orderId);
+    throw err;
+  }
+}
+
+export function register(cli: Command, ctx: CliContext): void {
+  cli
+    .command('status')
+    .summary("the saga's state and its Web UI link")
+    .description(
+      `The saga's status, current step, steps done, compensation stack, unknowns and attempts (its "state" query; for a closed run, read from its history and result, so no worker of its build is needed), and its Web UI URL. Exit code 1 when there is no such order.`,
+    )
+    .argument(...orderIdArgument)
+    .addOption(jsonOption())
+    .action(async (orderId, opts) => ctx.done(await status(orderId, opts, ctx)));
+}
