@@ -18,7 +18,7 @@ export interface SkuStats extends SkuCounters {
   recentAbortRate: number;
 }
 
-/** Seed 000's health bands for the abort rate. */
+/** The abort rate's health bands: healthy below 10 %, critical above 30 % (the serial lane's threshold). */
 export const ABORT_RATE_HEALTHY = 0.1;
 export const ABORT_RATE_CRITICAL = 0.3;
 
@@ -127,7 +127,7 @@ export class InventoryMetrics {
       .map(([sku, c]) => ({
         sku,
         ...c,
-        // Seed 000: aborted attempts over task executions (CAS attempts plus lane commits).
+        // The abort rate: aborted attempts over task executions (CAS attempts plus lane commits).
         abortRate: c.attempts + c.laneCommits === 0 ? 0 : c.aborts / (c.attempts + c.laneCommits),
         recentAbortRate: this.recentAbortRate(sku),
       }))

@@ -1,5 +1,6 @@
 /**
- * The order row as the saga's lock (seed 004's semantic lock) and its only truth. Every status write
+ * The order row as the saga's lock (a semantic lock: its status and its owner run, not a database
+ * lock, decide which writes go through while the saga runs) and its only truth. Every status write
  * goes through `transition`: one guarded UPDATE against the `order_transitions` table, its rowCount
  * checked. A refused transition is a typed, non-retryable `OrderStateConflict` that names the current
  * status. The run that writes becomes the owner; the owner it replaced is superseded, and a write from

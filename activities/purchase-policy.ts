@@ -3,11 +3,11 @@ import { businessFailure, ErrorTypes } from './errors';
 import type { ReserveRequest, SnapshotRow } from './reserve-types';
 
 /**
- * The purchase policy (seed 003's validatePurchasePolicy). For a product with `max_per_customer`, it
- * holds the customer's quota with one conditional upsert, inside the reservation's own transaction:
- * the hold commits with the stock and the reservation row (which records it as `quota_qty`), or not
- * at all. A crash between the two cannot leak a hold or lock the customer out. Returns the quantity
- * held per SKU.
+ * The purchase policy: a customer buys at most `max_per_customer` units of a product. For a product
+ * with that limit, it holds the customer's quota with one conditional upsert, inside the reservation's
+ * own transaction: the hold commits with the stock and the reservation row (which records it as
+ * `quota_qty`), or not at all. A crash between the two cannot leak a hold or lock the customer out.
+ * Returns the quantity held per SKU.
  */
 export async function holdPurchaseQuota(
   c: PoolClient,

@@ -1,7 +1,7 @@
 /**
- * An attempt-local undo log (seed 000's compensation log): each side effect an attempt takes outside
- * the rows its CAS commits records its inverse here. When the attempt aborts, the log runs LIFO
- * before the retry; when it commits, the log is dropped.
+ * An attempt-local undo log (compensation inside one attempt, as the saga's is inside one order):
+ * each side effect an attempt takes outside the rows its CAS commits records its inverse here. When
+ * the attempt aborts, the log runs LIFO before the retry; when it commits, the log is dropped.
  */
 export class UndoLog {
   private readonly entries: { name: string; undo: () => Promise<void> }[] = [];

@@ -1,5 +1,5 @@
--- Per-customer purchase limits (seed 003's validatePurchasePolicy). A reservation holds quota
--- outside the CAS transaction; an aborted attempt gives it back (the attempt's undo log).
+-- Per-customer purchase limits (the purchase policy, activities/purchase-policy.ts). A reservation
+-- holds quota outside the CAS transaction; an aborted attempt gives it back (the attempt's undo log).
 ALTER TABLE products ADD COLUMN max_per_customer integer CHECK (max_per_customer > 0);
 
 CREATE TABLE purchase_quota (

@@ -1,4 +1,4 @@
--- The reconciliation safety net (seed 004): each run of the scheduled reconcile workflow, and what it found.
+-- The reconciliation safety net: each run of the scheduled reconcile workflow, and what it found.
 CREATE TABLE reconciliation_runs (
   run_id      text PRIMARY KEY,
   started_at  timestamptz NOT NULL DEFAULT now(),

@@ -1,4 +1,5 @@
--- The order row is the saga's lock (seed 004's semantic lock).
+-- The order row is the saga's lock (a semantic lock: its status and owner run, not a database lock,
+-- decide which writes go through while the saga runs).
 -- 1. The legal status transitions, in one table. Every status write is a guarded UPDATE against it,
 --    and a trigger refuses any other change of status, whoever writes it.
 CREATE TABLE order_transitions (

@@ -5,7 +5,9 @@
  *      (db/roles.ts);
  *   2. Temporal dev server with its Web UI on :8233 (unless TEMPORAL_ADDRESS names a running server),
  *      its state kept in .data/temporal.db, with the saga's search attributes registered;
- *   3. the payment provider and the worker, as child processes;
+ *   3. the payment provider and the worker, as child processes; the workflows bundled once here, quietly
+ *      (the bundler's module statistics are not for this screen; its errors are), and loaded by every
+ *      worker process from .data/workflow-bundle.js (WORKFLOW_BUNDLE) instead of each bundling again;
  *   4. the workers' build (BUILD_ID, else lib/deployments.ts makes one) made the current version of
  *      the Worker Deployment `order-saga` once they poll: new sagas go to it, each pinned to it.
  * Ctrl-C stops them all, children first.
@@ -13,9 +15,10 @@
 import { spawnSync, type ChildProcess } from 'node:child_process';
 import { parseArgs } from 'node:util';
 import { randomBytes } from 'node:crypto';
-import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { Client, Connection } from '@temporalio/client';
+import { bundleWorkflowCode, DefaultLogger } from '@temporalio/worker';
 import { passwordsFromEnv, prepareDatabase, ROLES } from '../db/roles';
 import { DEFAULT_PORTS, listUrl, loopbackUrl, operatorViews, readConfig, RUNTIME_FILE } from '../lib/config';
 import { startCodecServer } from '../lib/codec-server';
@@ -24,6 +27,7 @@ import {
   dataConverterFor,
   EncryptionCodec,
   ensureKeyFile,
+  FAILURE_CONVERTER_PATH,
   requirePayloadKeys,
 } from '../platform/payload-codec';
 import { startTsProcess, stopProcess } from '../platform/processes';
@@ -52,6 +56,31 @@ const USAGE = `Usage: npm start [-- --temporal dev|server] [-- --workers N]
                      with the standalone Web UI; built once with go install (scripts/ensure-servers.sh server)
   --workers N        N worker processes (default 1); the serial lanes stay serial across them
 Environment: see the README (TEMPORAL_ADDRESS skips starting a Temporal server).`;
+
+/**
+ * Bundles the workflows once for every worker process, into .data/ (written aside, then renamed, so a
+ * worker never reads half a file). The bundler reports its warnings and errors only: its module
+ * statistics (info) are noise here, and a failed bundle still names its cause before `failed:`.
+ * With the failure converter the workers use, so failures stay encoded inside the sandbox too.
+ */
+async function bundleWorkflows(): Promise<string> {
+  const started = Date.now();
+  const bundle = await bundleWorkflowCode({
+    workflowsPath: require.resolve('../workflows'),
+    failureConverterPath: FAILURE_CONVERTER_PATH,
+    logger: new DefaultLogger('WARN', ({ level, message }) =>
+      process.stderr.write(`[start] workflow bundle: ${level}: ${message}\n`),
+    ),
+  });
+  const file = path.join(DATA, 'workflow-bundle.js');
+  const partial = `${file}.${process.pid}.partial`;
+  writeFileSync(partial, bundle.code);
+  renameSync(partial, file);
+  say(
+    `workflows: bundled in ${((Date.now() - started) / 1000).toFixed(1)} s into ${path.relative(ROOT, file)}, loaded by each worker`,
+  );
+  return file;
+}
 
 /** The command line: --temporal (ORDER_SAGA_TEMPORAL) and --workers. Exits 2 naming a bad value. */
 function options(argv: string[], env: NodeJS.ProcessEnv): { temporal: 'dev' | 'server'; workers: number } {
@@ -237,10 +266,13 @@ async function main(): Promise<void> {
     const appEnv = { DATABASE_URL: urls.app, READER_DATABASE_URL: urls.reader };
     // N worker processes on the same task queues; lanes stay serial across them (activities/lane-lock.ts).
     const metricsPort = Number(env.WORKER_METRICS_PORT ?? DEFAULT_PORTS.workerMetrics);
+    // A WORKFLOW_BUNDLE given is used as it is (childEnv carries it); else one bundle for all of them.
+    const bundleEnv = env.WORKFLOW_BUNDLE ? {} : { WORKFLOW_BUNDLE: await bundleWorkflows() };
     await Promise.all(
       Array.from({ length: opts.workers }, (_, i) =>
         launch(opts.workers > 1 ? `worker-${i + 1}` : 'worker', 'worker.ts', /polling task queue/, {
           ...appEnv,
+          ...bundleEnv,
           WORKER_METRICS_PORT: String(metricsPort + i),
           // The runtime's Prometheus endpoint: the first worker's only (one port per machine).
           ...(i > 0 ? { TEMPORAL_METRICS_ADDRESS: 'off' } : {}),

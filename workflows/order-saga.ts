@@ -55,9 +55,9 @@ import {
   chargeOnceOpts,
   compensationOpts,
   conflictStatus,
-  describe,
   duration,
   FINAL_CHARGE_ANSWERS,
+  failureMessage,
   failureType,
   forwardOpts,
   inquiryOpts,
@@ -210,7 +210,7 @@ class OrderSaga {
       await this.createShipment();
     } catch (err) {
       if (failureType(err) === 'OrderSettled') throw err;
-      return await this.backward(describe(err), false, failureType(err) ?? 'SagaFailed');
+      return await this.backward(failureMessage(err), false, failureType(err) ?? 'SagaFailed');
     }
     return await this.afterPivot();
   }
@@ -299,7 +299,7 @@ class OrderSaga {
             }
             // Anything else may have shipped, or the row cannot say: never compensate, escalate.
             if (
-              (await this.escalate('forward-step', `createShipment failed at the pivot: ${describe(err)}`)) ===
+              (await this.escalate('forward-step', `createShipment failed at the pivot: ${failureMessage(err)}`)) ===
               'mark-resolved'
             ) {
               // Shipped by hand: the same bookkeeping (lines SOLD, order SHIPPED), so nothing stays HELD.
@@ -331,7 +331,7 @@ class OrderSaga {
           // An escalation another run left (reset or terminated while it waited): the operator's retry.
           if (conflictStatus(err) === 'NEEDS_ATTENTION' && (await this.resumeRow()) === 'SHIPPED') continue;
           if (
-            (await this.escalate('forward-step', `sendConfirmation failed after the pivot: ${describe(err)}`)) ===
+            (await this.escalate('forward-step', `sendConfirmation failed after the pivot: ${failureMessage(err)}`)) ===
             'mark-resolved'
           )
             return;
@@ -395,7 +395,7 @@ class OrderSaga {
     }
     if (failureType(err) === 'OrderSettled' && this.compensations.length === 0) throw err;
     const cancelled = isCancellation(err);
-    const reason = cancelled ? this.stopReason() : describe(err);
+    const reason = cancelled ? this.stopReason() : failureMessage(err);
     const ahead = await CancellationScope.nonCancellable(() => this.catchUp(err));
     if (ahead === 'forward') return undefined;
     const stopped = cancelled || this.cancelReason !== undefined;
@@ -469,7 +469,7 @@ class OrderSaga {
         if (settledAs) break; // shipped and settled elsewhere: nothing here may be undone
         const ahead = pastPivotStatus(err);
         if (ahead) throw new RowPastPivot(ahead);
-        const action = await this.escalate('compensation', `compensation ${c.name} failed: ${describe(err)}`);
+        const action = await this.escalate('compensation', `compensation ${c.name} failed: ${failureMessage(err)}`);
         if (action === 'retry') continue;
       }
       this.compensations.pop();
@@ -552,7 +552,7 @@ class OrderSaga {
       why = r.reason;
     } catch (err) {
       if (failureType(err) !== 'ContentionExhausted') throw err;
-      why = describe(err);
+      why = failureMessage(err);
     }
     const lane = laneFor(
       this.order.items.map((i) => i.sku),
@@ -612,7 +612,7 @@ class OrderSaga {
         if (FINAL_CHARGE_ANSWERS.includes(failureType(err) ?? '')) throw err;
         log.warn('charge timed out or failed; inquiring before deciding', {
           orderId: this.orderId,
-          error: describe(err),
+          error: failureMessage(err),
         });
       }
       const verdict = await CancellationScope.nonCancellable(() => this.inquireUntilKnown());
@@ -670,7 +670,7 @@ class OrderSaga {
           return r.status === 'succeeded' && (r.refundedCents ?? 0) > 0 ? 'refunded' : r.status;
         }
       } catch (err) {
-        log.warn('inquiry failed; charge outcome unknown', { orderId: this.orderId, error: describe(err) });
+        log.warn('inquiry failed; charge outcome unknown', { orderId: this.orderId, error: failureMessage(err) });
       }
       if (this.state.status !== 'UNKNOWN_PAYMENT') {
         // The row already CHARGED (the charge's own write committed, its answer was lost): it is paid.
@@ -782,7 +782,7 @@ class OrderSaga {
       if (failureType(err) !== 'OrderStateConflict' || settledStatus(err)) throw err;
       log.error('the order row refused NEEDS_ATTENTION; waiting for a person anyway', {
         orderId: this.orderId,
-        error: describe(err),
+        error: failureMessage(err),
       });
       this.state.reason = reason;
       this.refresh();
@@ -968,7 +968,7 @@ class OrderSaga {
     try {
       answer = await this.inquire(`resolve ${action}: ask the provider about ${key}`);
     } catch (err) {
-      return `cannot confirm ${action} with the provider: ${describe(err)}`;
+      return `cannot confirm ${action} with the provider: ${failureMessage(err)}`;
     }
     const refunded = (answer.refundedCents ?? 0) > 0;
     const says = `the provider says charge ${key} is ${answer.status}${refunded ? ` and refunded (${answer.refundedCents} cents)` : ''}`;

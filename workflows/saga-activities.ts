@@ -132,7 +132,7 @@ export async function actLocalFirst<K extends ActName>(
     return await stopIfSettled(fn.executeWithOptions({ ...local, summary }, args));
   } catch (err) {
     if (isFinalFailure(err, opts)) throw err;
-    log.warn('local attempt failed; the activity retries it', { activity: name, error: describe(err) });
+    log.warn('local attempt failed; the activity retries it', { activity: name, error: failureMessage(err) });
   }
   return act(opts, name, `${summary} (retry after a failed local attempt)`, ...args);
 }
@@ -212,7 +212,7 @@ export function failureType(err: unknown): string | undefined {
 }
 
 /** The innermost ApplicationFailure's `type: message`, or the error's message. */
-export function describe(err: unknown): string {
+export function failureMessage(err: unknown): string {
   let message = err instanceof Error ? err.message : String(err);
   for (let e: unknown = err; e instanceof Error; e = (e as { cause?: unknown }).cause) {
     if (e instanceof ApplicationFailure) message = e.type ? `${e.type}: ${e.message}` : e.message;
