@@ -7,7 +7,7 @@ import type { Pool, PoolClient } from 'pg';
 import { backoffMs, DEFAULT_CAS } from '../activities/inventory';
 import { InventoryMetrics } from '../activities/inventory-metrics';
 import { withTransaction } from '../db/pool';
-import { concurrentLoops, percentile } from '../lib/load';
+import { concurrentLoops, percentile } from './measure';
 
 export const STRATEGIES = ['naive', 'for-update-logic-in-tx', 'for-update-short', 'cas', 'adaptive'] as const;
 export type Strategy = (typeof STRATEGIES)[number];

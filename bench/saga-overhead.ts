@@ -1,0 +1,217 @@
+/**
+ * The saga's overhead: the full order saga against the essential-work floor (a workflow of the five
+ * essential steps as no-op activities, `workflows.ts`) on the dev server, with one worker of the
+ * production worker's settings; and the same saga without the payload codec, for the codec's cost.
+ */
+import path from 'node:path';
+import { randomBytes } from 'node:crypto';
+import { Client } from '@temporalio/client';
+import { bundleWorkflowCode, Worker, type WorkerOptions } from '@temporalio/worker';
+import { createActivities } from '../activities';
+import { createPool } from '../db/pool';
+import { workflowIdFor, type OrderInput } from '../domain/order';
+import { dataConverterFor, parseKeyList } from '../platform/payload-codec';
+import { startProviderProcess, stopProcess } from '../platform/processes';
+import { createProviderClient } from '../provider/client';
+import { startDevServer } from '../servers/temporal-dev';
+import { WORKER_TUNING } from '../worker';
+import { concurrentLoops, median, percentile, progress, ratio } from './measure';
+
+/** One kind of workflow under load: completed per second, and the latency percentiles (ms). */
+export interface Side {
+  perSecond: number;
+  p50: number;
+  p99: number;
+}
+
+export interface SagaOverheadResult {
+  saga: Side;
+  floor: Side;
+  /** The same saga with no payload codec (payloads in the clear), on a worker and client of its own. */
+  plain: Side;
+  /** The codec's cost: saga throughput with the codec over without it (1 = free). */
+  codecRatio: number;
+  /** Saga throughput over the floor's, and saga p50 over the floor's. */
+  ratio: number;
+  p50Ratio: number;
+  /** One order on an idle stack, end to end (median of a few, one at a time). */
+  idle: { saga: number; floor: number; plain: number };
+  /** Events in one happy-path saga's history, and in one floor run's. */
+  historyEvents: { saga: number; floor: number };
+}
+
+export interface SagaOverheadOptions {
+  /** Workflows per round of each kind. */
+  orders: number;
+  /** Workflows in flight at once. */
+  concurrency: number;
+  /** Rounds of each kind; even, for the ABBA order. */
+  rounds: number;
+}
+
+const KINDS = ['floor', 'saga', 'plain'] as const;
+type Kind = (typeof KINDS)[number];
+
+/** Starts its own dev server, provider and workers on the database at `url`, measures, and stops them. */
+export async function measureSagaOverhead(url: string, opts: SagaOverheadOptions): Promise<SagaOverheadResult> {
+  const { orders, concurrency, rounds } = opts;
+  progress('P2: starting the dev server and the provider…');
+  // The saga and the floor run with the project's payload codec (a key of the bench's own); `plain`
+  // runs the same saga without it, side by side, for the codec's cost.
+  const dataConverter = dataConverterFor(
+    parseKeyList(`bench-1:${randomBytes(32).toString('base64')}`, 'the bench key'),
+  );
+  const env = await startDevServer({ logLevel: 'error', client: { dataConverter } });
+  const provider = await startProviderProcess({
+    DATABASE_URL: url,
+    PROVIDER_PORT: '0',
+    PROVIDER_ADMIN_PORT: '0',
+    PROVIDER_API_KEY: 'bench-key',
+    PROVIDER_ADMIN_KEY: 'bench-admin',
+  });
+  const db = createPool(url, { max: 20 });
+  try {
+    const quiet = { log() {}, trace() {}, debug() {}, info() {}, warn() {}, error() {} };
+    const bundle = (failureConverterPath?: string) =>
+      bundleWorkflowCode({
+        workflowsPath: path.join(__dirname, 'workflows.ts'),
+        logger: quiet,
+        ...(failureConverterPath ? { failureConverterPath } : {}),
+      });
+    const taskQueue = 'bench-p2';
+    const plainQueue = 'bench-p2-plain';
+    const activities = {
+      ...createActivities({ db, provider: createProviderClient({ baseUrl: provider.url, apiKey: 'bench-key' }) }),
+      noop: async () => undefined,
+    };
+    // One worker with the production worker's settings, serving both workflows; its twin without the codec.
+    const workerOptions = {
+      ...WORKER_TUNING,
+      // BENCH_WORKER_OPTIONS: worker options (JSON) to measure, given to every side alike.
+      ...(process.env.BENCH_WORKER_OPTIONS
+        ? (JSON.parse(process.env.BENCH_WORKER_OPTIONS) as Partial<WorkerOptions>)
+        : {}),
+      connection: env.nativeConnection,
+      activities,
+    };
+    const worker = await Worker.create({
+      ...workerOptions,
+      taskQueue,
+      dataConverter,
+      workflowBundle: await bundle(dataConverter.failureConverterPath),
+    });
+    const plainWorker = await Worker.create({
+      ...workerOptions,
+      taskQueue: plainQueue,
+      workflowBundle: await bundle(),
+    });
+    const plainClient = new Client({ connection: env.connection, namespace: env.namespace ?? 'default' });
+    const sku = `BENCH-P2-${Date.now()}`;
+    await db.query({
+      text: `INSERT INTO products (sku, name, price_cents, stock, initial_stock) SELECT $1 || '-' || g, 'bench', 100, 1000000, 1000000 FROM generate_series(0, 99) g`,
+      values: [sku],
+    });
+    let seq = 0;
+    let lastSagaId = '';
+    let lastFloorId = '';
+    /** One workflow, start to result; returns its latency in ms. */
+    const one = async (kind: Kind): Promise<number> => {
+      const i = seq++;
+      const t = Date.now();
+      if (kind === 'floor') {
+        lastFloorId = `bench-floor-${Date.now()}-${i}`;
+        await env.client.workflow.execute('noopSaga', { taskQueue, workflowId: lastFloorId });
+      } else {
+        const order: OrderInput = {
+          orderId: `bench-${Date.now()}-${i}`,
+          customerId: `bench-${i % 50}`,
+          currency: 'USD',
+          paymentMethod: 'tok_visa',
+          items: [{ sku: `${sku}-${i % 100}`, qty: 1, unitPriceCents: 100 }],
+        };
+        const r = (await (kind === 'plain' ? plainClient : env.client).workflow.execute('orderSaga', {
+          taskQueue: kind === 'plain' ? plainQueue : taskQueue,
+          workflowId: workflowIdFor(order.orderId),
+          args: [order],
+        })) as { status: string };
+        if (r.status !== 'COMPLETED') throw new Error(`bench saga ended ${r.status}`);
+        if (kind === 'saga') lastSagaId = workflowIdFor(order.orderId);
+      }
+      return Date.now() - t;
+    };
+    /** `orders` workflows of one kind, `concurrency` in flight. */
+    const runBatch = async (kind: Kind): Promise<{ perSecond: number; latencies: number[] }> => {
+      let next = 0;
+      const latencies: number[] = [];
+      const started = Date.now();
+      await concurrentLoops(
+        concurrency,
+        Infinity,
+        async () => {
+          next++;
+          latencies.push(await one(kind));
+        },
+        () => next < orders,
+      );
+      return { perSecond: orders / ((Date.now() - started) / 1000), latencies };
+    };
+    const plainRunning = plainWorker.run();
+    try {
+      return await worker.runUntil(async () => {
+        // The idle stack first: one order at a time, alternating, after one warm-up of each.
+        const idle = { saga: [] as number[], floor: [] as number[], plain: [] as number[] };
+        for (const kind of KINDS) await one(kind);
+        for (let i = 0; i < 5; i++) {
+          progress(`P2 idle ${i + 1}/5: one order at a time…`);
+          for (const kind of KINDS) idle[kind].push(await one(kind));
+        }
+        // Under load: rounds in ABBA order (floor, saga, plain, then the reverse, …), so a drift over the
+        // run (a noisy machine, a server whose store grows) hits every side alike instead of always the last.
+        const runs: Record<Kind, { perSecond: number; latencies: number[] }[]> = { saga: [], floor: [], plain: [] };
+        const names: Record<Kind, string> = {
+          saga: 'full saga',
+          floor: 'essential-work floor',
+          plain: 'saga, no codec',
+        };
+        for (let round = 0; round < rounds; round++) {
+          const order = round % 2 === 0 ? KINDS : [...KINDS].reverse();
+          for (const kind of order) {
+            progress(`P2 round ${round + 1}/${rounds}: ${names[kind]}…`);
+            runs[kind].push(await runBatch(kind));
+          }
+        }
+        progress('');
+        const side = (xs: { perSecond: number; latencies: number[] }[]): Side => {
+          const all = xs.flatMap((x) => x.latencies).sort((a, b) => a - b);
+          return {
+            perSecond: Math.round((xs.reduce((a, x) => a + x.perSecond, 0) / xs.length) * 10) / 10,
+            p50: percentile(all, 50),
+            p99: percentile(all, 99),
+          };
+        };
+        const events = async (workflowId: string): Promise<number> =>
+          (await env.client.workflow.getHandle(workflowId).fetchHistory()).events?.length ?? 0;
+        const saga = side(runs.saga);
+        const floor = side(runs.floor);
+        const plain = side(runs.plain);
+        return {
+          saga,
+          floor,
+          plain,
+          codecRatio: ratio(saga.perSecond, plain.perSecond),
+          ratio: ratio(saga.perSecond, floor.perSecond),
+          p50Ratio: ratio(saga.p50, floor.p50),
+          idle: { saga: median(idle.saga), floor: median(idle.floor), plain: median(idle.plain) },
+          historyEvents: { saga: await events(lastSagaId), floor: await events(lastFloorId) },
+        };
+      });
+    } finally {
+      plainWorker.shutdown();
+      await plainRunning;
+    }
+  } finally {
+    await db.end();
+    await stopProcess(provider.child);
+    await env.teardown();
+  }
+}
