@@ -1,0 +1,44 @@
+/**
+ * Settle: with the faults and the kills stopped, wait (at most 3 minutes) until no saga is running
+ * while the operators keep resolving; then stop the operators and the sweeper, and find the stranded
+ * orders.
+ */
+import { setTimeout as sleep } from 'node:timers/promises';
+import { temporalLookup } from '../../../db/invariants';
+import { say } from '../say';
+import type { SweepCounts } from '../sweeper';
+import type { BroughtUp } from './bring-up';
+import type { Loaded } from './load';
+
+export interface Settled {
+  /** Sagas still running when the wait ended (0: every saga closed; -1: not counted at all). */
+  running: number;
+  /** What the sweeper did over the whole soak. */
+  swept: SweepCounts;
+  /** Orders open (row not terminal) whose latest run is not running: nothing will finish them. */
+  stranded: string[];
+}
+
+export async function settle({ stack, people }: BroughtUp, { placed, operators, sweeper }: Loaded): Promise<Settled> {
+  say('load done; waiting until every saga has closed (operators keep resolving)…');
+  const settleUntil = Date.now() + 3 * 60_000;
+  let running = -1;
+  while (Date.now() < settleUntil) {
+    running = (await stack.env.client.workflow.count(`WorkflowType = 'orderSaga' AND ExecutionStatus = 'Running'`))
+      .count;
+    if (running === 0) break;
+    await sleep(1_000);
+  }
+  people.stop();
+  await operators;
+  const swept = await sweeper.stop();
+  const openRows = await stack.reader.query<{ order_id: string }>({
+    text: `SELECT order_id FROM orders WHERE order_id = ANY($1::text[]) AND status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED')`,
+    values: [placed.map((o) => o.input.orderId)],
+  });
+  const runsOfOpen = await temporalLookup(stack.env.client)(openRows.rows.map((r) => `order:${r.order_id}`));
+  const stranded = openRows.rows
+    .filter((r) => runsOfOpen.get(`order:${r.order_id}`) !== 'RUNNING')
+    .map((r) => r.order_id);
+  return { running, swept, stranded };
+}

@@ -1,0 +1,268 @@
+/**
+ * Verdict: the invariant checker, the per-order audit against the provider's ledger, every run's
+ * history, and the coverage the soak promises; then the summary and the exit code: 0 only with no
+ * violation, every saga closed and every order terminal, no driver error, and nothing missing.
+ */
+import {
+  checkInvariants,
+  formatReport,
+  temporalLookup,
+  type CheckReport,
+  type Violation,
+} from '../../../db/invariants';
+import { percentile, progressBar } from '../../../lib/load';
+import { FAULT_KINDS, FAULT_TARGETS } from '../../../provider/faults';
+import { auditOrders, readHistories, whyOpen, type HistoryFacts } from '../audit';
+import { APPLICABLE, STUCK_EVERY } from '../faults';
+import { LIMITED_SKU, MEDDLES } from '../orders';
+import { SAGA_CONFIG, type SoakOptions } from '../options';
+import type { Tally } from '../people';
+import { say } from '../say';
+import type { SweepCounts } from '../sweeper';
+import type { BroughtUp } from './bring-up';
+import type { Loaded } from './load';
+import type { Settled } from './settle';
+
+/** What the checks found, for the summary and the exit code. */
+interface Findings {
+  report: CheckReport;
+  audit: Awaited<ReturnType<typeof auditOrders>>;
+  facts: HistoryFacts;
+  /** The orders not completed, counted by their reason's first part (the 8 most common). */
+  reasons: { reason: string; n: number }[];
+  /** What the soak promised to exercise and did not. */
+  missing: string[];
+  /** Every violation, whatever found it. */
+  violations: Violation[];
+  /** Workflow tasks the saga's code failed, one violation per order. */
+  taskFailed: Violation[];
+  /** Orders the SDK's Update-ordering bug stopped that the sweeper did not heal. */
+  sdkBugUnhealed: Violation[];
+}
+
+/** Runs the checks, prints the summary, and returns the soak's exit code. */
+export async function verdict(
+  options: SoakOptions,
+  started: number,
+  up: BroughtUp,
+  load: Loaded,
+  settled: Settled,
+): Promise<number> {
+  const { stack, people } = up;
+  const { placed } = load;
+  const report = await checkInvariants(stack.reader, {
+    deadlineMs: SAGA_CONFIG.deadlineMs!,
+    workflows: temporalLookup(stack.env.client),
+  });
+  const audit = await auditOrders(stack.reader, placed, people);
+  const historyBar = progressBar();
+  const facts = await readHistories(stack.env.client, new Set(placed.map((o) => o.input.orderId)), historyBar);
+  historyBar.end();
+  const reasons = await stack.reader.query<{ reason: string; n: number }>({
+    text: `SELECT split_part(coalesce(reason, '-'), ':', 1) AS reason, count(*)::int AS n FROM orders
+             WHERE order_id = ANY($1::text[]) AND status <> 'COMPLETED' GROUP BY 1 ORDER BY 2 DESC LIMIT 8`,
+    values: [placed.map((o) => o.input.orderId)],
+  });
+  const missing = coverageGaps(options, up, settled.swept, facts);
+  const { taskFailed, sdkBugUnhealed, violations } = collectViolations(report, audit, up, facts, settled.stranded);
+  const findings: Findings = {
+    report,
+    audit,
+    facts,
+    reasons: reasons.rows,
+    missing,
+    violations,
+    taskFailed,
+    sdkBugUnhealed,
+  };
+  const seconds = Math.round((Date.now() - started) / 1000);
+  await printSummary(options, up, load, settled, findings, seconds);
+  const ok =
+    violations.length === 0 &&
+    settled.running === 0 &&
+    audit.notTerminal.length === 0 &&
+    load.unsettled.length === 0 &&
+    load.errors.length === 0 &&
+    missing.length === 0;
+  return ok ? 0 : 1;
+}
+
+/** Coverage: what the soak promises to exercise, each item it did not. */
+function coverageGaps(
+  { temporal, quick, count }: SoakOptions,
+  { stack, people }: BroughtUp,
+  swept: SweepCounts,
+  facts: HistoryFacts,
+): string[] {
+  const missing: string[] = [];
+  for (const { target, kind } of APPLICABLE)
+    if (!stack.applied.get(`${target} ${kind}`)) missing.push(`fault ${kind} on ${target}`);
+  if (!FAULT_TARGETS.some((t) => stack.applied.get(`${t} outage`))) missing.push('a call refused by the outage');
+  const mustAct = [
+    'cancel',
+    'resolve charge-succeeded',
+    'resolve charge-failed',
+    'resolve retry',
+    'resolve mark-resolved',
+    'reset an open run',
+    'reset a closed run',
+    'start again, same input',
+    'start again, other input',
+    'place again (client.ts)',
+    'terminate',
+  ];
+  for (const a of mustAct) if (!people.actions.get(a)?.sent) missing.push(`operator action ${a}`);
+  if (!people.actions.get('cancel')?.accepted) missing.push('an accepted cancel');
+  if (people.terminated.size > 0 && swept.restarts === 0) missing.push('an order the sweeper healed');
+  if (!people.cancels.get('after the pivot')?.sent) missing.push('a cancel after the pivot');
+  if (stack.restarts.length < (temporal === 'server' ? 3 : 2))
+    missing.push(`the Postgres, provider${temporal === 'server' ? ' and Temporal server' : ''} restarts`);
+  // The counts the full soak must reach; the quick one and a short --orders are too small for them.
+  const fullTargets = !quick && count >= 500;
+  if (fullTargets && facts.unknownPayment.size < 20)
+    missing.push(`20 sagas in UNKNOWN_PAYMENT (${facts.unknownPayment.size})`);
+  if (fullTargets && facts.compensationsFaulted.size < 20)
+    missing.push(`20 compensations meeting a fault (${facts.compensationsFaulted.size})`);
+  return missing;
+}
+
+/** Every violation: the checker's, the audit's, the people's, and those the saga log and the stranded orders show. */
+function collectViolations(
+  report: CheckReport,
+  audit: Findings['audit'],
+  { people }: BroughtUp,
+  facts: HistoryFacts,
+  stranded: string[],
+): Pick<Findings, 'taskFailed' | 'sdkBugUnhealed' | 'violations'> {
+  const taskFailed = [...facts.taskFailures].map(([orderId, failures]) => ({
+    rule: 'the saga code never fails a workflow task',
+    detail: `${failures.length} failed task(s); first: ${failures[0]}`,
+    orderIds: [orderId],
+  }));
+  // The SDK's Update-ordering bug is counted apart; an order it hit must have been healed (not stranded).
+  const sdkBugUnhealed = [...facts.sdkBugTaskFailures.keys()]
+    .filter((orderId) => stranded.includes(orderId))
+    .map((orderId) => ({
+      rule: "a run the SDK's Update-ordering bug stopped is healed by the sweeper",
+      detail: facts.sdkBugTaskFailures.get(orderId)![0]!,
+      orderIds: [orderId],
+    }));
+  const strandedViolations = stranded.map((orderId) => ({
+    rule: 'no order is stranded: open, with no live run, at the end',
+    detail: 'the sweeper did not heal it',
+    orderIds: [orderId],
+  }));
+  const violations = [
+    ...report.violations,
+    ...audit.violations,
+    ...people.violations,
+    ...taskFailed,
+    ...sdkBugUnhealed,
+    ...strandedViolations,
+  ];
+  return { taskFailed, sdkBugUnhealed, violations };
+}
+
+/** The summary, line by line; it asks the database and Temporal about the slowest and the open orders. */
+async function printSummary(
+  { quick, count, concurrency, killEveryMs }: SoakOptions,
+  { stack, people }: BroughtUp,
+  { placed, loadSeconds, latencies, slowest, unsettled, errors, outage }: Loaded,
+  { running, swept, stranded }: Settled,
+  { report, audit, facts, reasons, missing, violations, taskFailed, sdkBugUnhealed }: Findings,
+  seconds: number,
+): Promise<void> {
+  const stillAttention = audit.notTerminal;
+  const fmt = (m: Map<string, Tally>): string[] =>
+    [...m].map(
+      ([k, t]) =>
+        `  ${k.padEnd(30)} sent ${String(t.sent).padStart(4)}, accepted ${String(t.accepted).padStart(4)}, refused ${String(t.refused).padStart(4)}`,
+    );
+  const lines = placed.map((o) => o.input.items.length);
+  latencies.sort((a, b) => a - b);
+
+  say('');
+  say(`== chaos soak summary (${quick ? 'quick' : 'full'}) ==`);
+  say(
+    `orders:       ${placed.length} placed of ${count} (${concurrency} in flight); ${[1, 2, 3, 4, 5].map((n) => `${lines.filter((l) => l === n).length}×${n} line(s)`).join(', ')}; ` +
+      `${placed.filter((o) => o.input.items.some((i) => i.sku === LIMITED_SKU)).length} with ${LIMITED_SKU}; ${placed.filter((o) => o.input.paymentMethod === 'tok_declined').length} declined cards; ` +
+      `${new Set(placed.map((o) => o.input.customerId)).size} customers`,
+  );
+  say(
+    `final status: ${Object.entries(audit.statuses)
+      .map(([k, v]) => `${k} ${v}`)
+      .join(', ')}`,
+  );
+  say(`not completed, by reason: ${reasons.map((r) => `${r.reason} × ${r.n}`).join('; ') || '-'}`);
+  say(
+    `throughput:   ${Math.round((placed.length / loadSeconds) * 10) / 10} orders/s over ${Math.round(loadSeconds)} s of load; per order (start to last run closed) p50 ${percentile(latencies, 50)} ms, p99 ${percentile(latencies, 99)} ms`,
+  );
+  const slow = slowest.sort((a, b) => b.ms - a.ms).slice(0, 3);
+  const slowRows = await stack.reader.query<{ order_id: string; status: string; reason: string | null }>({
+    text: 'SELECT order_id, status, reason FROM orders WHERE order_id = ANY($1::text[])',
+    values: [slow.map((s) => s.id)],
+  });
+  for (const s of slow) {
+    const row = slowRows.rows.find((r) => r.order_id === s.id);
+    say(
+      `  slowest: ${s.id} ${Math.round(s.ms / 1000)} s, ${row?.status ?? '?'}${row?.reason ? ` (${row.reason.slice(0, 160)})` : ''}`,
+    );
+  }
+  say(
+    "faults applied by the provider to the workers' calls (counted where applied, from its log, across its restart):",
+  );
+  for (const target of FAULT_TARGETS) {
+    say(
+      `  ${target.padEnd(10)} ${FAULT_KINDS.filter((k) => k !== 'processing' || target === 'inquiries')
+        .map((k) => `${k} ${stack.applied.get(`${target} ${k}`) ?? 0}`)
+        .join(', ')}`,
+    );
+  }
+  const opFaults = [...stack.appliedToOperators.values()].reduce((a, b) => a + b, 0);
+  say(
+    `  (not counted above: ${opFaults} fault(s) met by the operators' own calls, ${[...stack.appliedToOperators].map(([k, v]) => `${k} ${v}`).join(', ') || 'none'})`,
+  );
+  say(
+    `  outage window: ${outage.ms ? `${outage.ms / 1000} s from ${new Date(outage.at!).toISOString()}` : 'did not happen'}; stuck charges (answer lost, then processing): every ${STUCK_EVERY}th order; failed charges then processing: every ${STUCK_EVERY}th quiet order`,
+  );
+  say(
+    `worker faults: SIGKILLs per worker process ${stack.workerKills.join(' and ')} (each about every ${killEveryMs / 1000} s, restarted)`,
+  );
+  for (const r of stack.restarts) say(`  ${r.what} restarted in ${r.ms} ms, confirmed: ${r.evidence}`);
+  say(
+    `saga log (${facts.runs} runs read): ${facts.unknownPayment.size} sagas reached UNKNOWN_PAYMENT; ${facts.compensationsFaulted.size} of ${facts.compensationsRun.size} compensations met a fault (in ${facts.compensatedUnderFault.size} orders)`,
+  );
+  say(
+    `escalations:  ${people.escalated.size} orders met in NEEDS_ATTENTION by an operator; still not terminal at the end: ${stillAttention.length ? stillAttention.join(', ') : 'none'}`,
+  );
+  say('people in the loop (sent / accepted / refused):');
+  for (const l of fmt(people.actions)) say(l);
+  say('cancels by the moment they were sent:');
+  for (const l of fmt(people.cancels)) say(l);
+  const heal = [...people.terminated]
+    .map(([id, at]) => (swept.restartedAt.get(id) ?? NaN) - at)
+    .filter((ms) => Number.isFinite(ms))
+    .sort((a, b) => a - b);
+  say(
+    `sweeper:      ${swept.runs} sweeps; terminates sent ${people.actions.get('terminate')?.sent ?? 0}, of a running run ${people.actions.get('terminate')?.accepted ?? 0}; ` +
+      `orders healed by a restart ${swept.restarts} (${heal.length} of the terminated); heal time p50 ${percentile(heal, 50)} ms, p99 ${percentile(heal, 99)} ms; ` +
+      `runs reset ${swept.resets}; handed to a person ${swept.persons}`,
+  );
+  say(
+    `task failures of the SDK's Update-ordering bug (sdk-core#1146), counted apart: ${facts.sdkBugTaskFailures.size} order(s)${facts.sdkBugTaskFailures.size ? `, healed ${facts.sdkBugTaskFailures.size - sdkBugUnhealed.length} (${[...facts.sdkBugTaskFailures.keys()].join(', ')})` : ''}`,
+  );
+  say(`stranded at the end: ${stranded.length}${stranded.length ? ` (${stranded.join(', ')})` : ''}`);
+  say(
+    `settled:      ${running === 0 ? 'every saga closed' : `no: ${running} still running`}${unsettled.length ? `; not closed within 5 min: ${unsettled.join(', ')}` : ''}`,
+  );
+  for (const id of unsettled) say(`  open: ${await whyOpen(stack.env.client, id)}`);
+  for (const line of formatReport(report)) say(line);
+  for (const v of [...audit.violations, ...people.violations, ...taskFailed])
+    say(`  VIOLATION ${v.rule}: ${v.detail} [orders: ${v.orderIds.join(', ')}]`);
+  say(
+    `coverage:     ${missing.length ? `MISSING ${missing.join('; ')}` : `every fault kind on every target, every operator action (${MEDDLES.length} meddles)`}`,
+  );
+  say(`violations:   ${violations.length}`);
+  say(`time:         ${seconds} s`);
+  for (const e of errors.slice(0, 5)) say(`driver error: ${e}`);
+}
