@@ -13,7 +13,7 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { Client, Connection } from '@temporalio/client';
 import type { DataConverter } from '@temporalio/common';
-import { NativeConnection, Runtime, Worker, type WorkerOptions } from '@temporalio/worker';
+import { DefaultLogger, NativeConnection, Runtime, Worker, type WorkerOptions } from '@temporalio/worker';
 import type { Pool } from 'pg';
 import { Counter, Gauge, Registry } from 'prom-client';
 import { createActivities } from './activities';
@@ -280,11 +280,25 @@ export function startMetricsServer(
   });
 }
 
+const LOG_LEVELS = ['TRACE', 'DEBUG', 'INFO', 'WARN', 'ERROR'] as const;
+function workerLogLevel(v: string | undefined): (typeof LOG_LEVELS)[number] {
+  const level = (v ?? 'WARN').toUpperCase();
+  if (!(LOG_LEVELS as readonly string[]).includes(level))
+    throw new Error(`WORKER_LOG_LEVEL must be one of ${LOG_LEVELS.join(', ')}, not "${v}"`);
+  return level as (typeof LOG_LEVELS)[number];
+}
+
 async function main(): Promise<void> {
   const cfg = readConfig();
   const runtimeMetrics = process.env.TEMPORAL_METRICS_ADDRESS ?? `127.0.0.1:${DEFAULT_PORTS.temporalMetrics}`;
-  if (runtimeMetrics !== 'off')
-    Runtime.install({ telemetryOptions: { metrics: { prometheus: { bindAddress: runtimeMetrics } } } });
+  // The SDK's own lines at WARN (WORKER_LOG_LEVEL to change): its INFO lines say each worker started,
+  // which the worker's one "polling task queue" line already does; the saga's warnings and alerts stay.
+  Runtime.install({
+    logger: new DefaultLogger(workerLogLevel(process.env.WORKER_LOG_LEVEL)),
+    ...(runtimeMetrics !== 'off'
+      ? { telemetryOptions: { metrics: { prometheus: { bindAddress: runtimeMetrics } } } }
+      : {}),
+  });
   const connection = await NativeConnection.connect({ address: cfg.temporalAddress });
   // As many lanes as the workflows hash SKUs over (DEFAULT_SAGA_CONFIG.inventoryLanes).
   const lanes = DEFAULT_SAGA_CONFIG.inventoryLanes;
