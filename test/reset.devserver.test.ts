@@ -230,7 +230,11 @@ describe('Reset (as the Web UI does it) of finished orders to every workflow tas
       expect(await problems([order.orderId]), `reset to event ${eventId}`).toEqual([]);
     }
     process.stdout.write(`reset test (open order): ${resets} resets\n`);
-    expect(resets).toBeGreaterThanOrEqual(5);
+    // Every completed task was a reset point. At least four: the start, after the reservation, after
+    // the charge (before the pivot) and after the escalation's write (past it). The local steps
+    // (create, ship, confirm) may share a task with their neighbours or not, as timing falls.
+    expect(resets).toBe(points.length);
+    expect(resets).toBeGreaterThanOrEqual(4);
   });
   it('an order escalated before the pivot (its charge unknown), reset to every workflow task: each run ends coherent', async () => {
     const order = await newOrder('unknown');
