@@ -231,6 +231,9 @@ export function sweeperActivities({
         };
         // What the closed run knew beyond the row: its saga config, and a cancel it had accepted.
         const before = desc ? await closedRun(client, workflowId, desc.runId) : {};
+        // Not workflows/saga-start.ts's sagaStartOptions: activities/ lies below workflows/, and a restart
+        // differs from a placement on purpose: the closed run's ID again (ALLOW_DUPLICATE), its config,
+        // a summary and details that say why; the new run sets its search attributes itself.
         try {
           const handle = await client.workflow.start('orderSaga', {
             taskQueue: tc.taskQueue,

@@ -12,19 +12,11 @@ import {
   type WorkflowHandleWithFirstExecutionRunId,
 } from '@temporalio/client';
 import { WorkflowIdConflictPolicy, WorkflowIdReusePolicy } from '@temporalio/common';
-import {
-  OrderValidationError,
-  orderSummary,
-  orderTotalCents,
-  parseOrder,
-  workflowIdFor,
-  type OrderInput,
-  type OrderResult,
-} from '../domain/order';
+import { OrderValidationError, parseOrder, workflowIdFor, type OrderInput, type OrderResult } from '../domain/order';
 import { orderOutcome } from '../lib/order-outcome';
 import type { OrderStore } from '../lib/order-store';
 import { acceptedUpdate, type Acceptance } from '../workflows/messages';
-import { CustomerIdKey, NeedsAttentionKey, OrderStatusKey, TotalCentsKey } from '../workflows/search-attributes';
+import { ORDER_SAGA, sagaStartOptions } from '../workflows/saga-start';
 import { CliError, EXIT, LATE, lateAfter, type CliContext, type Out } from './context';
 import { jsonOption, waitOption } from './options';
 
@@ -107,20 +99,19 @@ async function place(
   const client = await ctx.temporal();
   const workflowId = workflowIdFor(order.orderId);
   // Update-with-Start: one call starts the saga and returns its early answer (stock reserved, or refused).
-  const start = new WithStartWorkflowOperation('orderSaga', {
-    taskQueue: cfg.taskQueue,
-    workflowId,
-    args: [order],
-    workflowIdReusePolicy: WorkflowIdReusePolicy.REJECT_DUPLICATE,
-    workflowIdConflictPolicy: WorkflowIdConflictPolicy.FAIL,
-    typedSearchAttributes: [
-      { key: OrderStatusKey, value: 'PENDING' },
-      { key: CustomerIdKey, value: order.customerId },
-      { key: TotalCentsKey, value: orderTotalCents(order) },
-      { key: NeedsAttentionKey, value: false },
-    ],
-    staticSummary: orderSummary(order),
-  });
+  // An order ID is placed once: REJECT_DUPLICATE refuses the ID of a closed run and FAIL a running one,
+  // and either is a duplicate order (exit 3). The search attributes go in the start request, so the
+  // order is listed PENDING even when no worker answers (the "no answer within --wait" exit).
+  const start = new WithStartWorkflowOperation(
+    ORDER_SAGA,
+    sagaStartOptions(order, cfg.taskQueue, {
+      searchAttributesAtStart: true,
+      policies: {
+        workflowIdReusePolicy: WorkflowIdReusePolicy.REJECT_DUPLICATE,
+        workflowIdConflictPolicy: WorkflowIdConflictPolicy.FAIL,
+      },
+    }),
+  );
   const sent = Date.now();
   const waitMs = opts.waitSeconds * 1000;
   // The call waits for the saga's early answer; past --wait it is cut, not left to the server's long poll.

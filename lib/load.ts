@@ -10,8 +10,8 @@ import { temporal } from '@temporalio/proto';
 import * as v from 'valibot';
 import type { SkuStats } from '../activities/inventory-metrics';
 import { parseWith, record, wholeNumber } from '../domain/validation';
-import { orderSummary, workflowIdFor, type OrderInput, type OrderResult } from '../domain/order';
-import { orderSaga } from '../workflows';
+import type { OrderInput, OrderResult } from '../domain/order';
+import { ORDER_SAGA, sagaStartOptions } from '../workflows/saga-start';
 import { orderOutcome } from './order-outcome';
 import type { OrderStore } from './order-store';
 
@@ -170,12 +170,8 @@ export async function runLoad(
     const order = orders[next++]!;
     const t = Date.now();
     try {
-      const handle = await client.workflow.start(orderSaga, {
-        taskQueue: opts.taskQueue,
-        workflowId: workflowIdFor(order.orderId),
-        args: [order],
-        staticSummary: orderSummary(order),
-      });
+      // The server's default ID policies (each run's order IDs are new); the saga sets its search attributes.
+      const handle = await client.workflow.start(ORDER_SAGA, sagaStartOptions(order, opts.taskQueue));
       let timer: NodeJS.Timeout | undefined;
       const timeout = opts.resultTimeoutMs
         ? new Promise<'UNSETTLED'>((r) => (timer = setTimeout(() => r('UNSETTLED'), opts.resultTimeoutMs)))

@@ -26,6 +26,7 @@ import ts from 'typescript';
  *  - provider/: the payment provider (its ledger on db/, its routes and entry, its HTTP client and wire types).
  *  - activities/: the saga's side effects, on db/ and the provider's client.
  *  - workflows/: deterministic code; it knows the activities only by type (rule workflow-bundle in TYPE_ONLY).
+ *    Beside it, what callers need of the saga: its messages, search attributes and start options.
  *  - lib/: what operates the system from outside: configuration, the client's data access and load,
  *    deployments, schedules, the codec server. It starts workflows and reads their messages, so it
  *    sits above them.

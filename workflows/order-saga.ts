@@ -71,7 +71,7 @@ import {
   statusOpts,
 } from './saga-activities';
 import { parseSagaConfig, type SagaConfig } from './saga-config';
-import { CustomerIdKey, NeedsAttentionKey, OrderStatusKey, TotalCentsKey } from './search-attributes';
+import { NeedsAttentionKey, OrderStatusKey, newOrderSearchAttributes } from './search-attributes';
 
 export { DEFAULT_SAGA_CONFIG, parseSagaConfig, type SagaConfig } from './saga-config';
 
@@ -842,12 +842,7 @@ class OrderSaga {
   }
 
   private publishSearchAttributes(): void {
-    upsertSearchAttributes([
-      { key: OrderStatusKey, value: 'PENDING' },
-      { key: CustomerIdKey, value: this.order.customerId },
-      { key: TotalCentsKey, value: orderTotalCents(this.order) },
-      { key: NeedsAttentionKey, value: false },
-    ]);
+    upsertSearchAttributes(newOrderSearchAttributes(this.order));
   }
 
   /**

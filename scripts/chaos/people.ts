@@ -19,18 +19,12 @@ import { WorkflowFailedError, WorkflowNotFoundError, type Client } from '@tempor
 import { WorkflowIdReusePolicy } from '@temporalio/common';
 import { temporal } from '@temporalio/proto';
 import { runCli } from '../../client';
-import {
-  chargeKeyFor,
-  orderSummary,
-  refundKeyFor,
-  workflowIdFor,
-  type OrderInput,
-  type OrderResult,
-} from '../../domain/order';
+import { chargeKeyFor, refundKeyFor, workflowIdFor, type OrderInput, type OrderResult } from '../../domain/order';
 import type { AppConfig } from '../../lib/config';
 import { createProviderClient } from '../../provider/client';
 import type { SagaConfig } from '../../workflows/order-saga';
 import type { SagaState } from '../../workflows/messages';
+import { ORDER_SAGA, sagaStartOptions } from '../../workflows/saga-start';
 import { unit, type ChaosOrder } from './orders';
 import { OPERATOR_CLIENT, type ChaosStack } from './stack';
 
@@ -173,14 +167,20 @@ export class People {
     return false;
   }
 
+  /**
+   * Starts the order's saga with the soak's config. `reuse`: a person starting a closed order's ID
+   * again, as `temporal workflow start` would; ALLOW_DUPLICATE says so in the request (the server's
+   * default reuse policy allows it too). The new run must end ALREADY_SETTLED (or be refused) and
+   * change nothing.
+   */
   private start(input: OrderInput, reuse = false) {
-    return this.client.workflow.start('orderSaga', {
-      taskQueue: this.stack.taskQueue,
-      workflowId: workflowIdFor(input.orderId),
-      args: [input, this.sagaConfig],
-      staticSummary: orderSummary(input),
-      ...(reuse ? { workflowIdReusePolicy: WorkflowIdReusePolicy.ALLOW_DUPLICATE } : {}),
-    });
+    return this.client.workflow.start(
+      ORDER_SAGA,
+      sagaStartOptions(input, this.stack.taskQueue, {
+        config: this.sagaConfig,
+        ...(reuse ? { policies: { workflowIdReusePolicy: WorkflowIdReusePolicy.ALLOW_DUPLICATE } } : {}),
+      }),
+    );
   }
 
   /**
