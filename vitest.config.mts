@@ -7,8 +7,8 @@ export default defineConfig({
     // Files run one after another: time-skipping tests run serially, and the machine has 2 cores.
     fileParallelism: false,
     include: ['test/**/*.test.ts'],
-    globalSetup: ['test/global-setup.ts'],
-    setupFiles: ['test/setup-runtime.ts'],
+    globalSetup: ['test/support/global-setup.ts'],
+    setupFiles: ['test/support/setup-runtime.ts'],
     testTimeout: 120_000,
     hookTimeout: 180_000,
   },

@@ -1,6 +1,6 @@
 // `npm run test:server`: the second tier. The end-to-end, crash-safety and multi-process lane tests
-// again, on the real Temporal server on Postgres (started once by test/global-setup.ts), with worker
-// processes instead of in-process workers where the tests start them.
+// again, on the real Temporal server on Postgres (started once by test/support/global-setup.ts), with
+// worker processes instead of in-process workers where the tests start them.
 import { defineConfig } from 'vitest/config';
 import base from './vitest.config.mts';
 
@@ -10,6 +10,10 @@ export default defineConfig({
   ...base,
   test: {
     ...base.test,
-    include: ['test/e2e.devserver.test.ts', 'test/crash-safety.test.ts', 'test/lanes-processes.test.ts'],
+    include: [
+      'test/e2e.devserver.test.ts',
+      'test/crash-safety.devserver.test.ts',
+      'test/lanes-processes.devserver.test.ts',
+    ],
   },
 });

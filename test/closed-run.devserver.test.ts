@@ -13,8 +13,8 @@ import { readConfig, type AppConfig } from '../lib/config';
 import { orderOutcome } from '../lib/order-outcome';
 import { createOrderWorkers, type OrderWorkers } from '../worker';
 import { cancelUpdate, orderSaga, stateQuery } from '../workflows';
-import { createProduct, makeOrder, testAdmin, testPool, uid } from './helpers';
-import { bundleWorkflows, startDevServer } from './temporal-env';
+import { createProduct, makeOrder, testAdmin, testPool, uid } from './support/helpers';
+import { bundleWorkflows, startDevServer } from './support/temporal-env';
 
 let env: TestWorkflowEnvironment;
 let workers: OrderWorkers;

@@ -32,8 +32,8 @@ import {
 import { orderOutcome } from '../lib/order-outcome';
 import { createOrderWorkers, type OrderWorkers } from '../worker';
 import { DEFAULT_SAGA_CONFIG, orderSaga, stateQuery, type SagaState } from '../workflows';
-import { createProduct, ledger, makeOrder, testAdmin, testPool, uid } from './helpers';
-import { bundleWorkflows, dataConverter, startDevServer } from './temporal-env';
+import { createProduct, ledger, makeOrder, testAdmin, testPool, uid } from './support/helpers';
+import { bundleWorkflows, dataConverter, startDevServer } from './support/temporal-env';
 
 let env: TestWorkflowEnvironment;
 let db: Pool;

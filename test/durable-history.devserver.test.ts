@@ -13,8 +13,8 @@ import type { Pool } from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createActivities, type OrderActivities } from '../activities';
 import { workflowIdFor, type OrderResult } from '../domain/order';
-import { createProduct, ledger, makeOrder, orderRow, testPool, testProvider, uid } from './helpers';
-import { bundleWorkflows, dataConverter, startDevServer } from './temporal-env';
+import { createProduct, ledger, makeOrder, orderRow, testPool, testProvider, uid } from './support/helpers';
+import { bundleWorkflows, dataConverter, startDevServer } from './support/temporal-env';
 
 let db: Pool;
 let dir: string;

@@ -19,9 +19,9 @@ import { NeedsAttentionKey, OrderStatusKey, TotalCentsKey } from '../workflows/s
 import { runCli } from '../client';
 import { freePort, runProcess, startWorkerProcess, stopProcess } from '../platform/processes';
 import { devServerExecutable } from '../servers/temporal-dev';
-import { bundleWorkflows, startE2eServer } from './temporal-env';
-import { createProduct, ledger, makeOrder, orderRow, productRow, testAdmin, testPool, uid } from './helpers';
-import { MALFORMED_ORDERS } from './malformed-orders';
+import { bundleWorkflows, startE2eServer } from './support/temporal-env';
+import { createProduct, ledger, makeOrder, orderRow, productRow, testAdmin, testPool, uid } from './support/helpers';
+import { MALFORMED_ORDERS } from './support/malformed-orders';
 
 const ROOT = path.resolve(__dirname, '..');
 let env: TestWorkflowEnvironment;

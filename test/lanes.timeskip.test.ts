@@ -4,7 +4,7 @@
  */
 import { WorkflowClient } from '@temporalio/client';
 import { ApplicationFailure } from '@temporalio/common';
-import { TestWorkflowEnvironment } from '@temporalio/testing';
+import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { Worker, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
 import type { Pool } from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -13,21 +13,21 @@ import type { ReserveRequest, ReserveResult } from '../activities/inventory';
 import { laneFor, laneTaskQueue } from '../domain/lanes';
 import { workflowIdFor, type OrderInput } from '../domain/order';
 import { orderSaga } from '../workflows';
-import { bundleWorkflows, dataConverter, startTimeSkipping } from './temporal-env';
-import { createProduct, ledger, makeOrder, productRow, reservations, testPool, testProvider, uid } from './helpers';
+import { sagaTestEnv, type SagaTestEnv } from './support/saga-test-env';
+import { dataConverter } from './support/temporal-env';
+import { createProduct, ledger, makeOrder, productRow, reservations, testProvider, uid } from './support/helpers';
 
 let env: TestWorkflowEnvironment;
 let bundle: WorkflowBundleWithSourceMap;
 let db: Pool;
+let saga: SagaTestEnv | undefined;
 
 beforeAll(async () => {
-  env = await startTimeSkipping();
-  bundle = await bundleWorkflows();
-  db = testPool();
+  saga = await sagaTestEnv({ server: 'timeskip' });
+  ({ env, bundle, db } = saga);
 });
 afterAll(async () => {
-  await db?.end();
-  await env?.teardown();
+  await saga?.stop();
 });
 
 /** Runs the main worker and two lane workers (one task at a time each) until `body` is done. */

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { OrderValidationError, parseOrder } from '../domain/order';
-import { MALFORMED_ORDERS, VALID_ORDER } from './malformed-orders';
+import { MALFORMED_ORDERS, VALID_ORDER } from './support/malformed-orders';
 
 describe('order input schema', () => {
   it('accepts a valid order and returns a clean copy', () => {

@@ -16,7 +16,7 @@ import { Worker } from '@temporalio/worker';
 import { describe, expect, it } from 'vitest';
 import { workflowIdFor } from '../domain/order';
 import { EncryptionCodec, ENCRYPTED_ENCODING, requirePayloadKeys } from '../platform/payload-codec';
-import { bundleWorkflows, dataConverter } from './temporal-env';
+import { bundleWorkflows, dataConverter } from './support/temporal-env';
 
 const DIR = path.join(__dirname, 'fixtures', 'histories');
 

@@ -10,22 +10,20 @@ import { orderOutcome } from '../lib/order-outcome';
 import { randomUUID } from 'node:crypto';
 import { ApplicationFailure } from '@temporalio/common';
 import { temporal } from '@temporalio/proto';
-import { TestWorkflowEnvironment } from '@temporalio/testing';
-import { Worker } from '@temporalio/worker';
+import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import type { Pool } from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createActivities, type OrderActivities } from '../activities';
 import { workflowIdFor, type OrderInput, type OrderResult } from '../domain/order';
 import { checkInvariants, temporalLookup } from '../db/invariants';
 import { cancelUpdate, orderSaga, resolveUpdate, stateQuery } from '../workflows';
-import { bundleWorkflows, dataConverter, startDevServer } from './temporal-env';
-import { createProduct, ledger, makeOrder, moneyKept, testAdmin, testPool, testProvider, uid } from './helpers';
+import { sagaTestEnv, type SagaTestEnv } from './support/saga-test-env';
+import { createProduct, ledger, makeOrder, moneyKept, testAdmin, testProvider, uid } from './support/helpers';
 
 const DAY = 86_400_000;
 let env: TestWorkflowEnvironment;
 let db: Pool;
-let worker: Worker;
-let running: Promise<void>;
+let saga: SagaTestEnv | undefined;
 const taskQueue = `reset-${uid()}`;
 /** Orders whose charge waits until the test lets it go (once), so a cancel can arrive after it. */
 const chargeGates = new Map<string, { reached: () => void; go: Promise<void> }>();
@@ -35,47 +33,41 @@ const rejectShipment = new Set<string>();
 const failConfirmation = new Set<string>();
 
 beforeAll(async () => {
-  env = await startDevServer();
-  db = testPool();
-  const real = createActivities({ db, provider: testProvider() });
-  const activities: OrderActivities = {
-    ...real,
-    chargePayment: async (req) => {
-      const gate = chargeGates.get(req.orderId);
-      const out = await real.chargePayment(req);
-      if (gate) {
-        chargeGates.delete(req.orderId);
-        gate.reached();
-        await gate.go;
-      }
-      return out;
-    },
-    createShipment: async (req) => {
-      if (rejectShipment.has(req.orderId))
-        throw ApplicationFailure.nonRetryable('no carrier serves this address', 'ShipmentRejected');
-      return real.createShipment(req);
-    },
-    sendConfirmation: async (req) => {
-      if (failConfirmation.has(req.orderId))
-        throw ApplicationFailure.nonRetryable('mail server down', 'InjectedPermanent');
-      return real.sendConfirmation(req);
-    },
-  };
-  worker = await Worker.create({
-    dataConverter: dataConverter(),
-    connection: env.nativeConnection,
+  saga = await sagaTestEnv({
+    server: 'dev',
     taskQueue,
-    workflowBundle: await bundleWorkflows(),
-    activities,
+    activities: ({ db }): OrderActivities => {
+      const real = createActivities({ db, provider: testProvider() });
+      return {
+        ...real,
+        chargePayment: async (req) => {
+          const gate = chargeGates.get(req.orderId);
+          const out = await real.chargePayment(req);
+          if (gate) {
+            chargeGates.delete(req.orderId);
+            gate.reached();
+            await gate.go;
+          }
+          return out;
+        },
+        createShipment: async (req) => {
+          if (rejectShipment.has(req.orderId))
+            throw ApplicationFailure.nonRetryable('no carrier serves this address', 'ShipmentRejected');
+          return real.createShipment(req);
+        },
+        sendConfirmation: async (req) => {
+          if (failConfirmation.has(req.orderId))
+            throw ApplicationFailure.nonRetryable('mail server down', 'InjectedPermanent');
+          return real.sendConfirmation(req);
+        },
+      };
+    },
   });
-  running = worker.run();
+  ({ env, db } = saga);
 });
 
 afterAll(async () => {
-  worker?.shutdown();
-  await running;
-  await db?.end();
-  await env?.teardown();
+  await saga?.stop();
 });
 
 const WFT_COMPLETED = temporal.api.enums.v1.EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED;

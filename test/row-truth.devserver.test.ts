@@ -12,7 +12,6 @@ import { ApplicationFailure } from '@temporalio/common';
 import { temporal } from '@temporalio/proto';
 import { WorkflowUpdateFailedError } from '@temporalio/client';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
-import { Worker } from '@temporalio/worker';
 import type { Pool } from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createActivities, type OrderActivities } from '../activities';
@@ -26,49 +25,41 @@ import {
   moneyKept,
   orderViolations,
   productRow,
-  testPool,
   testProvider,
   uid,
-} from './helpers';
-import { bundleWorkflows, dataConverter, startDevServer } from './temporal-env';
+} from './support/helpers';
+import { sagaTestEnv, type SagaTestEnv } from './support/saga-test-env';
 
 /** The provider timeout of this file's worker: short, so a blocked request times out quickly. */
 const PROVIDER_TIMEOUT_MS = 2_000;
 let env: TestWorkflowEnvironment;
 let db: Pool;
-let worker: Worker;
-let running: Promise<void>;
+let saga: SagaTestEnv | undefined;
 const taskQueue = `row-${uid()}`;
 /** Orders whose confirmation fails (permanently) while they are in this set. */
 const failConfirmation = new Set<string>();
 
 beforeAll(async () => {
-  env = await startDevServer();
-  db = testPool();
-  const real = createActivities({ db, provider: testProvider(PROVIDER_TIMEOUT_MS) });
-  const activities: OrderActivities = {
-    ...real,
-    sendConfirmation: async (req) => {
-      if (failConfirmation.has(req.orderId))
-        throw ApplicationFailure.nonRetryable('mail server down', 'InjectedPermanent');
-      return real.sendConfirmation(req);
-    },
-  };
-  worker = await Worker.create({
-    dataConverter: dataConverter(),
-    connection: env.nativeConnection,
+  saga = await sagaTestEnv({
+    server: 'dev',
     taskQueue,
-    workflowBundle: await bundleWorkflows(),
-    activities,
+    activities: ({ db }): OrderActivities => {
+      const real = createActivities({ db, provider: testProvider(PROVIDER_TIMEOUT_MS) });
+      return {
+        ...real,
+        sendConfirmation: async (req) => {
+          if (failConfirmation.has(req.orderId))
+            throw ApplicationFailure.nonRetryable('mail server down', 'InjectedPermanent');
+          return real.sendConfirmation(req);
+        },
+      };
+    },
   });
-  running = worker.run();
+  ({ env, db } = saga);
 });
 
 afterAll(async () => {
-  worker?.shutdown();
-  await running;
-  await db?.end();
-  await env?.teardown();
+  await saga?.stop();
 });
 
 const WFT_COMPLETED = temporal.api.enums.v1.EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED;

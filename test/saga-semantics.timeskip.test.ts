@@ -11,7 +11,7 @@ import { Context } from '@temporalio/activity';
 import { WorkflowUpdateFailedError, WorkflowUpdateStage, type WorkflowHandle } from '@temporalio/client';
 import { ApplicationFailure, defaultPayloadConverter, type HistoryAndWorkflowId } from '@temporalio/common';
 import { historyToJSON, type History } from '@temporalio/common/lib/proto-utils';
-import { TestWorkflowEnvironment } from '@temporalio/testing';
+import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { Worker, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
 import type { Pool } from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
@@ -29,7 +29,8 @@ import {
 } from '../workflows';
 import { NeedsAttentionKey, OrderStatusKey } from '../workflows/search-attributes';
 import { EncryptionCodec, requirePayloadKeys } from '../platform/payload-codec';
-import { bundleWorkflows, dataConverter, startTimeSkipping } from './temporal-env';
+import { sagaTestEnv, type SagaTestEnv } from './support/saga-test-env';
+import { dataConverter } from './support/temporal-env';
 import {
   createProduct,
   ledger,
@@ -38,24 +39,23 @@ import {
   productRow,
   reservations,
   testAdmin,
-  testPool,
   testProvider,
   uid,
-} from './helpers';
+} from './support/helpers';
 
 const ROOT = path.resolve(__dirname, '..');
 const HOUR = 3_600_000;
 let env: TestWorkflowEnvironment;
 let bundle: WorkflowBundleWithSourceMap;
 let db: Pool;
+let saga: SagaTestEnv | undefined;
 const admin = testAdmin();
 /** Histories of every path, replayed at the end (and saved as fixtures with UPDATE_FIXTURES=1). */
 const histories: { name: string; workflowId: string; history: History }[] = [];
 
 beforeAll(async () => {
-  env = await startTimeSkipping();
-  bundle = await bundleWorkflows();
-  db = testPool();
+  saga = await sagaTestEnv({ server: 'timeskip' });
+  ({ env, bundle, db } = saga);
 });
 
 afterEach(async () => {
@@ -63,8 +63,7 @@ afterEach(async () => {
 });
 
 afterAll(async () => {
-  await db?.end();
-  await env?.teardown();
+  await saga?.stop();
 });
 
 type Name = keyof OrderActivities;

@@ -5,14 +5,15 @@
 import { orderOutcome } from '../lib/order-outcome';
 import type { WorkflowFailedError } from '@temporalio/client';
 import { ApplicationFailure, ApplicationFailureCategory } from '@temporalio/common';
-import { TestWorkflowEnvironment } from '@temporalio/testing';
+import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { Worker, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
 import type { Pool } from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createActivities } from '../activities';
 import { workflowIdFor, type OrderResult } from '../domain/order';
 import { orderSaga } from '../workflows';
-import { bundleWorkflows, dataConverter, startTimeSkipping } from './temporal-env';
+import { sagaTestEnv, type SagaTestEnv } from './support/saga-test-env';
+import { dataConverter } from './support/temporal-env';
 import {
   createProduct,
   ledger,
@@ -20,24 +21,22 @@ import {
   orderRow,
   productRow,
   reservations,
-  testPool,
   testProvider,
   uid,
-} from './helpers';
+} from './support/helpers';
 
 let env: TestWorkflowEnvironment;
 let bundle: WorkflowBundleWithSourceMap;
 let db: Pool;
+let saga: SagaTestEnv | undefined;
 
 beforeAll(async () => {
-  env = await startTimeSkipping();
-  bundle = await bundleWorkflows();
-  db = testPool();
+  saga = await sagaTestEnv({ server: 'timeskip' });
+  ({ env, bundle, db } = saga);
 });
 
 afterAll(async () => {
-  await db?.end();
-  await env?.teardown();
+  await saga?.stop();
 });
 
 async function runSaga(order: ReturnType<typeof makeOrder>): Promise<OrderResult> {

@@ -25,52 +25,51 @@ import {
   orderViolations,
   productRow,
   testAdmin,
-  testPool,
   testProvider,
   uid,
-} from './helpers';
-import { bundleWorkflows, dataConverter, startDevServer } from './temporal-env';
+} from './support/helpers';
+import { sagaTestEnv, type SagaTestEnv } from './support/saga-test-env';
+import { bundleWorkflows, dataConverter } from './support/temporal-env';
 
 let env: TestWorkflowEnvironment;
 let db: Pool;
-const workers: Worker[] = [];
-const running: Promise<void>[] = [];
+let saga: SagaTestEnv | undefined;
+/** The worker of the planted bug's queue, beside the saga's. */
+let broken: Worker | undefined;
+let brokenRunning: Promise<void> | undefined;
 const taskQueue = `sweep-${uid()}`;
 const brokenQueue = `broken-${uid()}`;
 const stats = new SweeperStats();
 
 beforeAll(async () => {
-  env = await startDevServer();
-  db = testPool();
-  const activities = createActivities({
-    db,
-    provider: testProvider(),
-    temporal: { client: () => Promise.resolve(env.client), taskQueue },
-    sweeperStats: stats,
+  saga = await sagaTestEnv({
+    server: 'dev',
+    taskQueue,
+    activities: ({ env, db }) =>
+      createActivities({
+        db,
+        provider: testProvider(),
+        temporal: { client: () => Promise.resolve(env.client), taskQueue },
+        sweeperStats: stats,
+      }),
   });
-  workers.push(
-    await Worker.create({
-      dataConverter: dataConverter(),
-      connection: env.nativeConnection,
-      taskQueue,
-      workflowBundle: await bundleWorkflows(),
-      activities,
-    }),
-    await Worker.create({
-      dataConverter: dataConverter(),
-      connection: env.nativeConnection,
-      taskQueue: brokenQueue,
-      workflowBundle: await bundleWorkflows(path.resolve(__dirname, 'support/workflows-broken.ts')),
-    }),
-  );
-  for (const w of workers) running.push(w.run());
+  ({ env, db } = saga);
+  broken = await Worker.create({
+    dataConverter: dataConverter(),
+    connection: env.nativeConnection,
+    taskQueue: brokenQueue,
+    workflowBundle: await bundleWorkflows(path.resolve(__dirname, 'support/workflows-broken.ts')),
+  });
+  brokenRunning = broken.run();
 });
 
 afterAll(async () => {
-  for (const w of workers) w.shutdown();
-  await Promise.all(running);
-  await db?.end();
-  await env?.teardown();
+  broken?.shutdown();
+  try {
+    await brokenRunning;
+  } finally {
+    await saga?.stop();
+  }
 });
 
 const WFT_COMPLETED = temporal.api.enums.v1.EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED;

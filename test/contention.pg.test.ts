@@ -12,7 +12,7 @@ import {
 import { InventoryMetrics } from '../activities/inventory-metrics';
 import { UndoLog } from '../activities/undo-log';
 import { laneFor } from '../domain/lanes';
-import { createProduct, productRow, reservations, runActivity, testPool, testProvider, uid } from './helpers';
+import { createProduct, productRow, reservations, runActivity, testPool, testProvider, uid } from './support/helpers';
 
 let db: Pool;
 beforeAll(() => {

@@ -2,7 +2,7 @@
 import type { Pool } from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { ProviderHttpError } from '../provider/client';
-import { testAdmin, testPool, testProvider, uid } from './helpers';
+import { testAdmin, testPool, testProvider, uid } from './support/helpers';
 
 let db: Pool;
 beforeAll(() => {

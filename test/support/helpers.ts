@@ -4,10 +4,15 @@ import { DefaultLogger } from '@temporalio/worker';
 import type { Pool } from 'pg';
 import { inject } from 'vitest';
 import type { Client } from '@temporalio/client';
-import { checkInvariants, temporalLookup } from '../db/invariants';
-import { createPool } from '../db/pool';
-import type { OrderInput } from '../domain/order';
-import { createProviderAdmin, createProviderClient, type ProviderAdmin, type ProviderClient } from '../provider/client';
+import { checkInvariants, temporalLookup } from '../../db/invariants';
+import { createPool } from '../../db/pool';
+import type { OrderInput } from '../../domain/order';
+import {
+  createProviderAdmin,
+  createProviderClient,
+  type ProviderAdmin,
+  type ProviderClient,
+} from '../../provider/client';
 
 export const testPool = (): Pool => createPool(inject('databaseUrl'));
 export const testProvider = (timeoutMs = 5_000): ProviderClient =>

@@ -15,7 +15,7 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { InventoryMetrics } from '../activities/inventory-metrics';
 import { startProviderProcess, stopProcess } from '../platform/processes';
 import { startMetricsServer } from '../worker';
-import { testPool, uid } from './helpers';
+import { testPool, uid } from './support/helpers';
 
 const API_KEY = 'fuzz-api-key-1234';
 const ADMIN_KEY = 'fuzz-admin-key-1234';

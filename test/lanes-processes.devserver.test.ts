@@ -18,8 +18,8 @@ import { workflowIdFor } from '../domain/order';
 import { orderOutcome } from '../lib/order-outcome';
 import { startWorkerProcess, stopProcess } from '../platform/processes';
 import { DEFAULT_SAGA_CONFIG, orderSaga } from '../workflows';
-import { bundleWorkflows, startE2eServer } from './temporal-env';
-import { createProduct, makeOrder, productRow, reservations, testPool, uid } from './helpers';
+import { bundleWorkflows, startE2eServer } from './support/temporal-env';
+import { createProduct, makeOrder, productRow, reservations, testPool, uid } from './support/helpers';
 
 const WORKERS = 3;
 const PER_SKU = 20;

@@ -1,5 +1,5 @@
 import { DefaultLogger, Runtime } from '@temporalio/worker';
-import { TEST_PAYLOAD_KEYS } from './support/payload-keys';
+import { TEST_PAYLOAD_KEYS } from './payload-keys';
 
 // Keep test output readable: the SDK's own logs at ERROR only.
 Runtime.install({ logger: new DefaultLogger('ERROR') });

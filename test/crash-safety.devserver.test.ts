@@ -21,7 +21,7 @@ import { readConfig } from '../lib/config';
 import { startTsProcess, stopProcess } from '../platform/processes';
 import { createOrderWorkers } from '../worker';
 import { orderSaga, resolveUpdate, stateQuery } from '../workflows';
-import { bundleWorkflows, dataConverter, startE2eServer } from './temporal-env';
+import { bundleWorkflows, dataConverter, startE2eServer } from './support/temporal-env';
 import {
   createProduct,
   ledger,
@@ -33,7 +33,7 @@ import {
   testPool,
   testProvider,
   uid,
-} from './helpers';
+} from './support/helpers';
 
 let env: TestWorkflowEnvironment;
 let db: Pool;

@@ -3,7 +3,7 @@ import type { Pool } from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createActivities } from '../activities';
 import type { ReserveLogic, ReserveResult } from '../activities/inventory';
-import { createProduct, productRow, runActivity, reservations, testPool, testProvider, uid } from './helpers';
+import { createProduct, productRow, runActivity, reservations, testPool, testProvider, uid } from './support/helpers';
 
 let db: Pool;
 beforeAll(() => {

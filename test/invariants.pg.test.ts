@@ -2,7 +2,7 @@
 import type { Pool } from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { checkInvariants, RULES, type WorkflowLookup } from '../db/invariants';
-import { createProduct, testPool, uid } from './helpers';
+import { createProduct, testPool, uid } from './support/helpers';
 
 let db: Pool;
 beforeAll(() => {

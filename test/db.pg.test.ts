@@ -2,7 +2,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Pool } from 'pg';
 import { withTransaction } from '../db/pool';
-import { testPool } from './helpers';
+import { testPool } from './support/helpers';
 
 let db: Pool;
 beforeAll(() => {

@@ -9,7 +9,7 @@ import type { Pool } from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { startProviderProcess, startTsProcess, stopProcess } from '../platform/processes';
 import { DEV_PROVIDER_ADMIN_KEY, DEV_PROVIDER_API_KEY } from '../provider/defaults';
-import { testPool } from './helpers';
+import { testPool } from './support/helpers';
 
 let db: Pool;
 let child: ChildProcess | undefined;

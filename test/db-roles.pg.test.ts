@@ -7,7 +7,7 @@ import { Client } from 'pg';
 import type { Pool } from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { ensureLoginRole, type RoleKind } from '../db/roles';
-import { createProduct, makeOrder, testPool, testProvider, uid } from './helpers';
+import { createProduct, makeOrder, testPool, testProvider, uid } from './support/helpers';
 
 let db: Pool;
 let sku: string;

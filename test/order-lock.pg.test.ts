@@ -24,7 +24,7 @@ import {
   runActivity,
   testPool,
   testProvider,
-} from './helpers';
+} from './support/helpers';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';

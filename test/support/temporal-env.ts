@@ -9,14 +9,14 @@ import {
   startDevServer as startSagaDevServer,
   testServerExecutable,
   type DevServerOptions,
-} from '../servers/temporal-dev';
-import { startCodecServer } from '../lib/codec-server';
+} from '../../servers/temporal-dev';
+import { startCodecServer } from '../../lib/codec-server';
 import {
   dataConverterFor,
   EncryptionCodec,
   FAILURE_CONVERTER_PATH,
   requirePayloadKeys,
-} from '../platform/payload-codec';
+} from '../../platform/payload-codec';
 
 export const quietLogger = { log() {}, trace() {}, debug() {}, info() {}, warn() {}, error() {} };
 
@@ -25,7 +25,7 @@ export const dataConverter = () => dataConverterFor(requirePayloadKeys());
 
 /** Bundles the workflows once (per test file), with the failure converter the workers use. */
 export const bundleWorkflows = (
-  workflowsPath = path.resolve(__dirname, '../workflows/index.ts'),
+  workflowsPath = path.resolve(__dirname, '../../workflows/index.ts'),
 ): Promise<WorkflowBundleWithSourceMap> =>
   bundleWorkflowCode({ workflowsPath, logger: quietLogger, failureConverterPath: FAILURE_CONVERTER_PATH });
 

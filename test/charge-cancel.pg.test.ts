@@ -20,7 +20,7 @@ import {
   testPool,
   testProvider,
   uid,
-} from './helpers';
+} from './support/helpers';
 
 const refundReq = (orderId: string) => ({
   orderId,
