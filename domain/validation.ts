@@ -3,10 +3,8 @@
  * options) and the one way their failure is reported: the first problem, with the path of the field
  * it is in written `items[1].qty`. Workflow-safe: valibot is plain, deterministic code.
  *
- * Why valibot: domain/order.ts is in the workflow bundle, which Temporal's bundler does not tree-shake.
- * Measured with bundleWorkflowCode on ./workflows (JS without the inline source map, gzip in brackets):
- * none 593 KB (125 KB); valibot 1.5.0 822 KB (153 KB), +229 KB; zod 4.6.7 `zod/mini` 929 KB (186 KB),
- * +336 KB; zod 4.6.7 classic 1056 KB (212 KB), +463 KB.
+ * Why valibot: domain/order.ts is in the workflow bundle, which Temporal's bundler does not tree-shake,
+ * and valibot adds the least to it (the sizes are in docs/decisions.md).
  */
 import * as v from 'valibot';
 

