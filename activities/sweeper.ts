@@ -5,7 +5,9 @@
  *   with the order's own input, read from the row (the order row is the lock, so the new run catches
  *   up from where the row stands); at most `maxRestarts` times per order, then a person;
  * - the run is open but its workflow task keeps failing (a nondeterminism error, a bug): it resets the
- *   run to its last completed workflow task, once; if it fails again, a person;
+ *   run to its last completed workflow task, once; if it fails again, a person. A failure of the SDK's
+ *   Update-ordering bug is the exception: a reset would replay it, so the run is terminated and started
+ *   again from the row (a restart, bounded as above);
  * - the order has been in NEEDS_ATTENTION longer than `attentionAgeMs`: an alert.
  * It never compensates or charges: every effect is the saga's. Each action is a row in
  * `sweeper_actions`, an ALERT or info log line and a counter (`SweeperStats`).
@@ -21,6 +23,7 @@ import {
 import { temporal } from '@temporalio/proto';
 import type { Pool } from 'pg';
 import { decodeHistoryPayload } from '../platform/payload-codec';
+import { SDK_UPDATE_BUG, taskFailureMessage } from '../platform/task-failures';
 import { TERMINAL_STATUSES, workflowIdFor, type OrderInput, type OrderStatus } from '../domain/order';
 
 /** How the sweeper reaches Temporal: a client (made on first use) and the saga's task queue. */
@@ -153,70 +156,99 @@ export function sweeperActivities({
           if (!(err instanceof WorkflowNotFoundError)) throw err;
         }
         const running = desc?.status.name === 'RUNNING';
+        /** Set when this sweep closed a failing run itself, to start it again below. */
+        let healing: string | undefined;
         if (running && desc) {
           // Open: is its workflow task failing for good?
           const pending = desc.raw.pendingWorkflowTask;
           if (pending && (pending.attempt ?? 0) >= o.failedTaskAttempts) {
             const runId = desc.runId;
-            if ((await count(orderId, 'reset')) >= 1) {
-              const told = await handToPerson(
-                orderId,
-                `its workflow task keeps failing (attempt ${pending.attempt}) after the sweeper's reset`,
-                runId,
-              );
-              if (told) actions.push(told);
-              continue;
-            }
-            const { eventId, lastFailed } = await lastCompletedTask(client, workflowId, runId);
+            const { eventId, lastFailed, message } = await lastCompletedTask(client, workflowId, runId);
             // Timed-out tasks (workers coming and going) are not a bug: only a task that failed counts.
             if (!lastFailed) continue;
-            if (eventId === undefined) {
-              const told = await handToPerson(
-                orderId,
-                'its workflow task keeps failing and it has no task to reset to',
-                runId,
-              );
-              if (told) actions.push(told);
-              continue;
-            }
-            const reset = (await client.workflowService.resetWorkflowExecution({
-              namespace: client.options.namespace,
-              workflowExecution: { workflowId, runId },
-              workflowTaskFinishEventId: eventId as never, // an int64: protobufjs takes a number
-              requestId: randomUUID(),
-              reason: `sweeper: workflow task failing (attempt ${pending.attempt}); reset to event ${eventId}`,
-            })) as temporal.api.workflowservice.v1.IResetWorkflowExecutionResponse;
-            actions.push(
-              await record({
-                orderId,
-                action: 'reset',
-                reason: `workflow task failing (attempt ${pending.attempt}); reset to event ${eventId}`,
-                runId,
-                ...(reset.runId ? { newRunId: reset.runId } : {}),
-              }),
-            );
-            continue;
-          }
-          if (row.status === 'NEEDS_ATTENTION' && Number(row.age_ms) > o.attentionAgeMs) {
-            if ((await count(orderId, 'alert', o.attentionAgeMs)) === 0) {
+            if (SDK_UPDATE_BUG.test(message)) {
+              // A reset would replay the same events and fail the same way: a new run from the row heals it.
+              if ((await count(orderId, 'restart')) >= o.maxRestarts) {
+                const told = await handToPerson(
+                  orderId,
+                  `its workflow task fails on the SDK's Update-ordering bug, and it was restarted ${o.maxRestarts} times`,
+                  runId,
+                );
+                if (told) actions.push(told);
+                continue;
+              }
+              try {
+                await client.workflow
+                  .getHandle(workflowId, runId)
+                  .terminate(
+                    `sweeper: its workflow task fails on the SDK's Update-ordering bug (sdk-core#1146); restarting from the order row`,
+                  );
+              } catch (err) {
+                if (!(err instanceof WorkflowNotFoundError)) throw err;
+                continue; // it closed meanwhile: the next sweep sees it as it is
+              }
+              healing = `its run ${runId} failed every workflow task on the SDK's Update-ordering bug (sdk-core#1146), so the sweeper terminated it`;
+            } else {
+              if ((await count(orderId, 'reset')) >= 1) {
+                const told = await handToPerson(
+                  orderId,
+                  `its workflow task keeps failing (attempt ${pending.attempt}) after the sweeper's reset`,
+                  runId,
+                );
+                if (told) actions.push(told);
+                continue;
+              }
+              if (eventId === undefined) {
+                const told = await handToPerson(
+                  orderId,
+                  'its workflow task keeps failing and it has no task to reset to',
+                  runId,
+                );
+                if (told) actions.push(told);
+                continue;
+              }
+              const reset = (await client.workflowService.resetWorkflowExecution({
+                namespace: client.options.namespace,
+                workflowExecution: { workflowId, runId },
+                workflowTaskFinishEventId: eventId as never, // an int64: protobufjs takes a number
+                requestId: randomUUID(),
+                reason: `sweeper: workflow task failing (attempt ${pending.attempt}); reset to event ${eventId}`,
+              })) as temporal.api.workflowservice.v1.IResetWorkflowExecutionResponse;
               actions.push(
                 await record({
                   orderId,
-                  action: 'alert',
-                  reason: `in NEEDS_ATTENTION for ${Math.round(Number(row.age_ms) / 60_000)} min`,
-                  runId: desc.runId,
+                  action: 'reset',
+                  reason: `workflow task failing (attempt ${pending.attempt}); reset to event ${eventId}`,
+                  runId,
+                  ...(reset.runId ? { newRunId: reset.runId } : {}),
                 }),
               );
+              continue;
             }
+          } else {
+            if (row.status === 'NEEDS_ATTENTION' && Number(row.age_ms) > o.attentionAgeMs) {
+              if ((await count(orderId, 'alert', o.attentionAgeMs)) === 0) {
+                actions.push(
+                  await record({
+                    orderId,
+                    action: 'alert',
+                    reason: `in NEEDS_ATTENTION for ${Math.round(Number(row.age_ms) / 60_000)} min`,
+                    runId: desc.runId,
+                  }),
+                );
+              }
+            }
+            continue;
           }
-          continue;
         }
         // Closed or missing: stranded.
         stranded++;
         oldest = Math.max(oldest, Number(row.age_ms));
-        const why = desc
-          ? `its run ${desc.runId} is ${desc.status.name.toLowerCase().replace(/_/g, ' ')}`
-          : 'it has no workflow';
+        const why =
+          healing ??
+          (desc
+            ? `its run ${desc.runId} is ${desc.status.name.toLowerCase().replace(/_/g, ' ')}`
+            : 'it has no workflow');
         if ((await count(orderId, 'restart')) >= o.maxRestarts) {
           const told = await handToPerson(orderId, `${why}, and it was restarted ${o.maxRestarts} times`, desc?.runId);
           if (told) actions.push(told);
@@ -281,27 +313,32 @@ export function sweeperActivities({
 }
 
 /**
- * The last WorkflowTaskCompleted event of a run (where a reset takes a failing run back to), and
- * whether its last workflow task ended failed (not timed out).
+ * The last WorkflowTaskCompleted event of a run (where a reset takes a failing run back to), whether
+ * its last workflow task ended failed (not timed out), and that failure's message.
  */
 async function lastCompletedTask(
   client: Client,
   workflowId: string,
   runId: string,
-): Promise<{ eventId?: number; lastFailed: boolean }> {
+): Promise<{ eventId?: number; lastFailed: boolean; message: string }> {
   const history = await client.workflow.getHandle(workflowId, runId).fetchHistory();
   let eventId: number | undefined;
   let lastFailed = false;
+  let failure: temporal.api.failure.v1.IFailure | null | undefined;
   for (const e of history.events ?? []) {
     if (e.eventType === EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED) eventId = Number(e.eventId);
-    if (e.eventType === EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED) lastFailed = true;
+    if (e.eventType === EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED) {
+      lastFailed = true;
+      failure = e.workflowTaskFailedEventAttributes?.failure;
+    }
     if (
       e.eventType === EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED ||
       e.eventType === EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT
     )
       lastFailed = false;
   }
-  return { ...(eventId !== undefined ? { eventId } : {}), lastFailed };
+  const message = lastFailed ? await taskFailureMessage(client.options.loadedDataConverter, failure) : '';
+  return { ...(eventId !== undefined ? { eventId } : {}), lastFailed, message };
 }
 
 /**

@@ -4,7 +4,8 @@
  *   and an escalated order, then only the sweeper acts: each order ends coherent (the checker finds
  *   nothing) and the sweeper's record names it;
  * - a run whose workflow task fails by a planted bug is reset once, then handed to a person, without
- *   a loop.
+ *   a loop; one that fails with the SDK's Update-ordering bug's message is terminated and started again
+ *   from the row instead, and its order ends.
  */
 import path from 'node:path';
 import { WorkflowUpdateStage } from '@temporalio/client';
@@ -205,40 +206,44 @@ describe('Terminate at every workflow task, then only the sweeper acts', () => {
   });
 });
 
+/** The row of an order in flight (a minute old), and its run on the planted bug's worker. */
+async function plantFailingRun(plant?: 'sdk-update-bug') {
+  const { order } = await newOrder('bug');
+  await db.query({
+    text: `INSERT INTO orders (order_id, customer_id, status, currency, total_cents, items, payment_method, workflow_id, updated_at)
+           VALUES ($1, $2, 'PENDING', $3, 1500, $4, $5, $6, now() - interval '1 minute')`,
+    values: [
+      order.orderId,
+      order.customerId,
+      order.currency,
+      JSON.stringify(order.items),
+      order.paymentMethod,
+      workflowIdFor(order.orderId),
+    ],
+  });
+  const handle = await env.client.workflow.start('orderSaga', {
+    taskQueue: brokenQueue,
+    workflowId: workflowIdFor(order.orderId),
+    args: plant ? [plant] : [],
+  });
+  const latest = env.client.workflow.getHandle(workflowIdFor(order.orderId));
+  /** Waits until the latest run's workflow task has failed at least twice. */
+  const failing = async (): Promise<void> => {
+    const attempt = async (): Promise<number> => (await latest.describe()).raw.pendingWorkflowTask?.attempt ?? 0;
+    for (let i = 0; i < 300 && (await attempt()) < 2; i++) await sleepMs(100);
+    expect(await attempt()).toBeGreaterThanOrEqual(2);
+  };
+  return { order, handle, latest, failing };
+}
+
 describe('a workflow task that fails for good', () => {
   it('is reset once to its last completed workflow task, then handed to a person, without a loop', async () => {
-    const { order } = await newOrder('bug');
-    // The row of an order in flight, and its run on the planted bug's worker.
-    await db.query({
-      text: `INSERT INTO orders (order_id, customer_id, status, currency, total_cents, items, payment_method, workflow_id)
-             VALUES ($1, $2, 'PENDING', $3, 1500, $4, $5, $6)`,
-      values: [
-        order.orderId,
-        order.customerId,
-        order.currency,
-        JSON.stringify(order.items),
-        order.paymentMethod,
-        workflowIdFor(order.orderId),
-      ],
-    });
-    await db.query({
-      text: `UPDATE orders SET updated_at = now() - interval '1 minute' WHERE order_id = $1`,
-      values: [order.orderId],
-    });
-    const handle = await env.client.workflow.start('orderSaga', {
-      taskQueue: brokenQueue,
-      workflowId: workflowIdFor(order.orderId),
-      args: [],
-    });
-    const failing = async (): Promise<number> => (await handle.describe()).raw.pendingWorkflowTask?.attempt ?? 0;
-    for (let i = 0; i < 300 && (await failing()) < 2; i++) await sleepMs(100);
-    expect(await failing()).toBeGreaterThanOrEqual(2);
+    const { order, latest, failing } = await plantFailingRun();
+    await failing();
     const first = await sweep([order.orderId]);
     expect(first.actions.map((a) => a.action)).toEqual(['reset']);
     // The reset run meets the same bug.
-    const latest = env.client.workflow.getHandle(workflowIdFor(order.orderId));
-    for (let i = 0; i < 300 && ((await latest.describe()).raw.pendingWorkflowTask?.attempt ?? 0) < 2; i++)
-      await sleepMs(100);
+    await failing();
     const second = await sweep([order.orderId]);
     expect(second.actions.map((a) => a.action)).toEqual(['person']);
     const third = await sweep([order.orderId]);
@@ -248,5 +253,22 @@ describe('a workflow task that fails for good', () => {
     expect(recorded[0]!.reason).toMatch(/keeps failing/);
     await latest.terminate('sweeper test: done');
     await db.query({ text: 'DELETE FROM orders WHERE order_id = $1', values: [order.orderId] }); // the planted row
+  });
+
+  it("on the SDK's Update-ordering bug is not reset (it would replay it): a new run from the row ends the order", async () => {
+    const { order, handle, failing } = await plantFailingRun('sdk-update-bug');
+    await failing();
+    const first = await sweep([order.orderId]);
+    expect(first.actions.map((a) => a.action)).toEqual(['restart']);
+    expect(first.actions[0]!.reason).toMatch(/Update-ordering bug \(sdk-core#1146\), so the sweeper terminated it/);
+    const planted = env.client.workflow.getHandle(workflowIdFor(order.orderId), handle.firstExecutionRunId);
+    expect((await planted.describe()).status.name).toBe('TERMINATED');
+    // The new run is the real saga, on the saga's queue: it catches up from the PENDING row and ends it.
+    const newRun = env.client.workflow.getHandle(workflowIdFor(order.orderId), first.actions[0]!.newRunId);
+    await newRun.result();
+    expect(await rowStatus(order.orderId)).toBe('COMPLETED');
+    expect(await violations([order.orderId])).toEqual([]);
+    const recorded = await orderStore(db).sweeperActions({ limit: 10, orderId: order.orderId });
+    expect(recorded.map((a) => a.action)).toEqual(['restart']);
   });
 });

@@ -9,6 +9,7 @@ import type { Pool } from 'pg';
 import { orderTotalCents, TERMINAL_STATUSES, type OrderStatus } from '../../domain/order';
 import type { ChaosOrder } from './orders';
 import { decodeHistoryPayload } from '../../platform/payload-codec';
+import { SDK_UPDATE_BUG, taskFailureMessage } from '../../platform/task-failures';
 import type { PeopleViolation } from './people';
 
 interface AuditRow {
@@ -146,31 +147,6 @@ const BENIGN_TASK_FAILURES = new Set<number>([
   WFT.WORKFLOW_TASK_FAILED_CAUSE_FORCE_CLOSE_COMMAND,
 ]);
 
-/**
- * The SDK's Update-ordering bug (temporalio/sdk-core issue 1146): after a worker restart, an Update
- * and an activity completion in one workflow task can make the SDK's own Update state machine reject
- * the history. Not the saga's code: the soak counts it apart, and the sweeper must have healed it.
- */
-export const SDK_UPDATE_BUG = /Update machine does not handle this event/;
-
-/** A task failure's message; one the failure converter sealed (`Encoded failure`) is opened first. */
-async function failureMessage(
-  client: Client,
-  failure: temporal.api.failure.v1.IFailure | null | undefined,
-): Promise<string> {
-  if (!failure) return '';
-  if (failure.encodedAttributes) {
-    try {
-      const attrs = (await decodeHistoryPayload(client.options.loadedDataConverter, failure.encodedAttributes)) as
-        { message?: string } | undefined;
-      if (typeof attrs?.message === 'string') return attrs.message;
-    } catch {
-      // unreadable: the message as stored
-    }
-  }
-  return failure.message ?? '';
-}
-
 export async function readHistories(
   client: Client,
   orderIds: Set<string>,
@@ -217,7 +193,7 @@ export async function readHistories(
         const wft = e.workflowTaskFailedEventAttributes;
         if (wft && !BENIGN_TASK_FAILURES.has(wft.cause ?? 0)) {
           const cause = WFT[wft.cause ?? 0] ?? String(wft.cause);
-          const message = await failureMessage(client, wft.failure);
+          const message = await taskFailureMessage(client.options.loadedDataConverter, wft.failure);
           const what = `run ${run.runId} event ${String(e.eventId)}: ${cause.replace('WORKFLOW_TASK_FAILED_CAUSE_', '')}: ${message.slice(0, 300)}`;
           const into = SDK_UPDATE_BUG.test(message) ? facts.sdkBugTaskFailures : facts.taskFailures;
           into.set(orderId, [...(into.get(orderId) ?? []), what]);

@@ -15,7 +15,9 @@ export interface Settled {
   running: number;
   /** What the sweeper did over the whole soak. */
   swept: SweepCounts;
-  /** Orders open (row not terminal) whose latest run is not running: nothing will finish them. */
+  /** Orders open (row not terminal) at the end, with a live run or not. */
+  open: string[];
+  /** Of those, the ones whose latest run is not running: nothing will finish them. */
   stranded: string[];
 }
 
@@ -40,5 +42,5 @@ export async function settle({ stack, people }: BroughtUp, { placed, operators, 
   const stranded = openRows.rows
     .filter((r) => runsOfOpen.get(`order:${r.order_id}`) !== 'RUNNING')
     .map((r) => r.order_id);
-  return { running, swept, stranded };
+  return { running, swept, open: openRows.rows.map((r) => r.order_id), stranded };
 }

@@ -64,7 +64,7 @@ export async function verdict(
     values: [placed.map((o) => o.input.orderId)],
   });
   const missing = coverageGaps(options, up, settled.swept, facts);
-  const { taskFailed, sdkBugUnhealed, violations } = collectViolations(report, audit, up, facts, settled.stranded);
+  const { taskFailed, sdkBugUnhealed, violations } = collectViolations(report, audit, up, facts, settled);
   const findings: Findings = {
     report,
     audit,
@@ -132,16 +132,16 @@ function collectViolations(
   audit: Findings['audit'],
   { people }: BroughtUp,
   facts: HistoryFacts,
-  stranded: string[],
+  { open, stranded }: Settled,
 ): Pick<Findings, 'taskFailed' | 'sdkBugUnhealed' | 'violations'> {
   const taskFailed = [...facts.taskFailures].map(([orderId, failures]) => ({
     rule: 'the saga code never fails a workflow task',
     detail: `${failures.length} failed task(s); first: ${failures[0]}`,
     orderIds: [orderId],
   }));
-  // The SDK's Update-ordering bug is counted apart; an order it hit must have been healed (not stranded).
+  // The SDK's Update-ordering bug is counted apart; an order it hit must have been healed: terminal at the end.
   const sdkBugUnhealed = [...facts.sdkBugTaskFailures.keys()]
-    .filter((orderId) => stranded.includes(orderId))
+    .filter((orderId) => open.includes(orderId))
     .map((orderId) => ({
       rule: "a run the SDK's Update-ordering bug stopped is healed by the sweeper",
       detail: facts.sdkBugTaskFailures.get(orderId)![0]!,
