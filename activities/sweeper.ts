@@ -14,12 +14,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { heartbeat, log } from '@temporalio/activity';
-import {
-  WorkflowExecutionAlreadyStartedError,
-  WorkflowNotFoundError,
-  WorkflowUpdateStage,
-  type Client,
-} from '@temporalio/client';
+import { WorkflowExecutionAlreadyStartedError, WorkflowNotFoundError, type Client } from '@temporalio/client';
 import { temporal } from '@temporalio/proto';
 import type { Pool } from 'pg';
 import { decodeHistoryPayload } from '../platform/payload-codec';
@@ -261,7 +256,7 @@ export function sweeperActivities({
           paymentMethod: row.payment_method,
           items: row.items.map((i) => ({ sku: i.sku, qty: i.qty, unitPriceCents: i.unitPriceCents })),
         };
-        // What the closed run knew beyond the row: its saga config, and a cancel it had accepted.
+        // What the closed run knew beyond the row: its saga config, and (its memo) a cancel it had accepted.
         const before = desc ? await closedRun(client, workflowId, desc.runId) : {};
         // Not workflows/saga-start.ts's sagaStartOptions: activities/ lies below workflows/, and a restart
         // differs from a placement on purpose: the closed run's ID again (ALLOW_DUPLICATE), its config,
@@ -275,17 +270,14 @@ export function sweeperActivities({
             staticSummary: `order ${orderId}, restarted by the sweeper: ${why}`,
             staticDetails: `The sweeper started this run because the order was ${row.status} while ${why}. It catches up from the order row.`,
           });
-          // A cancel the closed run had accepted is the customer's: the new run gets it too (it is
-          // refused there if the row is past the pivot).
-          const cancel = before.cancel;
+          // A cancel the closed run had accepted (its memo `cancel`) is the customer's: the new run gets it
+          // too, and decides it from the row (it refuses it there if the row is past the pivot).
+          const memo = desc?.memo?.cancel;
+          const cancel = typeof memo === 'string' ? memo : undefined;
           let carried = '';
           if (cancel !== undefined) {
-            carried = await handle
-              .startUpdate('cancel', { args: [cancel], waitForStage: WorkflowUpdateStage.ACCEPTED })
-              .then(
-                () => `; its accepted cancel (${cancel}) carried over`,
-                (err: Error) => `; its accepted cancel was refused by the new run: ${err.message}`,
-              );
+            await handle.signal('cancel', { requestId: `sweeper-${handle.firstExecutionRunId}`, reason: cancel });
+            carried = `; its cancel (${cancel}) carried over`;
           }
           actions.push(
             await record({
@@ -342,29 +334,12 @@ async function lastCompletedTask(
 }
 
 /**
- * From a closed run's history: the saga config it was started with (its second argument), and the
- * reason of a `cancel` Update it accepted, if any.
+ * From a closed run's history: the saga config it was started with (its second argument).
  */
-async function closedRun(
-  client: Client,
-  workflowId: string,
-  runId: string,
-): Promise<{ config?: unknown; cancel?: string }> {
+async function closedRun(client: Client, workflowId: string, runId: string): Promise<{ config?: unknown }> {
   const history = await client.workflow.getHandle(workflowId, runId).fetchHistory();
-  const decode = (p: temporal.api.common.v1.IPayload | undefined): Promise<unknown> =>
-    decodeHistoryPayload(client.options.loadedDataConverter, p);
-  const out: { config?: unknown; cancel?: string } = {};
-  for (const e of history.events ?? []) {
-    const started = e.workflowExecutionStartedEventAttributes;
-    if (started) {
-      const config = await decode(started.input?.payloads?.[1]);
-      if (config !== undefined && config !== null) out.config = config;
-    }
-    const input = e.workflowExecutionUpdateAcceptedEventAttributes?.acceptedRequest?.input;
-    if (input?.name === 'cancel' && out.cancel === undefined) {
-      const reason = await decode(input.args?.payloads?.[0]);
-      out.cancel = typeof reason === 'string' && reason ? reason : 'cancelled';
-    }
-  }
-  return out;
+  // The first event is the start: its second argument is the config.
+  const started = history.events?.[0]?.workflowExecutionStartedEventAttributes;
+  const config = await decodeHistoryPayload(client.options.loadedDataConverter, started?.input?.payloads?.[1]);
+  return config === undefined || config === null ? {} : { config };
 }

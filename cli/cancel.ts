@@ -1,4 +1,4 @@
-/** `cancel`: the "cancel" Update, accepted before the pivot (the compensations run), refused after it. */
+/** `cancel`: the "cancel" Signal, accepted before the pivot (the compensations run), refused after it. */
 import type { Command } from '@commander-js/extra-typings';
 import type { CliContext } from './context';
 import { jsonOption, orderIdArgument, waitOption } from './options';
@@ -9,7 +9,7 @@ export function register(cli: Command, ctx: CliContext): void {
     .command('cancel')
     .summary('cancel an order before its shipment (runs the compensations)')
     .description(
-      `Sends the "cancel" Update. Accepted before the pivot (the shipment): the compensations run and the order ends CANCELLED. After the pivot it is refused with the reason (exit 1).`,
+      `Sends the "cancel" Signal and reads the saga's answer back. Accepted before the pivot (the shipment): the compensations run and the order ends CANCELLED. After the pivot it is refused with the reason (exit 1).`,
     )
     .argument(...orderIdArgument)
     .option('--reason <text>', 'why, recorded with the order', 'cancelled by operator')

@@ -1,4 +1,4 @@
-/** `resolve`: the "resolve" Update, an operator's action on a saga that waits for one (an UNKNOWN charge, a failed step). */
+/** `resolve`: the "resolve" Signal, an operator's action on a saga that waits for one (an UNKNOWN charge, a failed step). */
 import { Option, type Command } from '@commander-js/extra-typings';
 import { RESOLVE_ACTIONS } from '../workflows/messages';
 import type { CliContext } from './context';
@@ -10,7 +10,7 @@ export function register(cli: Command, ctx: CliContext): void {
     .command('resolve')
     .summary('operator action on an UNKNOWN charge or a saga that needs attention')
     .description(
-      `Sends the "resolve" Update to a saga that waits for an operator:
+      `Sends the "resolve" Signal to a saga that waits for an operator, and reads its answer back:
   charge-succeeded / charge-failed   settle an UNKNOWN charge after checking with the provider
   retry                              retry the failed compensation or forward step
   mark-resolved                      the failed step was done by hand; carry on

@@ -12,7 +12,8 @@ import { workflowIdFor } from '../domain/order';
 import { readConfig, type AppConfig } from '../lib/config';
 import { orderOutcome } from '../lib/order-outcome';
 import { createOrderWorkers, type OrderWorkers } from '../worker';
-import { cancelUpdate, orderSaga, stateQuery } from '../workflows';
+import { request } from '../lib/saga-requests';
+import { orderSaga, stateQuery } from '../workflows';
 import { createProduct, makeOrder, testAdmin, testPool, uid } from './support/helpers';
 import { bundleWorkflows, startDevServer } from './support/temporal-env';
 
@@ -74,7 +75,7 @@ describe('client.ts status of a closed run', () => {
       ),
     );
     await new Promise((r) => setTimeout(r, 800)); // the slow charge is at the provider
-    await env.client.workflow.getHandle(workflowIdFor(slow.orderId)).executeUpdate(cancelUpdate, { args: ['test'] });
+    await request(env.client.workflow.getHandle(workflowIdFor(slow.orderId)), { command: 'cancel', reason: 'test' });
 
     const statuses = await Promise.all(handles.map(async (h) => (await orderOutcome(h)).status));
     expect(statuses).toEqual(['COMPLETED', 'FAILED', 'FAILED', 'CANCELLED']);

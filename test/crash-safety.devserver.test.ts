@@ -20,7 +20,8 @@ import { workflowIdFor, type OrderInput } from '../domain/order';
 import { readConfig } from '../lib/config';
 import { startTsProcess, stopProcess } from '../platform/processes';
 import { createOrderWorkers } from '../worker';
-import { orderSaga, resolveUpdate, stateQuery } from '../workflows';
+import { request } from '../lib/saga-requests';
+import { orderSaga, stateQuery } from '../workflows';
 import { bundleWorkflows, dataConverter, startE2eServer } from './support/temporal-env';
 import {
   createProduct,
@@ -202,7 +203,7 @@ describe('crash safety: SIGKILL of the worker between a commit and its activity 
           .then(async (st) => {
             if (st.awaiting !== 'charge-outcome' || escalated) return;
             escalated = true;
-            await handle.executeUpdate(resolveUpdate, { args: [{ action: 'charge-succeeded' }] });
+            await request(handle, { command: 'resolve', action: 'charge-succeeded' });
           })
           .catch(() => undefined);
       }, 250);

@@ -16,7 +16,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createActivities, type OrderActivities } from '../activities';
 import { workflowIdFor, type OrderInput, type OrderResult } from '../domain/order';
 import { checkInvariants, temporalLookup } from '../db/invariants';
-import { cancelUpdate, orderSaga, resolveUpdate, stateQuery } from '../workflows';
+import { request } from '../lib/saga-requests';
+import { orderSaga, stateQuery } from '../workflows';
 import { sagaTestEnv, type SagaTestEnv } from './support/saga-test-env';
 import { createProduct, ledger, makeOrder, moneyKept, testAdmin, testProvider, uid } from './support/helpers';
 
@@ -142,7 +143,7 @@ describe('Reset (as the Web UI does it) of finished orders to every workflow tas
         order: cancelled,
         ...(await firstRun(cancelled, async (handle) => {
           await atCharge; // charged, not yet returned: the cancel arrives after the charge, before the pivot
-          const pending = handle.executeUpdate(cancelUpdate, { args: ['customer changed their mind'] });
+          const pending = request(handle, { command: 'cancel', reason: 'customer changed their mind' });
           setTimeout(go, 300);
           await pending;
         })),
@@ -210,7 +211,7 @@ describe('Reset (as the Web UI does it) of finished orders to every workflow tas
       ]);
       if (!finished) {
         expect((await handle.query(stateQuery)).awaiting, `reset to event ${eventId}`).toBe('forward-step');
-        await handle.executeUpdate(resolveUpdate, { args: [{ action: 'retry' }] });
+        await request(handle, { command: 'resolve', action: 'retry' });
       }
       const result = await orderOutcome(handle);
       expect(['COMPLETED', 'ALREADY_SETTLED'], `reset to event ${eventId}`).toContain(result.status);
@@ -260,7 +261,7 @@ describe('Reset (as the Web UI does it) of finished orders to every workflow tas
         // The operator checks the provider first (an earlier reset run may have charged it).
         const paid = (await ledger(db, order.orderId)).charges.some((c) => c.status === 'succeeded');
         const action = paid ? 'charge-succeeded' : 'charge-failed';
-        await handle.executeUpdate(resolveUpdate, { args: [{ action, note: 'checked the provider' }] });
+        await request(handle, { command: 'resolve', action, note: 'checked the provider' });
       }
       const end = await orderOutcome(handle).then(
         (r) => r.status,

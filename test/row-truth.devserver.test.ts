@@ -10,14 +10,14 @@
 import { randomUUID } from 'node:crypto';
 import { ApplicationFailure } from '@temporalio/common';
 import { temporal } from '@temporalio/proto';
-import { WorkflowUpdateFailedError } from '@temporalio/client';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import type { Pool } from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createActivities, type OrderActivities } from '../activities';
 import { chargeKeyFor, workflowIdFor, type OrderInput, type OrderResult } from '../domain/order';
 import { orderOutcome } from '../lib/order-outcome';
-import { cancelUpdate, orderSaga, resolveUpdate, stateQuery } from '../workflows';
+import { request } from '../lib/saga-requests';
+import { orderSaga, stateQuery } from '../workflows';
 import {
   createProduct,
   ledger,
@@ -109,7 +109,7 @@ describe('a slow provider database: a not_found after a timed-out request is not
         await sleepMs(100);
       }
       expect((await handle.query(stateQuery)).attempts.inquiry ?? 0).toBeGreaterThanOrEqual(1);
-      const cancel = handle.executeUpdate(cancelUpdate, { args: ['customer gave up waiting'] });
+      const cancel = request(handle, { command: 'cancel', reason: 'customer gave up waiting' });
       // The compensation's technical cancel waits behind the blocked request for a while.
       await sleepMs(3 * PROVIDER_TIMEOUT_MS);
       await lock.query('COMMIT');
@@ -163,15 +163,15 @@ describe('a cancel is refused once the row is past the pivot, whatever the run b
     const reset = env.client.workflow.getHandle<typeof orderSaga>(first.workflowId, runId ?? undefined, {
       followRuns: false,
     });
-    const refusal = await reset.executeUpdate(cancelUpdate, { args: ['too late'] }).then(
+    const refusal = await request(reset, { command: 'cancel', reason: 'too late' }).then(
       () => 'accepted',
-      (e: Error) => (e instanceof WorkflowUpdateFailedError ? String((e.cause as Error)?.message) : e.message),
+      (e: Error) => e.message,
     );
     expect(refusal).toMatch(/pivot|forward/);
     // The reset run may wait again for the confirmation's escalation: the operator retries.
     const end = await ending(reset, 5_000);
     if (end.startsWith('still running')) {
-      await reset.executeUpdate(resolveUpdate, { args: [{ action: 'retry' }] });
+      await request(reset, { command: 'resolve', action: 'retry' });
     }
     expect(await ending(reset)).toBe('COMPLETED');
     expect(await ledger(db, order.orderId)).toEqual({ charges: [{ status: 'succeeded', amount: total }], refunds: [] });

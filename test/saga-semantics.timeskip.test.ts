@@ -8,7 +8,7 @@ import { orderOutcome } from '../lib/order-outcome';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { Context } from '@temporalio/activity';
-import { WorkflowUpdateFailedError, WorkflowUpdateStage, type WorkflowHandle } from '@temporalio/client';
+import type { WorkflowHandle } from '@temporalio/client';
 import { ApplicationFailure, defaultPayloadConverter, type HistoryAndWorkflowId } from '@temporalio/common';
 import { historyToJSON, type History } from '@temporalio/common/lib/proto-utils';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
@@ -18,16 +18,9 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { createActivities, type OrderActivities } from '../activities';
 import { workflowIdFor, type OrderInput, type OrderResult } from '../domain/order';
 import type { ProviderClient } from '../provider/client';
-import {
-  cancelUpdate,
-  orderSaga,
-  resolveUpdate,
-  stateQuery,
-  type ResolveRequest,
-  type SagaConfig,
-  type SagaState,
-} from '../workflows';
+import { orderSaga, stateQuery, type ResolveRequest, type SagaConfig, type SagaState } from '../workflows';
 import { NeedsAttentionKey, OrderStatusKey } from '../workflows/search-attributes';
+import { request, RequestRefusedError, sendRequest } from '../lib/saga-requests';
 import { EncryptionCodec, requirePayloadKeys } from '../platform/payload-codec';
 import { sagaTestEnv, type SagaTestEnv } from './support/saga-test-env';
 import { dataConverter } from './support/temporal-env';
@@ -177,11 +170,11 @@ async function waitUntil(
 }
 
 /**
- * Sends `resolve` and waits for its outcome. (Nothing may await the workflow's result meanwhile: on
- * the Java test server, time skipped while an Update is in flight makes the Update time out.)
+ * Sends `resolve` and waits for its answer. (Nothing may await the workflow's result meanwhile: time
+ * would skip past the saga's timers while the answer is read.)
  */
 async function resolve(handle: WorkflowHandle<typeof orderSaga>, req: ResolveRequest): Promise<SagaState> {
-  return handle.executeUpdate(resolveUpdate, { args: [req] });
+  return request(handle, { command: 'resolve', ...req });
 }
 
 /** A gate an activity waits at until the test opens it. */
@@ -342,10 +335,8 @@ describe('compensations failing', () => {
         expect(sa.get(OrderStatusKey)).toBe('NEEDS_ATTENTION');
         // A wrong action is refused by the validator, and changes nothing.
         const refused = await resolve(handle, { action: 'charge-succeeded' }).catch((e: unknown) => e);
-        expect(refused).toBeInstanceOf(WorkflowUpdateFailedError);
-        expect(String((refused as WorkflowUpdateFailedError).cause?.message)).toMatch(
-          /action must be one of retry, mark-resolved/,
-        );
+        expect(refused).toBeInstanceOf(RequestRefusedError);
+        expect((refused as RequestRefusedError).message).toMatch(/action must be one of retry, mark-resolved/);
         expect((await handle.query(stateQuery)).awaiting).toBe('compensation');
         await resolve(handle, { action: 'retry', note: 'provider fixed' });
         return result();
@@ -467,7 +458,7 @@ describe('cancel and deadlines', () => {
     const { activities, calls } = faultyActivities({ chargePayment: g.wait });
     const { result, updated } = await withSaga('cancel-before-pivot', order, activities, async ({ handle, result }) => {
       await g.reached;
-      const pending = handle.executeUpdate(cancelUpdate, { args: ['customer changed their mind'] });
+      const pending = request(handle, { command: 'cancel', reason: 'customer changed their mind' });
       await waitUntil(handle, () => true);
       g.open();
       return { updated: await pending, result: await result() };
@@ -488,9 +479,9 @@ describe('cancel and deadlines', () => {
     const { activities } = faultyActivities({ sendConfirmation: g.wait });
     const result = await withSaga('cancel-after-pivot', order, activities, async ({ handle, result }) => {
       await g.reached;
-      const err = await handle.executeUpdate(cancelUpdate, { args: ['too late'] }).catch((e: unknown) => e);
-      expect(err).toBeInstanceOf(WorkflowUpdateFailedError);
-      expect(String((err as WorkflowUpdateFailedError).cause?.message)).toMatch(/pivot/);
+      const err = await request(handle, { command: 'cancel', reason: 'too late' }).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(RequestRefusedError);
+      expect((err as RequestRefusedError).message).toMatch(/pivot/);
       g.open();
       return result();
     });
@@ -611,7 +602,7 @@ describe('the order row is the lock', () => {
     const refusal = (p: Promise<unknown>): Promise<string> =>
       p.then(
         () => 'accepted',
-        (e: Error) => (e instanceof WorkflowUpdateFailedError ? String((e.cause as Error)?.message) : e.message),
+        (e: Error) => e.message,
       );
     const { result, refusals } = await withSaga(
       'resolve-checked-against-provider',
@@ -645,7 +636,7 @@ describe('the order row is the lock', () => {
     const first = faultyActivities({ chargePayment: async () => (await g.wait(), undefined) });
     const cancelled = await withSaga('cancel-after-charge', order, first.activities, async ({ handle, result }) => {
       await g.reached;
-      const pending = handle.executeUpdate(cancelUpdate, { args: ['customer changed their mind'] });
+      const pending = request(handle, { command: 'cancel', reason: 'customer changed their mind' });
       await waitUntil(handle, () => true);
       g.open();
       await pending;
@@ -727,10 +718,11 @@ describe('the order row is the lock', () => {
     const wfOnly = await Worker.create(phase);
     await wfOnly.runUntil(async () => {
       await waitUntil(handle, (st) => st.attempts.charge === 1);
-      await handle.startUpdate(cancelUpdate, {
-        args: ['cancelled while no worker was up'],
-        waitForStage: WorkflowUpdateStage.ACCEPTED,
-      });
+      await sendRequest(
+        handle,
+        { command: 'cancel', reason: 'cancelled while no worker was up' },
+        { waitMs: 30_000, untilSeen: true },
+      );
       for (let i = 0; i < 600 && !(await event((e) => !!e.activityTaskTimedOutEventAttributes)); i++)
         await new Promise((r) => setTimeout(r, 50));
     });
@@ -759,7 +751,7 @@ describe('the order row is the lock', () => {
           (s) => (s.attempts.charge ?? 0) >= 1 && s.unknowns.length === 0 && s.stepsDone.includes('reserveInventory'),
         );
         const sentAtCancel = counts.get('chargePayment') ?? 0;
-        await handle.executeUpdate(cancelUpdate, { args: ['customer gave up during the outage'] });
+        await request(handle, { command: 'cancel', reason: 'customer gave up during the outage' });
         return { sentAtCancel, result: await result() };
       },
     );

@@ -8,7 +8,6 @@
  *   from the row instead, and its order ends.
  */
 import path from 'node:path';
-import { WorkflowUpdateStage } from '@temporalio/client';
 import { temporal } from '@temporalio/proto';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { Worker } from '@temporalio/worker';
@@ -18,7 +17,8 @@ import { createActivities } from '../activities';
 import { SweeperStats, type SweepOptions, type SweepReport } from '../activities/sweeper';
 import { workflowIdFor, type OrderInput } from '../domain/order';
 import { orderStore } from '../lib/order-store';
-import { cancelUpdate, orderSaga, stateQuery, sweeperWorkflow } from '../workflows';
+import { sendRequest } from '../lib/saga-requests';
+import { orderSaga, stateQuery, sweeperWorkflow } from '../workflows';
 import {
   createProduct,
   makeOrder,
@@ -155,10 +155,11 @@ describe('Terminate at every workflow task, then only the sweeper acts', () => {
         }
         const handle = await start(order, config ?? {});
         if (kind === 'cancelled') {
-          await handle.startUpdate(cancelUpdate, {
-            args: ['customer changed their mind'],
-            waitForStage: WorkflowUpdateStage.ACCEPTED,
-          });
+          await sendRequest(
+            handle,
+            { command: 'cancel', reason: 'customer changed their mind' },
+            { waitMs: 30_000, untilSeen: true },
+          );
         }
         if (kind === 'escalated') {
           for (let i = 0; i < 200 && (await handle.query(stateQuery)).awaiting !== 'charge-outcome'; i++)

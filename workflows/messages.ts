@@ -1,4 +1,4 @@
-import { defineQuery, defineUpdate } from '@temporalio/workflow';
+import { defineQuery, defineSignal, defineUpdate } from '@temporalio/workflow';
 import type { OrderStatus } from '../domain/order';
 
 /** What `state` returns: enough to see where a saga is and why, from the CLI or the Web UI. */
@@ -25,14 +25,39 @@ export const RESOLVE_ACTIONS = ['charge-succeeded', 'charge-failed', 'retry', 'm
 export type ResolveAction = (typeof RESOLVE_ACTIONS)[number];
 
 export const stateQuery = defineQuery<SagaState>('state');
-/** Cancel before the pivot (runs the compensations). Refused by its validator after the pivot. */
-export const cancelUpdate = defineUpdate<SagaState, [reason: string]>('cancel');
+
+/*
+ * Cancel and resolve are Signals, not Updates: a Signal is an event in the history, before the workflow
+ * task that reads it, so replay meets it beside the same activity completions as the run did. An
+ * Update arrives as a message beside the history, and the SDK rebuilds its place on replay; where it
+ * gets that wrong (the Update-ordering bug, sdk-core#1146) every replay of the run fails. The sender
+ * names its request with an ID and reads the saga's answer back with the `answer` query.
+ */
+
+/** Cancel before the pivot (runs the compensations); refused after it. From the Web UI a bare reason string does. */
+export interface CancelRequest {
+  requestId: string;
+  reason: string;
+}
+export const cancelSignal = defineSignal<[CancelRequest | string]>('cancel');
+/** The run's memo key that holds the reason of a cancel it accepted. */
+export const CANCEL_MEMO = 'cancel';
 /** Operator action on an UNKNOWN charge or a NEEDS_ATTENTION saga. */
 export interface ResolveRequest {
   action: ResolveAction;
   note?: string;
+  /** Names the answer to read back; the Web UI may leave it out. */
+  requestId?: string;
 }
-export const resolveUpdate = defineUpdate<SagaState, [ResolveRequest]>('resolve');
+export const resolveSignal = defineSignal<[ResolveRequest]>('resolve');
+
+/** The saga's answer to one cancel or resolve, by its request ID. */
+export type RequestAnswer =
+  | { requestId: string; outcome: 'pending' }
+  | { requestId: string; outcome: 'accepted'; state: SagaState }
+  | { requestId: string; outcome: 'refused'; message: string };
+/** undefined: the saga has not seen that request (yet). */
+export const answerQuery = defineQuery<RequestAnswer | undefined, [requestId: string]>('answer');
 
 /** The early answer to `place`: the order was validated and its stock reserved, or it was refused (and why). */
 export interface Acceptance {
@@ -42,5 +67,8 @@ export interface Acceptance {
   status: OrderStatus | 'ALREADY_SETTLED';
   reason?: string;
 }
-/** Sent with the start (Update-with-Start): answers once the stock is reserved, or the order is refused. */
+/**
+ * Sent with the start (Update-with-Start): answers once the stock is reserved, or the order is refused.
+ * It stays an Update: it arrives with the start, in the first workflow task, before any activity.
+ */
 export const acceptedUpdate = defineUpdate<Acceptance>('accepted');

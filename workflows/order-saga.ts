@@ -5,7 +5,7 @@
  *
  * The order row is the only truth: whenever a write is refused, or a step finds the order further
  * along, the run reads the row and decides from it (past the pivot forward, before it backward), or
- * asks a person. Update handlers only record a request; every command comes from the main path.
+ * asks a person. Message handlers only record a request; every command comes from the main path.
  * Deploys are pinned (Worker Versioning): a run finishes on the build that started it, so there are
  * no patch branches for old runs (docs/versioning.md).
  */
@@ -21,6 +21,7 @@ import {
   setCurrentDetails,
   setHandler,
   sleep,
+  upsertMemo,
   upsertSearchAttributes,
   workflowInfo,
 } from '@temporalio/workflow';
@@ -40,10 +41,14 @@ import {
 import { currentDetails } from './details';
 import {
   acceptedUpdate,
-  cancelUpdate,
-  resolveUpdate,
+  answerQuery,
+  CANCEL_MEMO,
+  cancelSignal,
+  resolveSignal,
   stateQuery,
   type Acceptance,
+  type CancelRequest,
+  type RequestAnswer,
   type ResolveAction,
   type ResolveRequest,
   type SagaState,
@@ -140,14 +145,17 @@ class OrderSaga {
   private pivotStarted = false;
   /** Backward recovery has begun, for this reason: the order will end FAILED or CANCELLED whatever comes. */
   private unwinding: string | undefined;
-  /** A cancel Update was recorded (the main path acts on it); `cancelRefused` is the main path's no. */
+  /** A cancel was recorded (the main path acts on it); `cancelRefused` is the main path's no. */
   private cancelReason: string | undefined;
+  private cancelRequestId: string | undefined;
   private cancelRefused: string | undefined;
   private overdue = false;
-  /** The resolve Update being applied; the main path answers it in `resolveAnswer`. */
-  private resolution: { id: number; action: ResolveAction; note?: string } | undefined;
-  private resolveAnswer: { id: number; refused?: string } | undefined;
-  private resolveSeq = 0;
+  /** The resolve being applied; the main path answers it in `answers`. */
+  private resolution: { requestId: string; action: ResolveAction; note?: string } | undefined;
+  /** Answers given to cancels and resolves, by request ID (the last few): read by the `answer` query. */
+  private readonly answers = new Map<string, { refused?: string }>();
+  /** Names requests sent without an ID (a Signal from the Web UI). */
+  private requestSeq = 0;
   private settledElsewhere = false;
   private redecisions = 0;
   private deadlineTimer: CancellationScope | undefined;
@@ -789,7 +797,7 @@ class OrderSaga {
       upsertSearchAttributes([{ key: NeedsAttentionKey, value: true }]); // it is in the needs-attention view
     }
     const cancellable = awaiting === 'charge-outcome';
-    let request: { id: number; action: ResolveAction; note?: string } | undefined;
+    let request: { requestId: string; action: ResolveAction; note?: string } | undefined;
     for (;;) {
       await condition(() => this.resolution !== undefined || (cancellable && this.stopRequested()));
       if (this.resolution === undefined) break; // cancelled
@@ -799,7 +807,7 @@ class OrderSaga {
           ? await this.checkResolveWithProvider(request.action)
           : undefined;
       this.resolution = undefined;
-      this.resolveAnswer = { id: request.id, ...(refused ? { refused } : {}) };
+      this.answered(request.requestId, refused);
       if (!refused) break;
       request = undefined;
     }
@@ -868,15 +876,14 @@ class OrderSaga {
   }
 
   // ---- Messages: the state query, the early answer, cancel and resolve ------------------------
-  // The handlers record a request and wait for the main path's answer; they issue no command.
+  // The handlers record a request; the main path acts on it and answers. They issue no command.
 
   private listen(): void {
     setHandler(stateQuery, () => this.snapshot());
+    setHandler(answerQuery, (requestId) => this.answerTo(requestId));
     setHandler(acceptedUpdate, () => this.accepted());
-    setHandler(cancelUpdate, (reason) => this.cancel(reason), { validator: (reason) => this.validateCancel(reason) });
-    setHandler(resolveUpdate, (req: ResolveRequest) => this.resolve(req), {
-      validator: (req: ResolveRequest) => this.validateResolve(req),
-    });
+    setHandler(cancelSignal, (req) => this.cancel(req));
+    setHandler(resolveSignal, (req) => this.resolve(req));
   }
 
   /** The early answer: reserved (or found already further along), or refused and why. */
@@ -895,22 +902,54 @@ class OrderSaga {
     return { orderId, accepted: false, status: state.status, reason: this.unwinding ?? state.reason };
   }
 
-  /** Records the cancel; the main path acts on it, or refuses it when the row is past the pivot. */
-  private async cancel(reason: string): Promise<SagaState> {
-    this.cancelReason = reason || 'cancelled';
-    await CancellationScope.nonCancellable(() =>
-      condition(
-        () =>
-          this.cancelRefused !== undefined ||
-          isFinal(this.state.status) ||
-          (this.state.status === 'NEEDS_ATTENTION' && this.unwinding !== undefined) ||
-          this.settledElsewhere,
-      ),
-    );
-    if (this.cancelRefused !== undefined) {
-      throw ApplicationFailure.create({ type: 'CancelRefused', message: this.cancelRefused, nonRetryable: true });
+  /** A request's ID as sent, or one made up for a request sent without it (the Web UI's Signal). */
+  private requestIdOf(requestId: unknown): string {
+    return typeof requestId === 'string' && requestId ? requestId.slice(0, 200) : `signal-${++this.requestSeq}`;
+  }
+
+  /** Records the main path's (or a check's) answer to a request; keeps the last 50. */
+  private answered(requestId: string, refused?: string): void {
+    this.answers.set(requestId, refused !== undefined ? { refused } : {});
+    for (const key of this.answers.keys()) {
+      if (this.answers.size <= 50) break;
+      this.answers.delete(key);
     }
-    return this.snapshot();
+  }
+
+  /** The answer to one cancel or resolve, for the `answer` query. */
+  private answerTo(requestId: string): RequestAnswer | undefined {
+    const given = this.answers.get(requestId);
+    const accepted = (): RequestAnswer => ({ requestId, outcome: 'accepted', state: this.snapshot() });
+    if (given)
+      return given.refused !== undefined ? { requestId, outcome: 'refused', message: given.refused } : accepted();
+    if (requestId === this.cancelRequestId) {
+      if (this.cancelRefused !== undefined) return { requestId, outcome: 'refused', message: this.cancelRefused };
+      const done =
+        isFinal(this.state.status) ||
+        (this.state.status === 'NEEDS_ATTENTION' && this.unwinding !== undefined) ||
+        this.settledElsewhere;
+      return done ? accepted() : { requestId, outcome: 'pending' };
+    }
+    if (requestId === this.resolution?.requestId)
+      return this.settledElsewhere ? accepted() : { requestId, outcome: 'pending' };
+    return undefined;
+  }
+
+  /** Records the cancel (the main path acts on it, or refuses it when the row is past the pivot), or refuses it now. */
+  private cancel(req: CancelRequest | string): void {
+    const { requestId: sent, reason } = typeof req === 'string' ? { requestId: undefined, reason: req } : (req ?? {});
+    const requestId = this.requestIdOf(sent);
+    if (this.answers.has(requestId) || requestId === this.cancelRequestId) return; // the same request again
+    try {
+      this.validateCancel(reason);
+    } catch (err) {
+      return this.answered(requestId, (err as Error).message);
+    }
+    this.cancelReason = reason || 'cancelled';
+    this.cancelRequestId = requestId;
+    // In the run's memo: a run that closes before the main path acted on it (a Terminate, say) still
+    // shows the customer's cancel, and the sweeper's restart carries it over.
+    upsertMemo({ [CANCEL_MEMO]: this.cancelReason });
   }
 
   private validateCancel(reason: unknown): void {
@@ -927,20 +966,20 @@ class OrderSaga {
       );
   }
 
-  /** Records the resolve; the main path applies it (checked with the provider first) or refuses it. */
-  private async resolve({ action, note }: ResolveRequest): Promise<SagaState> {
-    const id = ++this.resolveSeq;
-    this.resolution = { id, action, ...(note !== undefined ? { note } : {}) };
-    await CancellationScope.nonCancellable(() =>
-      condition(() => this.resolveAnswer?.id === id || this.settledElsewhere),
-    );
-    const refused = this.resolveAnswer?.id === id ? this.resolveAnswer.refused : undefined;
-    if (refused !== undefined)
-      throw ApplicationFailure.create({ type: 'ResolveRefused', message: refused, nonRetryable: true });
-    return this.snapshot();
+  /** Records the resolve (the main path applies it, checked with the provider first, or refuses it), or refuses it now. */
+  private resolve(req: ResolveRequest): void {
+    const { action, note, requestId: sent } = req ?? {};
+    const requestId = this.requestIdOf(sent);
+    if (this.answers.has(requestId) || requestId === this.resolution?.requestId) return; // the same request again
+    try {
+      this.validateResolve({ action, note });
+    } catch (err) {
+      return this.answered(requestId, (err as Error).message);
+    }
+    this.resolution = { requestId, action, ...(note !== undefined ? { note } : {}) };
   }
 
-  private validateResolve({ action, note }: { action: ResolveAction; note?: string }): void {
+  private validateResolve({ action, note }: { action: unknown; note?: unknown }): void {
     const { orderId, state } = this;
     if (note !== undefined && (typeof note !== 'string' || note.length > 500))
       throw new Error('note must be a string of at most 500 characters');
@@ -951,7 +990,7 @@ class OrderSaga {
       'forward-step': ['retry', 'mark-resolved'],
     };
     if (!state.awaiting) throw new Error(`order ${orderId} is ${state.status}; there is nothing to resolve`);
-    if (!allowed[state.awaiting].includes(action)) {
+    if (!allowed[state.awaiting].includes(action as ResolveAction)) {
       throw new Error(`action must be one of ${allowed[state.awaiting].join(', ')} while awaiting ${state.awaiting}`);
     }
   }
