@@ -13,7 +13,8 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { Client, Connection } from '@temporalio/client';
 import type { DataConverter } from '@temporalio/common';
-import { DefaultLogger, NativeConnection, Runtime, Worker, type WorkerOptions } from '@temporalio/worker';
+import { NativeConnection, Worker, type WorkerOptions } from '@temporalio/worker';
+import { installRuntime } from './platform/runtime';
 import type { Pool } from 'pg';
 import { Counter, Gauge, Registry } from 'prom-client';
 import { createActivities } from './activities';
@@ -293,12 +294,10 @@ async function main(): Promise<void> {
   const runtimeMetrics = process.env.TEMPORAL_METRICS_ADDRESS ?? `127.0.0.1:${DEFAULT_PORTS.temporalMetrics}`;
   // The SDK's own lines at WARN (WORKER_LOG_LEVEL to change): its INFO lines say each worker started,
   // which the worker's one "polling task queue" line already does; the saga's warnings and alerts stay.
-  Runtime.install({
-    logger: new DefaultLogger(workerLogLevel(process.env.WORKER_LOG_LEVEL)),
-    ...(runtimeMetrics !== 'off'
-      ? { telemetryOptions: { metrics: { prometheus: { bindAddress: runtimeMetrics } } } }
-      : {}),
-  });
+  installRuntime(
+    workerLogLevel(process.env.WORKER_LOG_LEVEL),
+    runtimeMetrics !== 'off' ? { metrics: { prometheus: { bindAddress: runtimeMetrics } } } : {},
+  );
   const connection = await NativeConnection.connect({ address: cfg.temporalAddress });
   // As many lanes as the workflows hash SKUs over (DEFAULT_SAGA_CONFIG.inventoryLanes).
   const lanes = DEFAULT_SAGA_CONFIG.inventoryLanes;

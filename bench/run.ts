@@ -14,7 +14,7 @@ import { chmodSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:f
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { DefaultLogger, Runtime } from '@temporalio/worker';
+import { installRuntime } from '../platform/runtime';
 import { migrateAll } from '../db/migrate';
 import { createPool } from '../db/pool';
 import { ensurePostgres } from '../servers/postgres';
@@ -164,7 +164,7 @@ async function main(): Promise<void> {
   }
   const only = values.only === undefined ? undefined : (ALIASES[values.only as Section] ?? values.only);
   const wanted = (section: Section): boolean => only === undefined || only === section;
-  Runtime.install({ logger: new DefaultLogger('ERROR') });
+  installRuntime('ERROR');
   const quick = !!values.quick;
   const cellMs = quick ? 2_500 : 8_000;
   const p3Seconds = quick ? 4 : 10;

@@ -24,7 +24,7 @@
 import { chmodSync, mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { DefaultLogger, Runtime } from '@temporalio/worker';
+import { installRuntime } from '../../platform/runtime';
 import { parseOptions, USAGE } from './options';
 import type { People } from './people';
 import { bringUp } from './phases/bring-up';
@@ -40,8 +40,9 @@ async function main(): Promise<number> {
     say(USAGE);
     return 0;
   }
-  // The SDK's own log lines in this process: errors only.
-  Runtime.install({ logger: new DefaultLogger('ERROR') });
+  // The SDK's own log lines in this process and its worker processes: errors only.
+  installRuntime('ERROR');
+  process.env.WORKER_LOG_LEVEL ??= 'ERROR';
   const started = Date.now();
   const tmp = mkdtempSync(path.join(os.tmpdir(), 'order-saga-chaos-'));
   chmodSync(tmp, 0o755);
