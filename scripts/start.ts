@@ -42,7 +42,8 @@ import {
   versionName,
 } from '../lib/deployments';
 import { ensurePostgres } from '../servers/postgres';
-import { devServerExecutable, registerSearchAttributes, startDevServer } from '../servers/temporal-dev';
+import { registerSearchAttributes } from '../servers/search-attributes';
+import { devServerExecutable, startDevServer } from '../servers/temporal-dev';
 import { startRealTemporal } from '../servers/temporal-server';
 import { DEFAULT_SAGA_CONFIG } from '../workflows/order-saga';
 

@@ -1,29 +1,19 @@
 /**
- * The Temporal CLI's dev server, started with the saga's search attributes; where it and the Java
- * time-skipping server come from; and the search attributes' registration on any server.
+ * The Temporal CLI's dev server, started with the saga's search attributes, and where it and the Java
+ * time-skipping server come from.
  * scripts/ensure-servers.sh builds the binaries from package registries into the cache;
  * TEMPORAL_CLI_PATH / TEMPORAL_TEST_SERVER_PATH override; with neither, the SDK's own download is
  * used (needs internet).
  */
 import { existsSync } from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
-import type { Connection } from '@temporalio/client';
 import {
   TestWorkflowEnvironment,
   type ClientOptionsForTestEnv,
   type EphemeralServerExecutable,
 } from '@temporalio/testing';
-import { temporal } from '@temporalio/proto';
-import {
-  CustomerIdKey,
-  NeedsAttentionKey,
-  OrderStatusKey,
-  SEARCH_ATTRIBUTES,
-  TotalCentsKey,
-} from '../workflows/search-attributes';
-
-export const CACHE_DIR = process.env.ORDER_SAGA_CACHE ?? path.join(os.homedir(), '.cache', 'order-saga');
+import { CACHE_DIR } from './cache';
+import { CustomerIdKey, NeedsAttentionKey, OrderStatusKey, TotalCentsKey } from '../workflows/search-attributes';
 
 function executable(envVar: string, cached: string): EphemeralServerExecutable | undefined {
   const override = process.env[envVar];
@@ -103,31 +93,3 @@ export async function startDevServer(opts: DevServerOptions = {}): Promise<TestW
 /** The Java time-skipping test server's wrapper. undefined → let the SDK download it. */
 export const testServerExecutable = (): EphemeralServerExecutable | undefined =>
   executable('TEMPORAL_TEST_SERVER_PATH', path.join(CACHE_DIR, 'bin', 'temporal-test-server'));
-
-/** Registers the saga's search attributes on a running server (idempotent). */
-export async function registerSearchAttributes(connection: Connection, namespace: string): Promise<void> {
-  const types = temporal.api.enums.v1.IndexedValueType;
-  const searchAttributes: Record<string, temporal.api.enums.v1.IndexedValueType> = {};
-  for (const [name, type] of Object.entries(SEARCH_ATTRIBUTES)) {
-    searchAttributes[name] =
-      type === 'Keyword'
-        ? types.INDEXED_VALUE_TYPE_KEYWORD
-        : type === 'Bool'
-          ? types.INDEXED_VALUE_TYPE_BOOL
-          : types.INDEXED_VALUE_TYPE_INT;
-  }
-  let known: Record<string, unknown> = {};
-  try {
-    known = (await connection.operatorService.listSearchAttributes({ namespace })).customAttributes ?? {};
-  } catch (err) {
-    // The Java time-skipping server can add search attributes but cannot list them.
-    if ((err as { code?: number }).code !== 12 /* UNIMPLEMENTED */) throw err;
-  }
-  const missing = Object.fromEntries(Object.entries(searchAttributes).filter(([name]) => !(name in known)));
-  if (Object.keys(missing).length === 0) return;
-  try {
-    await connection.operatorService.addSearchAttributes({ namespace, searchAttributes: missing });
-  } catch (err) {
-    if (!/already exists/i.test((err as Error).message)) throw err;
-  }
-}

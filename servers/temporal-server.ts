@@ -16,7 +16,8 @@ import { Connection } from '@temporalio/client';
 import { msToTs } from '@temporalio/common/lib/time';
 import { createPool, withTransaction } from '../db/pool';
 import { ensureLoginRole } from '../db/roles';
-import { CACHE_DIR, registerSearchAttributes } from './temporal-dev';
+import { CACHE_DIR } from './cache';
+import { registerSearchAttributes } from './search-attributes';
 import { busyPorts, startProcess, stopProcess } from '../platform/processes';
 import { SEARCH_ATTRIBUTES } from '../workflows/search-attributes';
 

@@ -4,8 +4,8 @@ import path from 'node:path';
 import { inject } from 'vitest';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { bundleWorkflowCode, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
+import { registerSearchAttributes } from '../../servers/search-attributes';
 import {
-  registerSearchAttributes,
   startDevServer as startSagaDevServer,
   testServerExecutable,
   type DevServerOptions,
