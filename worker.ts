@@ -31,7 +31,7 @@ import { DEFAULT_SAGA_CONFIG } from './workflows/order-saga';
 
 /**
  * The main worker's settings, shared with the benchmark (so its floor and saga run on the same ones).
- * Measured with `npm run bench` (P2); see the README's benchmark section for the figures.
+ * Measured by the bench's saga-overhead section; see the README's benchmark section for the figures.
  */
 export const WORKER_TUNING = {} satisfies Partial<WorkerOptions>;
 

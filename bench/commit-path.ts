@@ -41,11 +41,14 @@ export async function measureCommitPath(
   opts: { clients: number; seconds: number },
 ): Promise<CommitPathResult> {
   const { clients, seconds } = opts;
-  progress('P3: CAS commit path…');
+  progress('commit path: CAS…');
   const cas = await casCommitThroughput(db, { clients, keys: 1000, durationMs: seconds * 1000 });
   const pgbench = findPgbench();
   if (!pgbench)
-    return { cas: cas.tps, note: 'pgbench not found (install Debian postgresql-15 or set PATH); P3 not compared' };
+    return {
+      cas: cas.tps,
+      note: 'pgbench not found (install Debian postgresql-15 or set PATH); CAS not compared',
+    };
   const u = new URL(url);
   const dir = mkdtempSync(path.join(os.tmpdir(), 'order-saga-pgbench-'));
   const script = path.join(dir, 'update.sql');
@@ -54,7 +57,7 @@ export async function measureCommitPath(
     '\\set id random(1, 1000)\nUPDATE bench.stock SET stock = stock - 1, version = version + 1 WHERE id = :id;\n',
   );
   chmodSync(dir, 0o755);
-  progress('P3: pgbench…');
+  progress('commit path: pgbench…');
   const out = execFileSync(
     pgbench,
     [

@@ -26,7 +26,7 @@ export async function measureContention(db: Pool, opts: ContentionOptions): Prom
   const { workers, logicMs, durationMs, lanes } = opts;
   for (const skus of opts.skuLevels) {
     for (const strategy of STRATEGIES) {
-      progress(`P1 ${cells.length + 1}/${total}: ${strategy} on ${skus} SKU(s)…`);
+      progress(`contention ${cells.length + 1}/${total}: ${strategy} on ${skus} SKU(s)…`);
       cells.push(await runCell(db, strategy, skus, { workers, logicMs, durationMs, lanes }));
     }
   }

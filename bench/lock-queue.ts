@@ -3,7 +3,7 @@
  * business logic. With FOR UPDATE held across the logic, the row lock is the only queue, so request n
  * waits for the logic of the n − 1 before it and the last one ends after about requests × logic. The
  * adaptive path runs the logic outside any lock and queues only the short commit.
- * (`--only seed003` or `--only lock-queue`; its results keep the key `seed003`.)
+ * (`--only lock-queue`; its results are the key `lockQueue` of latest.json.)
  */
 import { createPool } from '../db/pool';
 import { progress } from './measure';
@@ -23,7 +23,7 @@ export async function measureLockQueue(url: string, lanes: number): Promise<Burs
     const out: BurstResult[] = [];
     for (const c of LOCK_QUEUE_CASES) {
       for (const strategy of ['for-update-logic-in-tx', 'adaptive'] as const) {
-        progress(`seed 003: ${c.requests} requests × ${c.logicMs} ms, ${strategy}…`);
+        progress(`lock queue: ${c.requests} requests × ${c.logicMs} ms, ${strategy}…`);
         out.push(await runBurst(db, strategy, c.requests, c.logicMs, lanes));
       }
     }

@@ -1,12 +1,14 @@
 /**
  * `npm run bench [-- --quick]`: every measurement in one run, side by side, on this machine.
- *   P1  the contention matrix (contention.ts): 5 strategies × 1, 10, 1000 hot SKUs, 20 workers, 20 ms of
- *       logic each
- *   the lock queue (lock-queue.ts, `--only seed003`): 100 × 200 ms and 20 × 50 ms on one hot row, FOR
- *       UPDATE held across the logic (requests queue behind each other's logic) vs adaptive
- *   P2  the saga's overhead (saga-overhead.ts): the full saga against the essential-work floor, the five
- *       steps as no-op activities (dev server), and the saga without the payload codec
- *   P3  the commit path (commit-path.ts): CAS against pgbench's single-row UPDATE, same database
+ *   contention     the contention matrix (contention.ts): 5 strategies × 1, 10, 1000 hot SKUs, 20
+ *                  workers, 20 ms of logic each
+ *   saga-overhead  the saga's overhead (saga-overhead.ts): the full saga against the essential-work
+ *                  floor, the five steps as no-op activities (dev server), and the saga without the
+ *                  payload codec
+ *   commit-path    the commit path (commit-path.ts): CAS against pgbench's single-row UPDATE, same
+ *                  database
+ *   lock-queue     the lock queue (lock-queue.ts): 100 × 200 ms and 20 × 50 ms on one hot row, FOR
+ *                  UPDATE held across the logic (requests queue behind each other's logic) vs adaptive
  * This file is the entry: the arguments, which sections run, the targets, the report, and the results
  * files (bench/results/latest.json and latest.svg, from a full run of every section).
  */
@@ -33,10 +35,9 @@ const LOGIC_MS = 20;
 const LANES = 4;
 const SKU_LEVELS = [1, 10, 1000];
 
-/** The values of --only; `lock-queue` is another name for `seed003`. */
-const SECTIONS = ['p1', 'p2', 'p3', 'seed003', 'lock-queue'] as const;
+/** The values of --only, one per section. */
+const SECTIONS = ['contention', 'saga-overhead', 'commit-path', 'lock-queue'] as const;
 type Section = (typeof SECTIONS)[number];
-const ALIASES: Partial<Record<Section, Section>> = { 'lock-queue': 'seed003' };
 
 interface Target {
   name: string;
@@ -128,12 +129,12 @@ function contentionTargets(cells: CellResult[]): Target[] {
 function sagaOverheadTargets(saga: SagaOverheadResult): Target[] {
   const out: Target[] = [];
   out.push({
-    name: 'P2: saga throughput ≥ 0.9× the essential-work floor',
+    name: 'saga overhead: saga throughput ≥ 0.9× the essential-work floor',
     pass: saga.ratio >= 0.9,
     detail: `${saga.saga.perSecond}/s vs ${saga.floor.perSecond}/s (${saga.ratio}×)`,
   });
   out.push({
-    name: "P2: saga p50 ≤ 1.25× the essential-work floor's",
+    name: "saga overhead: saga p50 ≤ 1.25× the essential-work floor's",
     pass: saga.p50Ratio <= 1.25,
     detail: `${saga.saga.p50} ms vs ${saga.floor.p50} ms (${saga.p50Ratio}×)`,
   });
@@ -142,7 +143,7 @@ function sagaOverheadTargets(saga: SagaOverheadResult): Target[] {
 
 function commitPathTarget(commit: { ratio?: number }): Target {
   return {
-    name: 'P3: CAS commit path ≥ 0.5 of pgbench',
+    name: 'commit path: CAS ≥ 0.5 of pgbench',
     pass: commit.ratio !== undefined && commit.ratio >= 0.5,
     detail: commit.ratio === undefined ? 'not measured' : `${commit.ratio}×`,
   };
@@ -153,23 +154,22 @@ async function main(): Promise<void> {
     options: { quick: { type: 'boolean' }, only: { type: 'string' }, help: { type: 'boolean' } },
   });
   if (values.help) {
-    say('Usage: npm run bench [-- --quick] [-- --only p1|p2|p3|seed003|lock-queue]');
+    say(`Usage: npm run bench [-- --quick] [-- --only ${SECTIONS.join('|')}]`);
     say('  quick: under 4 minutes; the full run takes about 10. --only runs one section and prints its targets;');
-    say("  it does not write bench/results/ (that is the full table's). lock-queue is another name for seed003.");
+    say("  it does not write bench/results/ (that is the full table's).");
     return;
   }
   if (values.only !== undefined && !(SECTIONS as readonly string[]).includes(values.only)) {
     process.stderr.write(`bench: --only must be one of ${SECTIONS.join(', ')}, not ${JSON.stringify(values.only)}\n`);
     process.exit(2);
   }
-  const only = values.only === undefined ? undefined : (ALIASES[values.only as Section] ?? values.only);
-  const wanted = (section: Section): boolean => only === undefined || only === section;
+  const wanted = (section: Section): boolean => values.only === undefined || values.only === section;
   installRuntime('ERROR');
   const quick = !!values.quick;
   const cellMs = quick ? 2_500 : 8_000;
-  const p3Seconds = quick ? 4 : 10;
-  const p2Orders = quick ? 30 : 120;
-  const p2Rounds = quick ? 2 : 4; // even: ABBA order
+  const commitSeconds = quick ? 4 : 10;
+  const sagaOrders = quick ? 30 : 120;
+  const sagaRounds = quick ? 2 : 4; // even: ABBA order
   const started = Date.now();
   const tmp = mkdtempSync(path.join(os.tmpdir(), 'order-saga-bench-'));
   chmodSync(tmp, 0o755);
@@ -182,7 +182,7 @@ async function main(): Promise<void> {
   const db = createPool(pg.url, { max: POOL_SIZE });
   try {
     await migrateAll(db);
-    const cells = wanted('p1')
+    const cells = wanted('contention')
       ? await measureContention(db, {
           skuLevels: SKU_LEVELS,
           workers: WORKERS,
@@ -191,21 +191,21 @@ async function main(): Promise<void> {
           durationMs: cellMs,
         })
       : undefined;
-    const p3r = wanted('p3')
-      ? await measureCommitPath(db, pg.url, { clients: WORKERS, seconds: p3Seconds })
+    const commitPath = wanted('commit-path')
+      ? await measureCommitPath(db, pg.url, { clients: WORKERS, seconds: commitSeconds })
       : undefined;
-    const bursts = wanted('seed003') ? await measureLockQueue(pg.url, LANES) : undefined;
-    const p2r = wanted('p2')
-      ? await measureSagaOverhead(pg.url, { orders: p2Orders, concurrency: 20, rounds: p2Rounds })
+    const lockQueue = wanted('lock-queue') ? await measureLockQueue(pg.url, LANES) : undefined;
+    const sagaOverhead = wanted('saga-overhead')
+      ? await measureSagaOverhead(pg.url, { orders: sagaOrders, concurrency: 20, rounds: sagaRounds })
       : undefined;
     const machine = `${os.cpus().length} × ${os.cpus()[0]?.model.trim() ?? 'cpu'}, ${Math.round(os.totalmem() / 2 ** 30)} GiB, Node ${process.version}`;
-    const checks = targets(cells, p2r, p3r);
+    const checks = targets(cells, sagaOverhead, commitPath);
 
     say(`\n## Benchmark (${quick ? 'quick' : 'full'}) — ${new Date().toISOString()}`);
     say(`machine: ${machine}; Postgres from the embedded binaries; pool size ${POOL_SIZE} for every strategy`);
     if (cells) {
       say(
-        `P1: ${WORKERS} concurrent workers, ${LOGIC_MS} ms of logic per task, ${cellMs / 1000} s per cell, ${LANES} serial lanes for adaptive\n`,
+        `Contention matrix: ${WORKERS} concurrent workers, ${LOGIC_MS} ms of logic per task, ${cellMs / 1000} s per cell, ${LANES} serial lanes for adaptive\n`,
       );
       say('| strategy | SKUs | units/s | p50 ms | p99 ms | abort rate | attempts | lane | gave up | lost updates |');
       say('|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
@@ -215,48 +215,46 @@ async function main(): Promise<void> {
         );
       }
     }
-    if (bursts) {
+    if (lockQueue) {
+      say(`\nLock queue (one row, every request at once, a connection each; adaptive: ${LANES} serial lanes):\n`);
       say(
-        `\nSeed 003's arithmetic (one row, every request at once, a connection each; adaptive: ${LANES} serial lanes):\n`,
-      );
-      say(
-        '| requests × logic | seed says (FOR UPDATE, logic in tx) | FOR UPDATE measured: last request done | p50 ms | adaptive: last request done | p50 ms | units taken (each) |',
+        '| requests × logic | expected (FOR UPDATE, logic in tx) | FOR UPDATE measured: last request done | p50 ms | adaptive: last request done | p50 ms | units taken (each) |',
       );
       say('|---|---|---:|---:|---:|---:|---:|');
       for (const c of LOCK_QUEUE_CASES) {
         const [lock, adaptive] = ['for-update-logic-in-tx', 'adaptive'].map((st) =>
-          bursts.find((b) => b.strategy === st && b.requests === c.requests)!,
+          lockQueue.find((b) => b.strategy === st && b.requests === c.requests)!,
         );
         say(
           `| ${c.requests} × ${c.logicMs} ms | ${c.expected} | ${(lock!.makespanMs / 1000).toFixed(2)} s | ${lock!.p50} | ${(adaptive!.makespanMs / 1000).toFixed(2)} s | ${adaptive!.p50} | ${lock!.taken}, ${adaptive!.taken} |`,
         );
       }
     }
-    if (p2r) {
+    if (sagaOverhead) {
       say(
-        `\nP2 (dev server, ${p2Orders} workflows × ${p2Rounds} rounds, 20 in flight, rounds in ABBA order; the floor is the five essential steps as no-op activities):\n`,
+        `\nSaga overhead (dev server, ${sagaOrders} workflows × ${sagaRounds} rounds, 20 in flight, rounds in ABBA order; the floor is the five essential steps as no-op activities):\n`,
       );
       say('| workflow | per s | p50 ms | p99 ms | one order, idle stack (ms) | history events |');
       say('|---|---:|---:|---:|---:|---:|');
       say(
-        `| full saga | ${p2r.saga.perSecond} | ${p2r.saga.p50} | ${p2r.saga.p99} | ${p2r.idle.saga} | ${p2r.historyEvents.saga} |`,
+        `| full saga | ${sagaOverhead.saga.perSecond} | ${sagaOverhead.saga.p50} | ${sagaOverhead.saga.p99} | ${sagaOverhead.idle.saga} | ${sagaOverhead.historyEvents.saga} |`,
       );
       say(
-        `| essential-work floor | ${p2r.floor.perSecond} | ${p2r.floor.p50} | ${p2r.floor.p99} | ${p2r.idle.floor} | ${p2r.historyEvents.floor} |`,
+        `| essential-work floor | ${sagaOverhead.floor.perSecond} | ${sagaOverhead.floor.p50} | ${sagaOverhead.floor.p99} | ${sagaOverhead.idle.floor} | ${sagaOverhead.historyEvents.floor} |`,
       );
       say(
-        `| saga / floor | ${p2r.ratio}× | ${p2r.p50Ratio}× | ${(p2r.saga.p99 / p2r.floor.p99).toFixed(2)}× | ${(p2r.idle.saga / p2r.idle.floor).toFixed(2)}× | |`,
+        `| saga / floor | ${sagaOverhead.ratio}× | ${sagaOverhead.p50Ratio}× | ${(sagaOverhead.saga.p99 / sagaOverhead.floor.p99).toFixed(2)}× | ${(sagaOverhead.idle.saga / sagaOverhead.idle.floor).toFixed(2)}× | |`,
       );
       say(
-        `| saga, no payload codec | ${p2r.plain.perSecond} | ${p2r.plain.p50} | ${p2r.plain.p99} | ${p2r.idle.plain} | |`,
+        `| saga, no payload codec | ${sagaOverhead.plain.perSecond} | ${sagaOverhead.plain.p50} | ${sagaOverhead.plain.p99} | ${sagaOverhead.idle.plain} | |`,
       );
       say(
-        `| codec's cost: with / without | ${p2r.codecRatio}× | ${(p2r.saga.p50 / p2r.plain.p50).toFixed(2)}× | ${(p2r.saga.p99 / p2r.plain.p99).toFixed(2)}× | ${(p2r.idle.saga / p2r.idle.plain).toFixed(2)}× | |`,
+        `| codec's cost: with / without | ${sagaOverhead.codecRatio}× | ${(sagaOverhead.saga.p50 / sagaOverhead.plain.p50).toFixed(2)}× | ${(sagaOverhead.saga.p99 / sagaOverhead.plain.p99).toFixed(2)}× | ${(sagaOverhead.idle.saga / sagaOverhead.idle.plain).toFixed(2)}× | |`,
       );
     }
-    if (p3r)
+    if (commitPath)
       say(
-        `\nP3 (1000 keys, ${WORKERS} clients, ${p3Seconds} s): CAS commit path ${p3r.cas} tps, pgbench ${p3r.pgbench ?? '-'} tps → ratio ${p3r.ratio ?? '-'}${p3r.note ? ` (${p3r.note})` : ''}\n`,
+        `\nCommit path (1000 keys, ${WORKERS} clients, ${commitSeconds} s): CAS commit path ${commitPath.cas} tps, pgbench ${commitPath.pgbench ?? '-'} tps → ratio ${commitPath.ratio ?? '-'}${commitPath.note ? ` (${commitPath.note})` : ''}\n`,
       );
     say('| target | result | measured |');
     say('|---|---|---|');
@@ -270,13 +268,13 @@ async function main(): Promise<void> {
     mkdirSync(dir, { recursive: true });
     writeFileSync(
       path.join(dir, 'latest.json'),
-      `${JSON.stringify({ quick, machine, poolSize: POOL_SIZE, workers: WORKERS, logicMs: LOGIC_MS, lanes: LANES, cells, seed003: bursts, p2: p2r, p3: p3r, targets: checks, at: new Date().toISOString() }, null, 2)}\n`,
+      `${JSON.stringify({ quick, machine, poolSize: POOL_SIZE, workers: WORKERS, logicMs: LOGIC_MS, lanes: LANES, cells, lockQueue, sagaOverhead, commitPath, targets: checks, at: new Date().toISOString() }, null, 2)}\n`,
     );
     writeFileSync(
       path.join(dir, 'latest.svg'),
       renderChart(
         cells,
-        `P1: ${WORKERS} workers × ${LOGIC_MS} ms logic, pool ${POOL_SIZE}, ${cellMs / 1000} s per cell — ${machine}`,
+        `Contention matrix: ${WORKERS} workers × ${LOGIC_MS} ms logic, pool ${POOL_SIZE}, ${cellMs / 1000} s per cell — ${machine}`,
       ),
     );
     say('wrote bench/results/latest.json and bench/results/latest.svg');

@@ -55,7 +55,7 @@ type Kind = (typeof KINDS)[number];
 /** Starts its own dev server, provider and workers on the database at `url`, measures, and stops them. */
 export async function measureSagaOverhead(url: string, opts: SagaOverheadOptions): Promise<SagaOverheadResult> {
   const { orders, concurrency, rounds } = opts;
-  progress('P2: starting the dev server and the provider…');
+  progress('saga overhead: starting the dev server and the provider…');
   // The saga and the floor run with the project's payload codec (a key of the bench's own); `plain`
   // runs the same saga without it, side by side, for the codec's cost.
   const dataConverter = dataConverterFor(
@@ -78,8 +78,8 @@ export async function measureSagaOverhead(url: string, opts: SagaOverheadOptions
         logger: quiet,
         ...(failureConverterPath ? { failureConverterPath } : {}),
       });
-    const taskQueue = 'bench-p2';
-    const plainQueue = 'bench-p2-plain';
+    const taskQueue = 'bench-saga';
+    const plainQueue = 'bench-saga-plain';
     const activities = {
       ...createActivities({ db, provider: createProviderClient({ baseUrl: provider.url, apiKey: 'bench-key' }) }),
       noop: async () => undefined,
@@ -106,7 +106,7 @@ export async function measureSagaOverhead(url: string, opts: SagaOverheadOptions
       workflowBundle: await bundle(),
     });
     const plainClient = new Client({ connection: env.connection, namespace: env.namespace ?? 'default' });
-    const sku = `BENCH-P2-${Date.now()}`;
+    const sku = `BENCH-SAGA-${Date.now()}`;
     await db.query({
       text: `INSERT INTO products (sku, name, price_cents, stock, initial_stock) SELECT $1 || '-' || g, 'bench', 100, 1000000, 1000000 FROM generate_series(0, 99) g`,
       values: [sku],
@@ -162,7 +162,7 @@ export async function measureSagaOverhead(url: string, opts: SagaOverheadOptions
         const idle = { saga: [] as number[], floor: [] as number[], plain: [] as number[] };
         for (const kind of KINDS) await one(kind);
         for (let i = 0; i < 5; i++) {
-          progress(`P2 idle ${i + 1}/5: one order at a time…`);
+          progress(`saga overhead idle ${i + 1}/5: one order at a time…`);
           for (const kind of KINDS) idle[kind].push(await one(kind));
         }
         // Under load: rounds in ABBA order (floor, saga, plain, then the reverse, …), so a drift over the
@@ -176,7 +176,7 @@ export async function measureSagaOverhead(url: string, opts: SagaOverheadOptions
         for (let round = 0; round < rounds; round++) {
           const order = round % 2 === 0 ? KINDS : [...KINDS].reverse();
           for (const kind of order) {
-            progress(`P2 round ${round + 1}/${rounds}: ${names[kind]}…`);
+            progress(`saga overhead round ${round + 1}/${rounds}: ${names[kind]}…`);
             runs[kind].push(await runBatch(kind));
           }
         }

@@ -1,5 +1,5 @@
 /**
- * P1 of the benchmark: five ways to take one unit of stock under contention, at the activity layer
+ * The contention matrix's five ways to take one unit of stock under contention, at the activity layer
  * (no Temporal), on a real Postgres. Each task carries `logicMs` of simulated business logic.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -249,8 +249,8 @@ export interface BurstResult {
 }
 
 /**
- * Seed 003's arithmetic: `requests` arrive at once for one row, each with `logicMs` of logic. Every
- * request gets its own connection, so the only queue is the row lock (or the lane).
+ * The lock queue's arithmetic: `requests` arrive at once for one row, each with `logicMs` of logic.
+ * Every request gets its own connection, so the only queue is the row lock (or the lane).
  */
 export async function runBurst(
   db: Pool,
@@ -286,7 +286,7 @@ export async function runBurst(
   };
 }
 
-/** P3's CAS commit path with no logic: read the version, then the conditional single-row UPDATE. */
+/** The commit path's CAS, no logic: read the version, then the conditional single-row UPDATE. */
 export async function casCommitThroughput(
   db: Pool,
   opts: { clients: number; keys: number; durationMs: number },

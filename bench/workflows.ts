@@ -1,4 +1,4 @@
-/** Workflows of the benchmark's P2: the real saga, and a floor of the essential work only. */
+/** The saga-overhead section's workflows: the real saga, and a floor of the essential work only. */
 import { proxyActivities } from '@temporalio/workflow';
 
 export { orderSaga } from '../workflows';
