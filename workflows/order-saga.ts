@@ -21,7 +21,6 @@ import {
   setCurrentDetails,
   setHandler,
   sleep,
-  upsertMemo,
   upsertSearchAttributes,
   workflowInfo,
 } from '@temporalio/workflow';
@@ -39,20 +38,7 @@ import {
   type OrderStatus,
 } from '../domain/order';
 import { currentDetails } from './details';
-import {
-  acceptedUpdate,
-  answerQuery,
-  CANCEL_MEMO,
-  cancelSignal,
-  resolveSignal,
-  stateQuery,
-  type Acceptance,
-  type CancelRequest,
-  type RequestAnswer,
-  type ResolveAction,
-  type ResolveRequest,
-  type SagaState,
-} from './messages';
+import { acceptedUpdate, stateQuery, type Acceptance, type SagaState } from './messages';
 import {
   act,
   actLocalFirst,
@@ -69,6 +55,7 @@ import {
   inventoryOpts,
   isFinal,
   laneOpts,
+  PAST_PIVOT,
   orderOpts,
   pastPivotStatus,
   settled,
@@ -76,13 +63,12 @@ import {
   statusOpts,
 } from './saga-activities';
 import { parseSagaConfig, type SagaConfig } from './saga-config';
+import { SagaInbox, type Resolution } from './saga-inbox';
 import { NeedsAttentionKey, OrderStatusKey, newOrderSearchAttributes } from './search-attributes';
 
 export { DEFAULT_SAGA_CONFIG, parseSagaConfig, type SagaConfig } from './saga-config';
 
 const TEMPORAL_CANCELLATION = 'TemporalCancellation';
-/** Statuses past the pivot: a run that finds the row there only goes forward. */
-const PAST_PIVOT: readonly OrderStatus[] = ['SHIPPED', 'COMPLETED'];
 /** How many times one run re-reads the row after a refusal before it asks a person. */
 const MAX_REDECISIONS = 5;
 
@@ -145,17 +131,9 @@ class OrderSaga {
   private pivotStarted = false;
   /** Backward recovery has begun, for this reason: the order will end FAILED or CANCELLED whatever comes. */
   private unwinding: string | undefined;
-  /** A cancel was recorded (the main path acts on it); `cancelRefused` is the main path's no. */
-  private cancelReason: string | undefined;
-  private cancelRequestId: string | undefined;
-  private cancelRefused: string | undefined;
   private overdue = false;
-  /** The resolve being applied; the main path answers it in `answers`. */
-  private resolution: { requestId: string; action: ResolveAction; note?: string } | undefined;
-  /** Answers given to cancels and resolves, by request ID (the last few): read by the `answer` query. */
-  private readonly answers = new Map<string, { refused?: string }>();
-  /** Names requests sent without an ID (a Signal from the Web UI). */
-  private requestSeq = 0;
+  /** The cancels and resolves a person sent, and the answers to them. */
+  private readonly inbox: SagaInbox;
   private settledElsewhere = false;
   private redecisions = 0;
   private deadlineTimer: CancellationScope | undefined;
@@ -167,6 +145,13 @@ class OrderSaga {
   ) {
     this.orderId = order.orderId;
     this.lines = order.items.map((i) => `${i.qty}×${i.sku}`).join(', ');
+    this.inbox = new SagaInbox({
+      orderId: this.orderId,
+      snapshot: () => this.snapshot(),
+      pivotStarted: () => this.pivotStarted,
+      unwinding: () => this.unwinding,
+      settledElsewhere: () => this.settledElsewhere,
+    });
     this.state = {
       orderId: this.orderId,
       status: 'PENDING',
@@ -211,9 +196,7 @@ class OrderSaga {
 
   /** The pivot, then forward only. A rejected shipment (nothing shipped) is the last backward way. */
   private async fromPivot(): Promise<OrderResult> {
-    if (this.cancelReason !== undefined && this.cancelRefused === undefined) {
-      this.cancelRefused = `order ${this.orderId} has reached the shipment (the pivot); it can only move forward`;
-    }
+    this.inbox.refuseCancel(`order ${this.orderId} has reached the shipment (the pivot); it can only move forward`);
     try {
       await this.createShipment();
     } catch (err) {
@@ -406,10 +389,10 @@ class OrderSaga {
     const reason = cancelled ? this.stopReason() : failureMessage(err);
     const ahead = await CancellationScope.nonCancellable(() => this.catchUp(err));
     if (ahead === 'forward') return undefined;
-    const stopped = cancelled || this.cancelReason !== undefined;
+    const stopped = cancelled || this.inbox.cancelReason !== undefined;
     const why = !stopped
       ? (failureType(err) ?? 'SagaFailed')
-      : this.cancelReason !== undefined
+      : this.inbox.cancelReason !== undefined
         ? 'OrderCancelled'
         : this.overdue
           ? 'DeadlineExceeded'
@@ -708,7 +691,7 @@ class OrderSaga {
 
   /** A cancel, the deadline or a Temporal cancellation has asked the saga to stop before the pivot. */
   private stopRequested(): boolean {
-    return this.cancelReason !== undefined || this.preScope.consideredCancelled;
+    return this.inbox.cancelReason !== undefined || this.preScope.consideredCancelled;
   }
   /** After a cancel or the deadline, no new charge request goes out. */
   private stopCharging(): boolean {
@@ -716,7 +699,8 @@ class OrderSaga {
   }
   private stopReason(): string {
     return (
-      this.cancelReason ?? (this.overdue ? 'saga deadline passed' : 'cancelled by a Temporal cancellation request')
+      this.inbox.cancelReason ??
+      (this.overdue ? 'saga deadline passed' : 'cancelled by a Temporal cancellation request')
     );
   }
 
@@ -778,7 +762,7 @@ class OrderSaga {
   private async escalate(
     awaiting: NonNullable<SagaState['awaiting']>,
     reason: string,
-  ): Promise<ResolveAction | 'cancelled'> {
+  ): Promise<Resolution['action'] | 'cancelled'> {
     const previous = this.state.status;
     this.state.awaiting = awaiting;
     log.error('ALERT saga needs attention', { orderId: this.orderId, reason, awaiting });
@@ -797,17 +781,16 @@ class OrderSaga {
       upsertSearchAttributes([{ key: NeedsAttentionKey, value: true }]); // it is in the needs-attention view
     }
     const cancellable = awaiting === 'charge-outcome';
-    let request: { requestId: string; action: ResolveAction; note?: string } | undefined;
+    let request: Resolution | undefined;
     for (;;) {
-      await condition(() => this.resolution !== undefined || (cancellable && this.stopRequested()));
-      if (this.resolution === undefined) break; // cancelled
-      request = this.resolution;
+      await condition(() => this.inbox.resolution !== undefined || (cancellable && this.stopRequested()));
+      if (this.inbox.resolution === undefined) break; // cancelled
+      request = this.inbox.resolution;
       const refused =
         request.action === 'charge-succeeded' || request.action === 'charge-failed'
           ? await this.checkResolveWithProvider(request.action)
           : undefined;
-      this.resolution = undefined;
-      this.answered(request.requestId, refused);
+      this.inbox.answerResolve(refused);
       if (!refused) break;
       request = undefined;
     }
@@ -875,15 +858,13 @@ class OrderSaga {
     });
   }
 
-  // ---- Messages: the state query, the early answer, cancel and resolve ------------------------
-  // The handlers record a request; the main path acts on it and answers. They issue no command.
+  // ---- Messages: the state query, the early answer; cancel and resolve are the inbox's ----------
+  // The handlers record a request or wait for the main path; they issue no command.
 
   private listen(): void {
     setHandler(stateQuery, () => this.snapshot());
-    setHandler(answerQuery, (requestId) => this.answerTo(requestId));
     setHandler(acceptedUpdate, () => this.accepted());
-    setHandler(cancelSignal, (req) => this.cancel(req));
-    setHandler(resolveSignal, (req) => this.resolve(req));
+    this.inbox.listen(); // cancel, resolve and their answers
   }
 
   /** The early answer: reserved (or found already further along), or refused and why. */
@@ -900,99 +881,6 @@ class OrderSaga {
     if (this.settledElsewhere) return { orderId, accepted: false, status: 'ALREADY_SETTLED', reason: state.reason };
     if (reserved()) return { orderId, accepted: true, status: state.status };
     return { orderId, accepted: false, status: state.status, reason: this.unwinding ?? state.reason };
-  }
-
-  /** A request's ID as sent, or one made up for a request sent without it (the Web UI's Signal). */
-  private requestIdOf(requestId: unknown): string {
-    return typeof requestId === 'string' && requestId ? requestId.slice(0, 200) : `signal-${++this.requestSeq}`;
-  }
-
-  /** Records the main path's (or a check's) answer to a request; keeps the last 50. */
-  private answered(requestId: string, refused?: string): void {
-    this.answers.set(requestId, refused !== undefined ? { refused } : {});
-    for (const key of this.answers.keys()) {
-      if (this.answers.size <= 50) break;
-      this.answers.delete(key);
-    }
-  }
-
-  /** The answer to one cancel or resolve, for the `answer` query. */
-  private answerTo(requestId: string): RequestAnswer | undefined {
-    const given = this.answers.get(requestId);
-    const accepted = (): RequestAnswer => ({ requestId, outcome: 'accepted', state: this.snapshot() });
-    if (given)
-      return given.refused !== undefined ? { requestId, outcome: 'refused', message: given.refused } : accepted();
-    if (requestId === this.cancelRequestId) {
-      if (this.cancelRefused !== undefined) return { requestId, outcome: 'refused', message: this.cancelRefused };
-      const done =
-        isFinal(this.state.status) ||
-        (this.state.status === 'NEEDS_ATTENTION' && this.unwinding !== undefined) ||
-        this.settledElsewhere;
-      return done ? accepted() : { requestId, outcome: 'pending' };
-    }
-    if (requestId === this.resolution?.requestId)
-      return this.settledElsewhere ? accepted() : { requestId, outcome: 'pending' };
-    return undefined;
-  }
-
-  /** Records the cancel (the main path acts on it, or refuses it when the row is past the pivot), or refuses it now. */
-  private cancel(req: CancelRequest | string): void {
-    const { requestId: sent, reason } = typeof req === 'string' ? { requestId: undefined, reason: req } : (req ?? {});
-    const requestId = this.requestIdOf(sent);
-    if (this.answers.has(requestId) || requestId === this.cancelRequestId) return; // the same request again
-    try {
-      this.validateCancel(reason);
-    } catch (err) {
-      return this.answered(requestId, (err as Error).message);
-    }
-    this.cancelReason = reason || 'cancelled';
-    this.cancelRequestId = requestId;
-    // In the run's memo: a run that closes before the main path acted on it (a Terminate, say) still
-    // shows the customer's cancel, and the sweeper's restart carries it over.
-    upsertMemo({ [CANCEL_MEMO]: this.cancelReason });
-  }
-
-  private validateCancel(reason: unknown): void {
-    const { orderId, state } = this;
-    if (typeof reason !== 'string' || reason.length > 500)
-      throw new Error('reason must be a string of at most 500 characters');
-    if (this.pivotStarted || PAST_PIVOT.includes(state.status))
-      throw new Error(`order ${orderId} has reached the shipment (the pivot); it can only move forward`);
-    if (isFinal(state.status)) throw new Error(`order ${orderId} is already ${state.status}`);
-    if (this.cancelReason !== undefined) throw new Error(`order ${orderId} is already being cancelled`);
-    if (this.unwinding !== undefined)
-      throw new Error(
-        `order ${orderId} is already being compensated (${this.unwinding}); there is nothing left to cancel`,
-      );
-  }
-
-  /** Records the resolve (the main path applies it, checked with the provider first, or refuses it), or refuses it now. */
-  private resolve(req: ResolveRequest): void {
-    const { action, note, requestId: sent } = req ?? {};
-    const requestId = this.requestIdOf(sent);
-    if (this.answers.has(requestId) || requestId === this.resolution?.requestId) return; // the same request again
-    try {
-      this.validateResolve({ action, note });
-    } catch (err) {
-      return this.answered(requestId, (err as Error).message);
-    }
-    this.resolution = { requestId, action, ...(note !== undefined ? { note } : {}) };
-  }
-
-  private validateResolve({ action, note }: { action: unknown; note?: unknown }): void {
-    const { orderId, state } = this;
-    if (note !== undefined && (typeof note !== 'string' || note.length > 500))
-      throw new Error('note must be a string of at most 500 characters');
-    if (this.resolution !== undefined) throw new Error('another resolve is being applied');
-    const allowed: Record<NonNullable<SagaState['awaiting']>, ResolveAction[]> = {
-      'charge-outcome': ['charge-succeeded', 'charge-failed'],
-      compensation: ['retry', 'mark-resolved'],
-      'forward-step': ['retry', 'mark-resolved'],
-    };
-    if (!state.awaiting) throw new Error(`order ${orderId} is ${state.status}; there is nothing to resolve`);
-    if (!allowed[state.awaiting].includes(action as ResolveAction)) {
-      throw new Error(`action must be one of ${allowed[state.awaiting].join(', ')} while awaiting ${state.awaiting}`);
-    }
   }
 
   /** Why the provider's ledger contradicts the operator's word on the charge, or undefined when it agrees. */

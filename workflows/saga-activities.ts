@@ -161,6 +161,8 @@ function isFinalFailure(err: unknown, opts: ActivityOptions): boolean {
 }
 
 export const isFinal = (status: OrderStatus): boolean => TERMINAL_STATUSES.includes(status);
+/** The row's statuses past the pivot (the shipment): from there the order only goes forward. */
+export const PAST_PIVOT: readonly OrderStatus[] = ['SHIPPED', 'COMPLETED'];
 
 /** The status named by an OrderStateConflict (or OrderSettled) anywhere in the cause chain. */
 export function conflictStatus(err: unknown): OrderStatus | undefined {
