@@ -136,6 +136,8 @@ export interface HistoryFacts {
   taskFailures: Map<string, string[]>;
   /** Task failures of the SDK's Update-ordering bug (sdk-core issue 1146), by order: counted apart. */
   sdkBugTaskFailures: Map<string, string[]>;
+  /** The histories of the runs with either kind of task failure, kept to be replayed. */
+  failedHistories: { orderId: string; runId: string; history: temporal.api.history.v1.IHistory }[];
 }
 
 const WFT = temporal.api.enums.v1.WorkflowTaskFailedCause;
@@ -160,6 +162,7 @@ export async function readHistories(
     compensatedUnderFault: new Set(),
     taskFailures: new Map(),
     sdkBugTaskFailures: new Map(),
+    failedHistories: [],
   };
   const runs: { workflowId: string; runId: string }[] = [];
   for await (const wf of client.workflow.list({ query: `WorkflowType = 'orderSaga'` })) {
@@ -197,6 +200,8 @@ export async function readHistories(
           const what = `run ${run.runId} event ${String(e.eventId)}: ${cause.replace('WORKFLOW_TASK_FAILED_CAUSE_', '')}: ${message.slice(0, 300)}`;
           const into = SDK_UPDATE_BUG.test(message) ? facts.sdkBugTaskFailures : facts.taskFailures;
           into.set(orderId, [...(into.get(orderId) ?? []), what]);
+          if (!facts.failedHistories.some((h) => h.runId === run.runId))
+            facts.failedHistories.push({ orderId, runId: run.runId, history });
         }
         const started = e.activityTaskStartedEventAttributes;
         const failed = e.activityTaskFailedEventAttributes ?? e.activityTaskTimedOutEventAttributes;

@@ -49,7 +49,8 @@ export class ChaosStack {
   private readonly adminKey = 'chaos-admin-key';
   readonly providerTimeoutMs = 2_000;
   /** The soak's own payload key, new each run: its workers and its client seal every payload with it. */
-  private readonly payloadKeys = `chaos-${randomBytes(3).toString('hex')}:${randomBytes(32).toString('base64')}`;
+  /** This soak's payload key (a new one each run), handed to its worker processes. */
+  readonly payloadKeys = `chaos-${randomBytes(3).toString('hex')}:${randomBytes(32).toString('base64')}`;
   readonly dataConverter = dataConverterFor(parseKeyList(this.payloadKeys));
   /** The workers' Worker Deployment version (one build for the whole soak). */
   readonly version = { deploymentName: DEPLOYMENT_NAME, buildId: resolveBuildId() };

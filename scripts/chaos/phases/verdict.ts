@@ -10,6 +10,9 @@ import {
   type CheckReport,
   type Violation,
 } from '../../../db/invariants';
+import { chmodSync, mkdirSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { historyToJSON } from '@temporalio/common/lib/proto-utils';
 import { percentile, progressBar } from '../../../lib/load';
 import { FAULT_KINDS, FAULT_TARGETS } from '../../../provider/faults';
 import { auditOrders, readHistories, whyOpen, type HistoryFacts } from '../audit';
@@ -77,6 +80,7 @@ export async function verdict(
   };
   const seconds = Math.round((Date.now() - started) / 1000);
   await printSummary(options, up, load, settled, findings, seconds);
+  keepFailedHistories(up, facts);
   const ok =
     violations.length === 0 &&
     settled.running === 0 &&
@@ -85,6 +89,28 @@ export async function verdict(
     load.errors.length === 0 &&
     missing.length === 0;
   return ok ? 0 : 1;
+}
+
+/** Where the histories of runs with a failed workflow task are kept (git-ignored), to be replayed. */
+const KEPT_DIR = path.resolve(__dirname, '..', '..', '..', 'artifacts', 'chaos');
+
+/**
+ * Writes each run whose workflow task failed (the saga's code or the SDK's Update-ordering bug) to
+ * artifacts/chaos/, with this soak's payload key beside it (mode 0600): the payloads stay sealed as
+ * the server held them, and the replay test's loader opens them with that key.
+ */
+function keepFailedHistories({ stack }: BroughtUp, facts: HistoryFacts): void {
+  if (facts.failedHistories.length === 0) return;
+  mkdirSync(KEPT_DIR, { recursive: true });
+  const keyFile = path.join(KEPT_DIR, 'PAYLOAD_KEYS');
+  writeFileSync(keyFile, `${stack.payloadKeys}\n`, { mode: 0o600 });
+  chmodSync(keyFile, 0o600);
+  for (const { orderId, runId, history } of facts.failedHistories)
+    writeFileSync(path.join(KEPT_DIR, `${orderId}-${runId}.json`), historyToJSON(history));
+  say(
+    `kept ${facts.failedHistories.length} history(ies) of runs with a failed workflow task in artifacts/chaos/ ` +
+      `(their payload key: artifacts/chaos/PAYLOAD_KEYS)`,
+  );
 }
 
 /** Coverage: what the soak promises to exercise, each item it did not. */
