@@ -80,7 +80,7 @@ export async function verdict(
   };
   const seconds = Math.round((Date.now() - started) / 1000);
   await printSummary(options, up, load, settled, findings, seconds);
-  keepFailedHistories(up, facts);
+  await keepHistories(up, facts, violations);
   const ok =
     violations.length === 0 &&
     settled.running === 0 &&
@@ -95,22 +95,36 @@ export async function verdict(
 const KEPT_DIR = path.resolve(__dirname, '..', '..', '..', 'artifacts', 'chaos');
 
 /**
- * Writes each run whose workflow task failed (the saga's code or the SDK's Update-ordering bug) to
- * artifacts/chaos/, with this soak's payload key beside it (mode 0600): the payloads stay sealed as
- * the server held them, and the replay test's loader opens them with that key.
+ * Writes to artifacts/chaos/ each run whose workflow task failed (the saga's code or the SDK's
+ * Update-ordering bug) and every run of an order with a violation (the first 10), with this soak's
+ * payload key beside them (mode 0600): the payloads stay sealed as the server held them.
  */
-function keepFailedHistories({ stack }: BroughtUp, facts: HistoryFacts): void {
-  if (facts.failedHistories.length === 0) return;
+async function keepHistories({ stack }: BroughtUp, facts: HistoryFacts, violations: Violation[]): Promise<void> {
+  const kept = new Map(facts.failedHistories.map((h) => [`${h.orderId}-${h.runId}`, h.history]));
+  const violating = [...new Set(violations.flatMap((v) => v.orderIds))].slice(0, 10);
+  for (const orderId of violating) {
+    for await (const wf of stack.env.client.workflow.list({ query: `WorkflowId = 'order:${orderId}'` })) {
+      const key = `${orderId}-${wf.runId}`;
+      if (!kept.has(key))
+        kept.set(key, await stack.env.client.workflow.getHandle(wf.workflowId, wf.runId).fetchHistory());
+    }
+  }
+  if (kept.size === 0) return;
   mkdirSync(KEPT_DIR, { recursive: true });
   const keyFile = path.join(KEPT_DIR, 'PAYLOAD_KEYS');
   writeFileSync(keyFile, `${stack.payloadKeys}\n`, { mode: 0o600 });
   chmodSync(keyFile, 0o600);
-  for (const { orderId, runId, history } of facts.failedHistories)
-    writeFileSync(path.join(KEPT_DIR, `${orderId}-${runId}.json`), historyToJSON(history));
+  for (const [key, history] of kept) writeFileSync(path.join(KEPT_DIR, `${key}.json`), historyToJSON(history));
   say(
-    `kept ${facts.failedHistories.length} history(ies) of runs with a failed workflow task in artifacts/chaos/ ` +
-      `(their payload key: artifacts/chaos/PAYLOAD_KEYS)`,
+    `kept ${kept.size} run history(ies) (failed workflow tasks, orders with a violation) in artifacts/chaos/; ` +
+      `their payload key: artifacts/chaos/PAYLOAD_KEYS`,
   );
+}
+
+/** The orders the sweeper restarted that no person terminated, as `; others: …`. */
+function othersRestarted(terminated: Map<string, number>, swept: SweepCounts): string {
+  const others = [...swept.restartedAt.keys()].filter((id) => !terminated.has(id));
+  return others.length ? `; others: ${others.join(', ')}` : '';
 }
 
 /** Coverage: what the soak promises to exercise, each item it did not. */
@@ -271,7 +285,7 @@ async function printSummary(
     .sort((a, b) => a - b);
   say(
     `sweeper:      ${swept.runs} sweeps; terminates sent ${people.actions.get('terminate')?.sent ?? 0}, of a running run ${people.actions.get('terminate')?.accepted ?? 0}; ` +
-      `orders healed by a restart ${swept.restarts} (${heal.length} of the terminated); heal time p50 ${percentile(heal, 50)} ms, p99 ${percentile(heal, 99)} ms; ` +
+      `orders healed by a restart ${swept.restarts} (${heal.length} of the terminated${othersRestarted(people.terminated, swept)}); heal time p50 ${percentile(heal, 50)} ms, p99 ${percentile(heal, 99)} ms; ` +
       `runs reset ${swept.resets}; handed to a person ${swept.persons}`,
   );
   say(
