@@ -256,7 +256,7 @@ export function sweeperActivities({
           paymentMethod: row.payment_method,
           items: row.items.map((i) => ({ sku: i.sku, qty: i.qty, unitPriceCents: i.unitPriceCents })),
         };
-        // What the closed run knew beyond the row: its saga config, and (its memo) a cancel it had accepted.
+        // What the closed run knew beyond the row: its saga config, and a cancel it had not refused.
         const before = desc ? await closedRun(client, workflowId, desc.runId) : {};
         // Not workflows/saga-start.ts's sagaStartOptions: activities/ lies below workflows/, and a restart
         // differs from a placement on purpose: the closed run's ID again (ALLOW_DUPLICATE), its config,
@@ -270,14 +270,14 @@ export function sweeperActivities({
             staticSummary: `order ${orderId}, restarted by the sweeper: ${why}`,
             staticDetails: `The sweeper started this run because the order was ${row.status} while ${why}. It catches up from the order row.`,
           });
-          // A cancel the closed run had accepted (its memo `cancel`) is the customer's: the new run gets it
-          // too, and decides it from the row (it refuses it there if the row is past the pivot).
-          const memo = desc?.memo?.cancel;
-          const cancel = typeof memo === 'string' ? memo : undefined;
+          // A cancel the closed run was sent and did not refuse is the customer's: the new run gets it
+          // too, under the same request ID (a client still reading the answer reads the new run's), and
+          // decides it from the row (it refuses it there if the row is past the pivot).
+          const cancel = before.cancel;
           let carried = '';
           if (cancel !== undefined) {
-            await handle.signal('cancel', { requestId: `sweeper-${handle.firstExecutionRunId}`, reason: cancel });
-            carried = `; its cancel (${cancel}) carried over`;
+            await handle.signal('cancel', cancel);
+            carried = `; its cancel (${cancel.reason}) carried over`;
           }
           actions.push(
             await record({
@@ -334,12 +334,41 @@ async function lastCompletedTask(
 }
 
 /**
- * From a closed run's history: the saga config it was started with (its second argument).
+ * From a closed run's history: the saga config it was started with (its second argument), and its
+ * last `cancel` Signal unless the run refused it (asked with the `answer` query, which a worker
+ * answers by replaying the run; a run that cannot be replayed counts as not having refused it).
  */
-async function closedRun(client: Client, workflowId: string, runId: string): Promise<{ config?: unknown }> {
-  const history = await client.workflow.getHandle(workflowId, runId).fetchHistory();
-  // The first event is the start: its second argument is the config.
-  const started = history.events?.[0]?.workflowExecutionStartedEventAttributes;
-  const config = await decodeHistoryPayload(client.options.loadedDataConverter, started?.input?.payloads?.[1]);
-  return config === undefined || config === null ? {} : { config };
+async function closedRun(
+  client: Client,
+  workflowId: string,
+  runId: string,
+): Promise<{ config?: unknown; cancel?: { requestId: string; reason: string } }> {
+  const handle = client.workflow.getHandle(workflowId, runId);
+  const history = await handle.fetchHistory();
+  const decode = (p: temporal.api.common.v1.IPayload | null | undefined): Promise<unknown> =>
+    decodeHistoryPayload(client.options.loadedDataConverter, p);
+  const out: { config?: unknown; cancel?: { requestId: string; reason: string } } = {};
+  for (const e of history.events ?? []) {
+    const started = e.workflowExecutionStartedEventAttributes;
+    if (started) {
+      const config = await decode(started.input?.payloads?.[1]);
+      if (config !== undefined && config !== null) out.config = config;
+    }
+    const signal = e.workflowExecutionSignaledEventAttributes;
+    if (signal?.signalName === 'cancel') {
+      const req = (await decode(signal.input?.payloads?.[0])) as { requestId?: unknown; reason?: unknown } | string;
+      const reason = typeof req === 'string' ? req : req?.reason;
+      const requestId = typeof req === 'object' && typeof req?.requestId === 'string' ? req.requestId : undefined;
+      out.cancel = {
+        requestId: requestId ?? `sweeper-${runId}`,
+        reason: typeof reason === 'string' && reason ? reason : 'cancelled',
+      };
+    }
+  }
+  if (out.cancel) {
+    const answer = (await handle.query('answer', out.cancel.requestId).catch(() => undefined)) as
+      { outcome?: string } | undefined;
+    if (answer?.outcome === 'refused') delete out.cancel;
+  }
+  return out;
 }

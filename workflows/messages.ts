@@ -40,8 +40,6 @@ export interface CancelRequest {
   reason: string;
 }
 export const cancelSignal = defineSignal<[CancelRequest | string]>('cancel');
-/** The run's memo key that holds the reason of a cancel it accepted. */
-export const CANCEL_MEMO = 'cancel';
 /** Operator action on an UNKNOWN charge or a NEEDS_ATTENTION saga. */
 export interface ResolveRequest {
   action: ResolveAction;

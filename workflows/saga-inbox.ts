@@ -2,13 +2,13 @@
  * The saga's inbox: the cancel and resolve Signals a person sends, and the answers read back with the
  * `answer` query (workflows/messages.ts says why they are Signals). The handlers only record a
  * request, or refuse it at once when the saga's state rules it out; the saga's main path acts on what
- * was recorded and gives the answer. Apart from the upsert of the run's memo on an accepted cancel,
- * nothing here issues a command.
+ * was recorded and gives the answer. Nothing here issues a command: on replay a Signal can meet the
+ * workflow's code at another point among the activity completions of its workflow task than it did in
+ * the run (docs/decisions.md), and a command from a handler would then be out of place.
  */
-import { setHandler, upsertMemo } from '@temporalio/workflow';
+import { setHandler } from '@temporalio/workflow';
 import {
   answerQuery,
-  CANCEL_MEMO,
   cancelSignal,
   resolveSignal,
   type CancelRequest,
@@ -92,10 +92,25 @@ export class SagaInbox {
       return given.refused !== undefined ? { requestId, outcome: 'refused', message: given.refused } : accepted();
     if (requestId === this.cancelRequestId) {
       if (this.cancelRefused !== undefined) return { requestId, outcome: 'refused', message: this.cancelRefused };
+      const { orderId } = saga;
       const { status } = saga.snapshot();
-      const done =
-        isFinal(status) || (status === 'NEEDS_ATTENTION' && saga.unwinding() !== undefined) || saga.settledElsewhere();
-      return done ? accepted() : { requestId, outcome: 'pending' };
+      // Accepted means the order ends CANCELLED (or is compensating for it, waiting for a person).
+      // An order another run had settled, or that ended otherwise, tells the customer so.
+      if (status === 'CANCELLED') return accepted();
+      if (saga.settledElsewhere())
+        return {
+          requestId,
+          outcome: 'refused',
+          message: `order ${orderId} was already ${status}: settled by another run; the cancel changed nothing`,
+        };
+      if (isFinal(status))
+        return {
+          requestId,
+          outcome: 'refused',
+          message: `order ${orderId} ended ${status} before the cancel could apply`,
+        };
+      if (status === 'NEEDS_ATTENTION' && saga.unwinding() !== undefined) return accepted();
+      return { requestId, outcome: 'pending' };
     }
     if (requestId === this.resolution?.requestId)
       return saga.settledElsewhere() ? accepted() : { requestId, outcome: 'pending' };
@@ -114,9 +129,6 @@ export class SagaInbox {
     }
     this.cancelReason = reason || 'cancelled';
     this.cancelRequestId = requestId;
-    // In the run's memo: a run that closes before the main path acted on it (a Terminate, say) still
-    // shows the customer's cancel, and the sweeper's restart carries it over.
-    upsertMemo({ [CANCEL_MEMO]: this.cancelReason });
   }
 
   private validateCancel(reason: unknown): asserts reason is string {
