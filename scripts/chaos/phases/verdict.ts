@@ -80,7 +80,12 @@ export async function verdict(
   };
   const seconds = Math.round((Date.now() - started) / 1000);
   await printSummary(options, up, load, settled, findings, seconds);
-  await keepHistories(up, facts, violations);
+  await keepHistories(
+    up,
+    facts,
+    [...new Set(violations.flatMap((v) => v.orderIds))],
+    othersRestartedIds(people.terminated, settled.swept),
+  );
   const ok =
     violations.length === 0 &&
     settled.running === 0 &&
@@ -96,13 +101,18 @@ const KEPT_DIR = path.resolve(__dirname, '..', '..', '..', 'artifacts', 'chaos')
 
 /**
  * Writes to artifacts/chaos/ each run whose workflow task failed (the saga's code or the SDK's
- * Update-ordering bug) and every run of an order with a violation (the first 10), with this soak's
+ * Update-ordering bug), every run of an order with a violation (the first 10) and of an order the
+ * sweeper restarted though no person had terminated it (the first 5), with this soak's
  * payload key beside them (mode 0600): the payloads stay sealed as the server held them.
  */
-async function keepHistories({ stack }: BroughtUp, facts: HistoryFacts, violations: Violation[]): Promise<void> {
+async function keepHistories(
+  { stack }: BroughtUp,
+  facts: HistoryFacts,
+  violating: string[],
+  restarted: string[],
+): Promise<void> {
   const kept = new Map(facts.failedHistories.map((h) => [`${h.orderId}-${h.runId}`, h.history]));
-  const violating = [...new Set(violations.flatMap((v) => v.orderIds))].slice(0, 10);
-  for (const orderId of violating) {
+  for (const orderId of [...violating.slice(0, 10), ...restarted.slice(0, 5)]) {
     for await (const wf of stack.env.client.workflow.list({ query: `WorkflowId = 'order:${orderId}'` })) {
       const key = `${orderId}-${wf.runId}`;
       if (!kept.has(key))
@@ -116,14 +126,19 @@ async function keepHistories({ stack }: BroughtUp, facts: HistoryFacts, violatio
   chmodSync(keyFile, 0o600);
   for (const [key, history] of kept) writeFileSync(path.join(KEPT_DIR, `${key}.json`), historyToJSON(history));
   say(
-    `kept ${kept.size} run history(ies) (failed workflow tasks, orders with a violation) in artifacts/chaos/; ` +
+    `kept ${kept.size} run history(ies) (failed workflow tasks, orders with a violation, other restarts) in artifacts/chaos/; ` +
       `their payload key: artifacts/chaos/PAYLOAD_KEYS`,
   );
 }
 
-/** The orders the sweeper restarted that no person terminated, as `; others: …`. */
+/** The orders the sweeper restarted that no person terminated. */
+function othersRestartedIds(terminated: Map<string, number>, swept: SweepCounts): string[] {
+  return [...swept.restartedAt.keys()].filter((id) => !terminated.has(id));
+}
+
+/** The same, as `; others: …` for the summary. */
 function othersRestarted(terminated: Map<string, number>, swept: SweepCounts): string {
-  const others = [...swept.restartedAt.keys()].filter((id) => !terminated.has(id));
+  const others = othersRestartedIds(terminated, swept);
   return others.length ? `; others: ${others.join(', ')}` : '';
 }
 
