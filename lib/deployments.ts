@@ -157,13 +157,16 @@ export async function makeVersionCurrent(
   let last: Error | undefined;
   for (;;) {
     try {
+      // Asked for by name only once the deployment lists it: the server logs an error for each
+      // describe of a version it does not know, which would be the first thing npm start shows.
+      if (!(await deploymentLists(connection, namespace, version))) throw new Error('not registered yet');
       const d = await svc.describeWorkerDeploymentVersion({ namespace, deploymentVersion: version });
       const seen = new Set((d.workerDeploymentVersionInfo?.taskQueueInfos ?? []).map((q) => `${q.type}/${q.name}`));
       const missing = expected.filter((q) => !seen.has(`${q.type}/${q.name}`));
       if (missing.length === 0) break;
       last = new Error(`not polled yet: ${missing.map((q) => q.name).join(', ')}`);
     } catch (err) {
-      if (!retryable(err)) throw err;
+      if (!retryable(err) && (err as Error).message !== 'not registered yet') throw err;
       last = err as Error;
     }
     if (Date.now() > deadline) throw late('its workers did not poll every task queue', last);
@@ -288,4 +291,17 @@ export async function openPinnedRuns(
 ): Promise<number> {
   const r = await connection.workflowService.countWorkflowExecutions({ namespace, query: openPinnedRunsQuery(v) });
   return Number(r.count ?? 0);
+}
+
+/** Whether the Worker Deployment exists and lists this version (calls that the server never logs as errors). */
+async function deploymentLists(
+  connection: { workflowService: WorkflowService },
+  namespace: string,
+  version: WorkerDeploymentVersion,
+): Promise<boolean> {
+  const svc = connection.workflowService;
+  const { workerDeployments } = await svc.listWorkerDeployments({ namespace, pageSize: 1000 });
+  if (!(workerDeployments ?? []).some((d) => d.name === version.deploymentName)) return false;
+  const d = await svc.describeWorkerDeployment({ namespace, deploymentName: version.deploymentName });
+  return (d.workerDeploymentInfo?.versionSummaries ?? []).some((v) => v.deploymentVersion?.buildId === version.buildId);
 }
