@@ -51,12 +51,6 @@ export interface EmbeddedOptions {
 }
 
 const USER = 'postgres';
-/**
- * The superuser password of data directories initialised before each got its own; such a server is
- * given a random one at its next start. Never used with DATABASE_URL.
- */
-const LEGACY_PASSWORD = 'order-saga-dev';
-
 /** Where a data directory's superuser password is kept: beside it, readable by its owner only. */
 const secretFile = (dataDir: string): string =>
   path.join(path.dirname(dataDir), `.${path.basename(dataDir)}.superuser`);
@@ -442,33 +436,20 @@ export async function ensurePostgres(opts: EmbeddedOptions, env = process.env): 
       rmSync(pwfile, { force: true });
     }
   }
+  // (Checked once the server would start: its own checks of the directory come first.)
   const server = await startServer(bin, opts, user);
   try {
+    if (password === undefined) {
+      throw new Error(
+        `the superuser password of ${opts.dataDir} is unknown: its file ${secret} is missing; put it back, or remove the data directory (its data is lost) and start again`,
+      );
+    }
     const connect = async (pw: string): Promise<Client> => {
       const c = new Client({ host: '127.0.0.1', port: opts.port, user: USER, password: pw, database: 'postgres' });
       await c.connect();
       return c;
     };
-    let admin: Client;
-    if (password) admin = await connect(password);
-    else {
-      // No password file: the directory still has the shared LEGACY_PASSWORD; give it one of its own.
-      admin = await connect(LEGACY_PASSWORD).catch((err: Error & { code?: string }) => {
-        if (err.code !== '28P01') throw err;
-        throw new Error(
-          `the superuser password of ${opts.dataDir} is unknown: its file ${secret} is missing; put it back, or remove the data directory (its data is lost) and start again`,
-        );
-      });
-      password = randomBytes(24).toString('base64url');
-      const staged = stageSecret(secret, password); // written first: the new password is never only in the server
-      try {
-        await admin.query(`ALTER ROLE ${USER} PASSWORD ${admin.escapeLiteral(password)}`);
-      } catch (err) {
-        staged.abandon();
-        throw err;
-      }
-      staged.commit();
-    }
+    const admin = await connect(password);
     try {
       const found = await admin.query({
         text: 'SELECT 1 FROM pg_database WHERE datname = $1',

@@ -200,27 +200,18 @@ describe("the embedded server's superuser", () => {
     expect(await refused(inject('databaseUrl'), 'order-saga-dev')).toBe('28P01'); // invalid_password
   });
 
-  it('a data directory from before (the old shared password) gets its own at its next start', async () => {
-    const parent = path.join(tmp, 'legacy');
+  it('a data directory whose password file is gone is refused, naming the file, and left stopped', async () => {
+    const parent = path.join(tmp, 'no-secret');
     mkdirSync(parent, { mode: 0o755 });
-    const opts = { dataDir: path.join(parent, 'pg'), port: await freePort(), database: 'legacy', persistent: true };
-    let pg = await ensurePostgres(opts, {});
+    const opts = { dataDir: path.join(parent, 'pg'), port: await freePort(), database: 'nosecret', persistent: true };
+    const pg = await ensurePostgres(opts, {});
+    await pg.stop();
     const secret = path.join(parent, '.pg.superuser');
     expect((statSync(secret).mode & 0o777).toString(8)).toBe('600');
-    // Make it look like a directory with the shared legacy password and no password file.
-    const c = new Client({ connectionString: pg.url });
-    await c.connect();
-    await c.query(`ALTER ROLE postgres PASSWORD 'order-saga-dev'`);
-    await c.end();
-    await pg.stop();
     rmSync(secret);
-    pg = await ensurePostgres(opts, {});
-    try {
-      expect(await refused(pg.url, 'order-saga-dev')).toBe('28P01');
-      expect(readFileSync(secret, 'utf8').trim()).toBe(decodeURIComponent(new URL(pg.url).password));
-      expect(await refused(pg.url, decodeURIComponent(new URL(pg.url).password))).toBe('accepted');
-    } finally {
-      await pg.stop();
-    }
+    await expect(ensurePostgres(opts, {})).rejects.toThrow(
+      /superuser password of .* is unknown: its file .*\.pg\.superuser is missing/,
+    );
+    expect(await refused(`postgres://postgres@127.0.0.1:${opts.port}/nosecret`, 'x')).toBe('ECONNREFUSED'); // stopped again
   });
 });
