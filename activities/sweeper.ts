@@ -272,22 +272,40 @@ export function sweeperActivities({
           });
           // A cancel the closed run was sent and did not refuse is the customer's: the new run gets it
           // too, under the same request ID (a client still reading the answer reads the new run's), and
-          // decides it from the row (it refuses it there if the row is past the pivot).
+          // decides it from the row (it refuses it there if the row is past the pivot). The restart is
+          // recorded first: a cancel that cannot be delivered is then said in its record, not lost.
           const cancel = before.cancel;
-          let carried = '';
+          const restart = await record({
+            orderId,
+            action: 'restart',
+            reason: `${row.status} while ${why}${cancel ? `; its cancel (${cancel.reason}) carried over` : ''}`,
+            ...(desc ? { runId: desc.runId } : {}),
+            newRunId: handle.firstExecutionRunId,
+          });
+          actions.push(restart);
           if (cancel !== undefined) {
-            await handle.signal('cancel', cancel);
-            carried = `; its cancel (${cancel.reason}) carried over`;
+            let lastErr: Error | undefined;
+            for (let attempt = 1; attempt <= 3; attempt++) {
+              try {
+                await handle.signal('cancel', cancel);
+                lastErr = undefined;
+                break;
+              } catch (err) {
+                lastErr = err as Error;
+                await new Promise((r) => setTimeout(r, 500 * attempt));
+              }
+            }
+            if (lastErr) {
+              actions.push(
+                await record({
+                  orderId,
+                  action: 'person',
+                  reason: `restarted, but its cancel (${cancel.reason}) could not be carried over: ${lastErr.message}`,
+                  newRunId: handle.firstExecutionRunId,
+                }),
+              );
+            }
           }
-          actions.push(
-            await record({
-              orderId,
-              action: 'restart',
-              reason: `${row.status} while ${why}${carried}`,
-              ...(desc ? { runId: desc.runId } : {}),
-              newRunId: handle.firstExecutionRunId,
-            }),
-          );
         } catch (err) {
           if (!(err instanceof WorkflowExecutionAlreadyStartedError)) throw err; // someone started it meanwhile
         }
@@ -334,9 +352,11 @@ async function lastCompletedTask(
 }
 
 /**
- * From a closed run's history: the saga config it was started with (its second argument), and its
- * last `cancel` Signal unless the run refused it (asked with the `answer` query, which a worker
- * answers by replaying the run; a run that cannot be replayed counts as not having refused it).
+ * From a closed run's history: the saga config it was started with (its second argument), and the
+ * first `cancel` Signal it did not refuse. Whether it refused one is asked with the `answer` query,
+ * which a worker answers by replaying the run (at most 5 s each); a run that cannot answer (it fails
+ * on replay, say) counts as not having refused it. Requests sent without an ID are named as the
+ * saga names them (`signal-1`, `signal-2`, … over cancels and resolves).
  */
 async function closedRun(
   client: Client,
@@ -348,6 +368,8 @@ async function closedRun(
   const decode = (p: temporal.api.common.v1.IPayload | null | undefined): Promise<unknown> =>
     decodeHistoryPayload(client.options.loadedDataConverter, p);
   const out: { config?: unknown; cancel?: { requestId: string; reason: string } } = {};
+  const cancels: { requestId: string; reason: string }[] = [];
+  let unnamed = 0;
   for (const e of history.events ?? []) {
     const started = e.workflowExecutionStartedEventAttributes;
     if (started) {
@@ -355,20 +377,22 @@ async function closedRun(
       if (config !== undefined && config !== null) out.config = config;
     }
     const signal = e.workflowExecutionSignaledEventAttributes;
-    if (signal?.signalName === 'cancel') {
-      const req = (await decode(signal.input?.payloads?.[0])) as { requestId?: unknown; reason?: unknown } | string;
-      const reason = typeof req === 'string' ? req : req?.reason;
-      const requestId = typeof req === 'object' && typeof req?.requestId === 'string' ? req.requestId : undefined;
-      out.cancel = {
-        requestId: requestId ?? `sweeper-${runId}`,
-        reason: typeof reason === 'string' && reason ? reason : 'cancelled',
-      };
-    }
+    if (signal?.signalName !== 'cancel' && signal?.signalName !== 'resolve') continue;
+    const req = (await decode(signal.input?.payloads?.[0])) as { requestId?: unknown; reason?: unknown } | string;
+    const sent = typeof req === 'object' && req !== null ? req.requestId : undefined;
+    const requestId = typeof sent === 'string' && sent ? sent.slice(0, 200) : `signal-${++unnamed}`;
+    if (signal.signalName !== 'cancel') continue;
+    const reason = typeof req === 'string' ? req : req?.reason;
+    cancels.push({ requestId, reason: typeof reason === 'string' && reason ? reason : 'cancelled' });
   }
-  if (out.cancel) {
-    const answer = (await handle.query('answer', out.cancel.requestId).catch(() => undefined)) as
-      { outcome?: string } | undefined;
-    if (answer?.outcome === 'refused') delete out.cancel;
+  for (const cancel of cancels.slice(0, 5)) {
+    const answer = (await Promise.race([
+      handle.query('answer', cancel.requestId).catch(() => undefined),
+      new Promise((r) => setTimeout(r, 5_000)),
+    ])) as { outcome?: string } | undefined;
+    if (answer?.outcome === 'refused') continue;
+    out.cancel = cancel;
+    break;
   }
   return out;
 }

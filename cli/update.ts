@@ -1,5 +1,5 @@
 /** Cancel and resolve (cli/cancel.ts, cli/resolve.ts): the Signal, then the saga's answer, bounded by --wait. */
-import { ServiceError, WorkflowNotFoundError } from '@temporalio/client';
+import { QueryNotRegisteredError, ServiceError, WorkflowNotFoundError } from '@temporalio/client';
 import { workflowIdFor } from '../domain/order';
 import { sendRequest, type SagaRequest } from '../lib/saga-requests';
 import { OrderStatusKey } from '../workflows/search-attributes';
@@ -31,10 +31,16 @@ export async function update(
     if (described.status.name !== 'RUNNING') throw await ended();
     // Bounded: a saga that cannot answer (no worker, or its workflow task failing) gets a clear
     // message instead of a command that never returns.
-    const { answer } = await sendRequest(handle, req, { waitMs: opts.waitSeconds * 1000 });
+    const { sent, answer, lastError } = await sendRequest(handle, req, { waitMs: opts.waitSeconds * 1000 });
+    if (!sent) {
+      throw new CliError(
+        `${command}: the server did not take the request for order ${orderId} within ${opts.waitSeconds} s; see client.ts status ${orderId} before sending it again`,
+        EXIT.notCompleted,
+      );
+    }
     if (answer === undefined) {
       throw new CliError(
-        `${command}: no answer from order ${orderId} within ${opts.waitSeconds} s (is a worker running?); the request is in the run's history and applies when a worker runs it: ` +
+        `${command}: no answer from order ${orderId} within ${opts.waitSeconds} s (is a worker running?${lastError ? ` last: ${lastError.message}` : ''}); the request is in the run's history and applies when a worker runs it: ` +
           `check client.ts status ${orderId}, or the run in the Web UI: ${ctx.links.run(workflowIdFor(orderId))}`,
         EXIT.notCompleted,
       );
@@ -52,6 +58,12 @@ export async function update(
     // The run ended between the describe and the Signal: the server answers "not found" for it.
     if (err instanceof WorkflowNotFoundError && found) throw await ended();
     if (err instanceof WorkflowNotFoundError) throw noOrder(orderId);
+    // A run pinned to a build from before cancel and resolve were Signals: it cannot answer one.
+    if (err instanceof QueryNotRegisteredError)
+      throw new CliError(
+        `${command}: order ${orderId}'s run is on a build that does not answer requests by query (it predates cancel and resolve as Signals); see client.ts status ${orderId}`,
+        EXIT.notCompleted,
+      );
     // The server refused the Signal (unreachable, or overloaded, say).
     if (err instanceof ServiceError)
       throw new CliError(

@@ -5,7 +5,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { WorkflowNotFoundError, type WorkflowHandle } from '@temporalio/client';
+import { QueryNotRegisteredError, WorkflowNotFoundError, type WorkflowHandle } from '@temporalio/client';
 import {
   answerQuery,
   cancelSignal,
@@ -22,10 +22,12 @@ export type SagaRequest =
 const POLL_MS = [10, 20, 50, 100, 200, 250];
 
 /**
- * Sends the request and reads its answer until the saga has decided or `waitMs` has passed. Returns
- * the last answer read: undefined when the saga has not seen the request by then (no worker, or its
- * workflow task failing; the Signal is in the history and applies when a worker runs), `pending`
- * when it is still working on it. A run that has closed throws WorkflowNotFoundError, as the Signal does.
+ * Sends the request and reads its answer until the saga has decided or `waitMs` has passed (each call
+ * is cut at the deadline too). Returns the answer read last: undefined when the saga has not seen the
+ * request by then (no worker, or its workflow task failing; the Signal is in the history and applies
+ * when a worker runs the run), `pending` when it is still working on it (never undefined again once
+ * seen), with the last error of a read that failed. A Signal to a run that has closed throws
+ * WorkflowNotFoundError; a closed run's answer is read by replaying it.
  */
 export async function sendRequest(
   handle: WorkflowHandle,
@@ -40,26 +42,46 @@ export async function sendRequest(
     /** Return once the saga has seen the request (recorded, refused or decided), not only once decided. */
     untilSeen?: boolean;
   },
-): Promise<{ requestId: string; answer: RequestAnswer | undefined; lastError?: Error }> {
+): Promise<{ requestId: string; sent: boolean; answer: RequestAnswer | undefined; lastError?: Error }> {
   const until = Date.now() + waitMs;
-  if (req.command === 'cancel') await handle.signal(cancelSignal, { requestId, reason: req.reason });
-  else await handle.signal(resolveSignal, { requestId, action: req.action, ...(req.note ? { note: req.note } : {}) });
+  const late = new Error(`no answer within ${waitMs} ms`);
+  /** The call, cut at the deadline. */
+  const bounded = <T>(p: Promise<T>): Promise<T> => {
+    let timer: NodeJS.Timeout | undefined;
+    const cut = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(late), Math.max(0, until - Date.now()));
+    });
+    return Promise.race([p, cut]).finally(() => clearTimeout(timer));
+  };
+  try {
+    await bounded(
+      req.command === 'cancel'
+        ? handle.signal(cancelSignal, { requestId, reason: req.reason })
+        : handle.signal(resolveSignal, { requestId, action: req.action, ...(req.note ? { note: req.note } : {}) }),
+    );
+  } catch (err) {
+    if (err === late) return { requestId, sent: false, answer: undefined, lastError: late };
+    throw err;
+  }
   let answer: RequestAnswer | undefined;
   let lastError: Error | undefined;
   for (let i = 0; ; i++) {
     try {
-      answer = await handle.query(answerQuery, requestId);
+      const read = await bounded(handle.query(answerQuery, requestId));
       lastError = undefined;
+      answer = read ?? answer; // seen once, it stays seen (a new run may not have it yet)
       if (answer && (untilSeen || answer.outcome !== 'pending')) break;
     } catch (err) {
       if (err instanceof WorkflowNotFoundError) throw err;
-      lastError = err as Error; // no worker yet, or its workflow task failing: read again until the deadline
+      // A run of a build without the `answer` query: reading again will not help.
+      if (err instanceof QueryNotRegisteredError) throw err;
+      if (err !== late) lastError = err as Error; // no worker yet, or its workflow task failing: read again
     }
     const left = until - Date.now();
     if (left <= 0) break;
     await sleep(Math.min(POLL_MS[Math.min(i, POLL_MS.length - 1)]!, left));
   }
-  return { requestId, answer, ...(lastError ? { lastError } : {}) };
+  return { requestId, sent: true, answer, ...(lastError ? { lastError } : {}) };
 }
 
 /** The saga refused a cancel or a resolve; the message is the saga's. */

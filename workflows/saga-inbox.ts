@@ -131,11 +131,12 @@ export class SagaInbox {
     this.cancelRequestId = requestId;
   }
 
-  private validateCancel(reason: unknown): asserts reason is string {
+  /** A cancel without a reason (a Signal from the Web UI with no input) is one: `cancelled`. */
+  private validateCancel(reason: unknown): asserts reason is string | undefined | null {
     const { orderId } = this.saga;
     const { status } = this.saga.snapshot();
     const unwinding = this.saga.unwinding();
-    if (typeof reason !== 'string' || reason.length > 500)
+    if (reason !== undefined && reason !== null && (typeof reason !== 'string' || reason.length > 500))
       throw new Error('reason must be a string of at most 500 characters');
     if (this.saga.pivotStarted() || PAST_PIVOT.includes(status))
       throw new Error(`order ${orderId} has reached the shipment (the pivot); it can only move forward`);
