@@ -12,7 +12,16 @@ import {
 import { InventoryMetrics } from '../activities/inventory-metrics';
 import { UndoLog } from '../activities/undo-log';
 import { laneFor } from '../domain/lanes';
-import { createProduct, productRow, reservations, runActivity, testPool, testProvider, uid } from './support/helpers';
+import {
+  bothReadFirst,
+  createProduct,
+  productRow,
+  reservations,
+  runActivity,
+  testPool,
+  testProvider,
+  uid,
+} from './support/helpers';
 
 let db: Pool;
 beforeAll(() => {
@@ -130,18 +139,10 @@ describe('undo log', () => {
     await orderRows([a], ca);
     await orderRows([b], cb);
     // Both attempts read the same version, then wait for each other, so exactly one CAS aborts.
-    let arrived = 0;
-    let release!: () => void;
-    const bothRead = new Promise<void>((r) => (release = r));
     const heldBeforeCommit: number[] = [];
-    const seen = new Set<string>();
-    const logic: ReserveLogic = async (req) => {
-      if (seen.has(req.orderId)) return;
-      seen.add(req.orderId);
+    const logic = bothReadFirst(async (req) => {
       heldBeforeCommit.push(await quota(req.customerId, p.sku)); // nothing is held outside the commit
-      if (++arrived === 2) release();
-      await bothRead;
-    };
+    });
     const acts = createActivities({
       db,
       provider: testProvider(),

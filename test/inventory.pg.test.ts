@@ -2,8 +2,17 @@
 import type { Pool } from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createActivities } from '../activities';
-import type { ReserveLogic, ReserveResult } from '../activities/inventory';
-import { createProduct, productRow, runActivity, reservations, testPool, testProvider, uid } from './support/helpers';
+import type { ReserveResult } from '../activities/inventory';
+import {
+  bothReadFirst,
+  createProduct,
+  productRow,
+  runActivity,
+  reservations,
+  testPool,
+  testProvider,
+  uid,
+} from './support/helpers';
 
 let db: Pool;
 beforeAll(() => {
@@ -32,18 +41,8 @@ describe('reserveInventory (optimistic CAS)', () => {
 
     // The business logic between read and write: on its first attempt, each reservation waits until
     // both have read the snapshot, so both hold the same version when they write.
-    let arrived = 0;
-    let release!: () => void;
-    const bothRead = new Promise<void>((r) => (release = r));
     const seenVersions: string[] = [];
-    const firstAttempt = new Set<string>();
-    const logic: ReserveLogic = async (req, snapshot) => {
-      if (firstAttempt.has(req.orderId)) return;
-      firstAttempt.add(req.orderId);
-      seenVersions.push(snapshot[0]!.version);
-      if (++arrived === 2) release();
-      await bothRead;
-    };
+    const logic = bothReadFirst((_req, snapshot) => seenVersions.push(snapshot[0]!.version));
     const acts = createActivities({
       db,
       provider: testProvider(),

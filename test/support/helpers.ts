@@ -4,6 +4,7 @@ import { DefaultLogger } from '@temporalio/worker';
 import type { Pool } from 'pg';
 import { inject } from 'vitest';
 import type { Client } from '@temporalio/client';
+import type { ReserveLogic } from '../../activities/inventory';
 import { checkInvariants, temporalLookup } from '../../db/invariants';
 import { createPool } from '../../db/pool';
 import type { OrderInput } from '../../domain/order';
@@ -120,4 +121,25 @@ export async function moneyKept(db: Pool, orderId: string): Promise<number> {
   const l = await ledger(db, orderId);
   const charged = l.charges.filter((c) => c.status === 'succeeded').reduce((s, c) => s + c.amount, 0);
   return charged - l.refunds.reduce((s, r) => s + r.amount, 0);
+}
+
+/**
+ * Reservation logic for two racing reservations: each order's first attempt waits, after its read,
+ * until both have read, so both write on the same version and exactly one CAS aborts. `onFirst` sees
+ * each first attempt (its request and snapshot) before it waits; retries pass straight through.
+ */
+export function bothReadFirst(
+  onFirst: (req: Parameters<ReserveLogic>[0], snapshot: Parameters<ReserveLogic>[1]) => unknown = () => undefined,
+): ReserveLogic {
+  let arrived = 0;
+  let release!: () => void;
+  const bothRead = new Promise<void>((r) => (release = r));
+  const seen = new Set<string>();
+  return async (req, snapshot) => {
+    if (seen.has(req.orderId)) return;
+    seen.add(req.orderId);
+    await onFirst(req, snapshot);
+    if (++arrived === 2) release();
+    await bothRead;
+  };
 }
