@@ -38,6 +38,13 @@ export async function update(
         EXIT.notCompleted,
       );
     }
+    // A run pinned to a build from before cancel and resolve were Signals cannot answer one.
+    if (answer === undefined && lastError instanceof QueryNotRegisteredError) {
+      throw new CliError(
+        `${command}: order ${orderId}'s run never answered by query within ${opts.waitSeconds} s; its build may predate cancel and resolve as Signals (${lastError.message}); see client.ts status ${orderId}`,
+        EXIT.notCompleted,
+      );
+    }
     if (answer === undefined) {
       throw new CliError(
         `${command}: no answer from order ${orderId} within ${opts.waitSeconds} s (is a worker running?${lastError ? ` last: ${lastError.message}` : ''}); the request is in the run's history and applies when a worker runs it: ` +
@@ -58,12 +65,6 @@ export async function update(
     // The run ended between the describe and the Signal: the server answers "not found" for it.
     if (err instanceof WorkflowNotFoundError && found) throw await ended();
     if (err instanceof WorkflowNotFoundError) throw noOrder(orderId);
-    // A run pinned to a build from before cancel and resolve were Signals: it cannot answer one.
-    if (err instanceof QueryNotRegisteredError)
-      throw new CliError(
-        `${command}: order ${orderId}'s run is on a build that does not answer requests by query (it predates cancel and resolve as Signals); see client.ts status ${orderId}`,
-        EXIT.notCompleted,
-      );
     // The server refused the Signal (unreachable, or overloaded, say).
     if (err instanceof ServiceError)
       throw new CliError(

@@ -5,7 +5,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { QueryNotRegisteredError, WorkflowNotFoundError, type WorkflowHandle } from '@temporalio/client';
+import { WorkflowNotFoundError, type WorkflowHandle } from '@temporalio/client';
 import {
   answerQuery,
   cancelSignal,
@@ -73,9 +73,10 @@ export async function sendRequest(
       if (answer && (untilSeen || answer.outcome !== 'pending')) break;
     } catch (err) {
       if (err instanceof WorkflowNotFoundError) throw err;
-      // A run of a build without the `answer` query: reading again will not help.
-      if (err instanceof QueryNotRegisteredError) throw err;
-      if (err !== late) lastError = err as Error; // no worker yet, or its workflow task failing: read again
+      // No worker yet, its workflow task failing, or a worker that has the run only partly loaded (it
+      // can answer a query before the workflow's code has set its handlers): read again. A run of a
+      // build without the `answer` query keeps saying so; the last error tells it at the deadline.
+      if (err !== late) lastError = err as Error;
     }
     const left = until - Date.now();
     if (left <= 0) break;
