@@ -20,7 +20,7 @@ import { Counter, Gauge, Registry } from 'prom-client';
 import { createActivities } from './activities';
 import { InventoryMetrics, type SkuStats } from './activities/inventory-metrics';
 import { SweeperStats } from './activities/sweeper';
-import { createPool } from './db/pool';
+import { createPool, WARM_CONNECTIONS } from './db/pool';
 import { laneTaskQueue } from './domain/lanes';
 import { DEFAULT_PORTS, readConfig, type AppConfig } from './lib/config';
 import { DEPLOYMENT_NAME, makeVersionCurrent, orderTaskQueues, resolveBuildId, versionName } from './lib/deployments';
@@ -93,7 +93,7 @@ export async function createOrderWorkers(
   if (!cfg.databaseUrl && !extra.db) throw new Error('DATABASE_URL is required');
   // Before anything opens: a worker without its keys would fail each order it touches, not start.
   const dataConverter = extra.dataConverter ?? dataConverterFor(requirePayloadKeys());
-  const db = extra.db ?? createPool(cfg.databaseUrl!, { max: 20 });
+  const db = extra.db ?? createPool(cfg.databaseUrl!, { max: 20, min: WARM_CONNECTIONS });
   const reader =
     extra.db || !cfg.readerDatabaseUrl || cfg.readerDatabaseUrl === cfg.databaseUrl
       ? db

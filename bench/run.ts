@@ -2,9 +2,12 @@
  * `npm run bench [-- --quick]`: every measurement in one run, side by side, on this machine.
  *   contention     the contention matrix (contention.ts): 5 strategies × 1, 10, 1000 hot SKUs, 20
  *                  workers, 20 ms of logic each
+ *   idle-latency   one order at a time on an idle stack (idle-latency.ts): the dev server's defaults,
+ *                  then each latency setting of servers/latency.ts added in turn
  *   saga-overhead  the saga's overhead (saga-overhead.ts): the full saga against the essential-work
- *                  floor, the five steps as no-op activities (dev server), and the saga without the
- *                  payload codec
+ *                  floor (the five steps as no-op activities) and the like-for-like floor (the same
+ *                  steps local or regular as the saga runs them), dev server; the saga without the
+ *                  payload codec; CPU per workflow by process
  *   commit-path    the commit path (commit-path.ts): CAS against pgbench's single-row UPDATE, same
  *                  database
  *   lock-queue     the lock queue (lock-queue.ts): 100 × 200 ms and 20 × 50 ms on one hot row, FOR
@@ -24,7 +27,8 @@ import { renderChart } from './chart';
 import { measureCommitPath } from './commit-path';
 import { measureContention } from './contention';
 import { LOCK_QUEUE_CASES, measureLockQueue } from './lock-queue';
-import { say } from './measure';
+import { ratio, say } from './measure';
+import { measureIdleLatency, type IdleStep } from './idle-latency';
 import { measureSagaOverhead, type SagaOverheadResult } from './saga-overhead';
 import type { CellResult } from './strategies';
 
@@ -36,7 +40,7 @@ const LANES = 4;
 const SKU_LEVELS = [1, 10, 1000];
 
 /** The values of --only, one per section. */
-const SECTIONS = ['contention', 'saga-overhead', 'commit-path', 'lock-queue'] as const;
+const SECTIONS = ['contention', 'idle-latency', 'saga-overhead', 'commit-path', 'lock-queue'] as const;
 type Section = (typeof SECTIONS)[number];
 
 interface Target {
@@ -47,11 +51,13 @@ interface Target {
 
 function targets(
   cells: CellResult[] | undefined,
+  idle: IdleStep[] | undefined,
   saga: SagaOverheadResult | undefined,
   commit: { ratio?: number } | undefined,
 ): Target[] {
   return [
     ...(cells ? contentionTargets(cells) : []),
+    ...(idle ? [idleTarget(idle)] : []),
     ...(saga ? sagaOverheadTargets(saga) : []),
     ...(commit ? [commitPathTarget(commit)] : []),
   ];
@@ -126,8 +132,38 @@ function contentionTargets(cells: CellResult[]): Target[] {
   return out;
 }
 
+function idleTarget(steps: IdleStep[]): Target {
+  const last = steps[steps.length - 1]!;
+  return {
+    name: 'one order on an idle stack (file-backed dev server, as npm start), every latency setting: p50 ≤ 80 ms',
+    pass: last.p50 <= 80,
+    detail: `${last.p50} ms (p90 ${last.p90}; the dev server's defaults: ${steps[0]!.p50} ms)`,
+  };
+}
+
 function sagaOverheadTargets(saga: SagaOverheadResult): Target[] {
   const out: Target[] = [];
+  const spread = (x: { min: number; max: number }): string => `rounds ${x.min}–${x.max}×`;
+  out.push({
+    name: 'like-for-like floor: its local and regular steps are the saga’s (a completed saga’s history)',
+    pass: saga.kinds.like.local === saga.kinds.saga.local && saga.kinds.like.regular === saga.kinds.saga.regular,
+    detail: `saga ${saga.kinds.saga.local} local + ${saga.kinds.saga.regular} regular, floor ${saga.kinds.like.local} + ${saga.kinds.like.regular}`,
+  });
+  out.push({
+    name: 'saga throughput ≥ 0.8× the like-for-like floor',
+    pass: saga.likeRatio >= 0.8,
+    detail: `${saga.saga.perSecond}/s vs ${saga.like.perSecond}/s (${saga.likeRatio}×; ${spread(saga.likeSpread.throughput)})`,
+  });
+  out.push({
+    name: 'saga p50 ≤ 1.5× the like-for-like floor’s',
+    pass: saga.likeP50Ratio <= 1.5,
+    detail: `${saga.saga.p50} ms vs ${saga.like.p50} ms (${saga.likeP50Ratio}×; ${spread(saga.likeSpread.p50)})`,
+  });
+  out.push({
+    name: 'saga CPU per order ≤ 1.5× the like-for-like floor’s (all processes)',
+    pass: saga.likeCpuRatio <= 1.5,
+    detail: `${saga.saga.cpuTotal} ms vs ${saga.like.cpuTotal} ms (${saga.likeCpuRatio}×)`,
+  });
   out.push({
     name: 'saga overhead: saga throughput ≥ 0.9× the essential-work floor',
     pass: saga.ratio >= 0.9,
@@ -147,6 +183,43 @@ function commitPathTarget(commit: { ratio?: number }): Target {
     pass: commit.ratio !== undefined && commit.ratio >= 0.5,
     detail: commit.ratio === undefined ? 'not measured' : `${commit.ratio}×`,
   };
+}
+
+function reportSagaOverhead(o: SagaOverheadResult, orders: number, rounds: number): void {
+  say(
+    `\nSaga overhead (dev server, ${orders} workflows × ${rounds} rounds, 20 in flight, rounds in ABBA order; the floors are the five essential steps as no-ops: all regular activities, and like for like, local or regular as the saga runs them):\n`,
+  );
+  say('| workflow | per s | p50 ms | p99 ms | one order, idle stack (ms) | history events |');
+  say('|---|---:|---:|---:|---:|---:|');
+  const row = (name: string, x: SagaOverheadResult['saga'], idle: number, events: number | string) =>
+    say(`| ${name} | ${x.perSecond} | ${x.p50} | ${x.p99} | ${idle} | ${events} |`);
+  const rel = (name: string, a: SagaOverheadResult['saga'], b: SagaOverheadResult['saga'], ia: number, ib: number) =>
+    say(
+      `| ${name} | ${ratio(a.perSecond, b.perSecond)}× | ${ratio(a.p50, b.p50)}× | ${ratio(a.p99, b.p99)}× | ${ratio(ia, ib)}× | |`,
+    );
+  row('full saga', o.saga, o.idle.saga, o.historyEvents.saga);
+  row('essential-work floor (5 regular)', o.floor, o.idle.floor, o.historyEvents.floor);
+  row('like-for-like floor', o.like, o.idle.like, o.historyEvents.like);
+  rel('saga / essential-work floor', o.saga, o.floor, o.idle.saga, o.idle.floor);
+  rel('saga / like-for-like floor', o.saga, o.like, o.idle.saga, o.idle.like);
+  row('saga, no payload codec', o.plain, o.idle.plain, '');
+  rel("codec's cost: with / without", o.saga, o.plain, o.idle.saga, o.idle.plain);
+  say(
+    `\nSaga against the like-for-like floor, round by round: throughput ${o.likeSpread.throughput.min}–${o.likeSpread.throughput.max}×, p50 ${o.likeSpread.p50.min}–${o.likeSpread.p50.max}×`,
+  );
+  const procs = Object.keys(o.saga.cpuMs);
+  say(
+    '\nCPU per workflow by process, ms (during the rounds under load; worker = the bench process: worker and load generator):\n',
+  );
+  say(`| workflow | ${procs.join(' | ')} | total |`);
+  say(`|---|${procs.map(() => '---:').join('|')}|---:|`);
+  for (const [name, x] of [
+    ['full saga', o.saga],
+    ['essential-work floor (5 regular)', o.floor],
+    ['like-for-like floor', o.like],
+    ['saga, no payload codec', o.plain],
+  ] as const)
+    say(`| ${name} | ${procs.map((p) => x.cpuMs[p]).join(' | ')} | ${x.cpuTotal} |`);
 }
 
 async function main(): Promise<void> {
@@ -169,12 +242,14 @@ async function main(): Promise<void> {
   const cellMs = quick ? 2_500 : 8_000;
   const commitSeconds = quick ? 4 : 10;
   const sagaOrders = quick ? 30 : 120;
-  const sagaRounds = quick ? 2 : 4; // even: ABBA order
+  const sagaRounds = 4; // even: ABBA order; a quick run has as many rounds, shorter, for the spread
+  const idleOrders = quick ? 8 : 20;
   const started = Date.now();
   const tmp = mkdtempSync(path.join(os.tmpdir(), 'order-saga-bench-'));
   chmodSync(tmp, 0o755);
+  const pgDir = path.join(tmp, 'pg');
   const pg = await ensurePostgres({
-    dataDir: path.join(tmp, 'pg'),
+    dataDir: pgDir,
     port: 55000 + (process.pid % 900),
     database: 'bench',
     persistent: false,
@@ -195,11 +270,15 @@ async function main(): Promise<void> {
       ? await measureCommitPath(db, pg.url, { clients: WORKERS, seconds: commitSeconds })
       : undefined;
     const lockQueue = wanted('lock-queue') ? await measureLockQueue(pg.url, LANES) : undefined;
+    const idleLatency = wanted('idle-latency') ? await measureIdleLatency(pg.url, { orders: idleOrders }) : undefined;
     const sagaOverhead = wanted('saga-overhead')
-      ? await measureSagaOverhead(pg.url, { orders: sagaOrders, concurrency: 20, rounds: sagaRounds })
+      ? await measureSagaOverhead(
+          { url: pg.url, dataDir: pgDir },
+          { orders: sagaOrders, concurrency: 20, rounds: sagaRounds },
+        )
       : undefined;
     const machine = `${os.cpus().length} × ${os.cpus()[0]?.model.trim() ?? 'cpu'}, ${Math.round(os.totalmem() / 2 ** 30)} GiB, Node ${process.version}`;
-    const checks = targets(cells, sagaOverhead, commitPath);
+    const checks = targets(cells, idleLatency, sagaOverhead, commitPath);
 
     say(`\n## Benchmark (${quick ? 'quick' : 'full'}) — ${new Date().toISOString()}`);
     say(`machine: ${machine}; Postgres from the embedded binaries; pool size ${POOL_SIZE} for every strategy`);
@@ -230,28 +309,18 @@ async function main(): Promise<void> {
         );
       }
     }
-    if (sagaOverhead) {
+    if (idleLatency) {
       say(
-        `\nSaga overhead (dev server, ${sagaOrders} workflows × ${sagaRounds} rounds, 20 in flight, rounds in ABBA order; the floor is the five essential steps as no-op activities):\n`,
+        `\nIdle latency (one order at a time, ${idleOrders} each after a warm-up; a fresh dev server per row, history in a SQLite file as npm start keeps it; each row adds one setting of servers/latency.ts to the row above):\n`,
       );
-      say('| workflow | per s | p50 ms | p99 ms | one order, idle stack (ms) | history events |');
-      say('|---|---:|---:|---:|---:|---:|');
-      say(
-        `| full saga | ${sagaOverhead.saga.perSecond} | ${sagaOverhead.saga.p50} | ${sagaOverhead.saga.p99} | ${sagaOverhead.idle.saga} | ${sagaOverhead.historyEvents.saga} |`,
-      );
-      say(
-        `| essential-work floor | ${sagaOverhead.floor.perSecond} | ${sagaOverhead.floor.p50} | ${sagaOverhead.floor.p99} | ${sagaOverhead.idle.floor} | ${sagaOverhead.historyEvents.floor} |`,
-      );
-      say(
-        `| saga / floor | ${sagaOverhead.ratio}× | ${sagaOverhead.p50Ratio}× | ${(sagaOverhead.saga.p99 / sagaOverhead.floor.p99).toFixed(2)}× | ${(sagaOverhead.idle.saga / sagaOverhead.idle.floor).toFixed(2)}× | |`,
-      );
-      say(
-        `| saga, no payload codec | ${sagaOverhead.plain.perSecond} | ${sagaOverhead.plain.p50} | ${sagaOverhead.plain.p99} | ${sagaOverhead.idle.plain} | |`,
-      );
-      say(
-        `| codec's cost: with / without | ${sagaOverhead.codecRatio}× | ${(sagaOverhead.saga.p50 / sagaOverhead.plain.p50).toFixed(2)}× | ${(sagaOverhead.saga.p99 / sagaOverhead.plain.p99).toFixed(2)}× | ${(sagaOverhead.idle.saga / sagaOverhead.idle.plain).toFixed(2)}× | |`,
-      );
+      say('| setting | saga p50 ms | saga p90 ms | five no-op regular activities, p50 ms |');
+      say('|---|---:|---:|---:|');
+      for (const st of idleLatency) {
+        const what = st.setting === 'defaults' ? "the dev server's defaults" : `+ ${st.setting}`;
+        say(`| ${what} | ${st.p50} | ${st.p90} | ${st.floorP50} |`);
+      }
     }
+    if (sagaOverhead) reportSagaOverhead(sagaOverhead, sagaOrders, sagaRounds);
     if (commitPath)
       say(
         `\nCommit path (1000 keys, ${WORKERS} clients, ${commitSeconds} s): CAS commit path ${commitPath.cas} tps, pgbench ${commitPath.pgbench ?? '-'} tps → ratio ${commitPath.ratio ?? '-'}${commitPath.note ? ` (${commitPath.note})` : ''}\n`,
@@ -268,7 +337,7 @@ async function main(): Promise<void> {
     mkdirSync(dir, { recursive: true });
     writeFileSync(
       path.join(dir, 'latest.json'),
-      `${JSON.stringify({ quick, machine, poolSize: POOL_SIZE, workers: WORKERS, logicMs: LOGIC_MS, lanes: LANES, cells, lockQueue, sagaOverhead, commitPath, targets: checks, at: new Date().toISOString() }, null, 2)}\n`,
+      `${JSON.stringify({ quick, machine, poolSize: POOL_SIZE, workers: WORKERS, logicMs: LOGIC_MS, lanes: LANES, cells, lockQueue, idleLatency, sagaOverhead, commitPath, targets: checks, at: new Date().toISOString() }, null, 2)}\n`,
     );
     writeFileSync(
       path.join(dir, 'latest.svg'),

@@ -1,7 +1,9 @@
 /**
- * The saga's overhead: the full order saga against the essential-work floor (a workflow of the five
- * essential steps as no-op activities, `workflows.ts`) on the dev server, with one worker of the
- * production worker's settings; and the same saga without the payload codec, for the codec's cost.
+ * The saga's overhead: the full order saga against two floors of the essential work (`workflows.ts`):
+ * the five essential steps as no-op regular activities, and the like-for-like floor (the same steps
+ * local or regular as the saga runs them), on the dev server, with one worker of the production
+ * worker's settings; and the same saga without the payload codec, for the codec's cost. CPU per
+ * workflow by process (dev server, worker, provider, Postgres) for each, from /proc (`cpu.ts`).
  */
 import path from 'node:path';
 import { randomBytes } from 'node:crypto';
@@ -15,6 +17,7 @@ import { startProviderProcess, stopProcess } from '../platform/processes';
 import { createProviderClient } from '../provider/client';
 import { startDevServer } from '../servers/temporal-dev';
 import { WORKER_TUNING } from '../worker';
+import { cpuMsByTree, cpuMsPer, cpuTotal, findDescendant, postmasterPid } from './cpu';
 import { concurrentLoops, median, percentile, progress, ratio } from './measure';
 
 /** One kind of workflow under load: completed per second, and the latency percentiles (ms). */
@@ -22,11 +25,22 @@ export interface Side {
   perSecond: number;
   p50: number;
   p99: number;
+  /** CPU-ms per workflow by process during this kind's rounds, and their sum. */
+  cpuMs: Record<string, number>;
+  cpuTotal: number;
+}
+
+/** One ratio of the saga to a floor per round (round i of each, run next to each other): the spread. */
+export interface Spread {
+  min: number;
+  max: number;
 }
 
 export interface SagaOverheadResult {
   saga: Side;
   floor: Side;
+  /** The like-for-like floor: the essential steps local or regular as the saga runs them. */
+  like: Side;
   /** The same saga with no payload codec (payloads in the clear), on a worker and client of its own. */
   plain: Side;
   /** The codec's cost: saga throughput with the codec over without it (1 = free). */
@@ -34,10 +48,20 @@ export interface SagaOverheadResult {
   /** Saga throughput over the floor's, and saga p50 over the floor's. */
   ratio: number;
   p50Ratio: number;
+  /** The same against the like-for-like floor, with the per-round spread of each, and CPU total over its. */
+  likeRatio: number;
+  likeP50Ratio: number;
+  likeSpread: { throughput: Spread; p50: Spread };
+  likeCpuRatio: number;
   /** One order on an idle stack, end to end (median of a few, one at a time). */
-  idle: { saga: number; floor: number; plain: number };
-  /** Events in one happy-path saga's history, and in one floor run's. */
-  historyEvents: { saga: number; floor: number };
+  idle: { saga: number; floor: number; like: number; plain: number };
+  /** Events in one happy-path saga's history, and in one run of each floor. */
+  historyEvents: { saga: number; floor: number; like: number };
+  /**
+   * Local-activity markers and scheduled activities in one saga's history and in one like-for-like
+   * floor's: equal when that floor runs the saga's kinds of steps.
+   */
+  kinds: { saga: { local: number; regular: number }; like: { local: number; regular: number } };
 }
 
 export interface SagaOverheadOptions {
@@ -49,11 +73,25 @@ export interface SagaOverheadOptions {
   rounds: number;
 }
 
-const KINDS = ['floor', 'saga', 'plain'] as const;
+const KINDS = ['floor', 'like', 'saga', 'plain'] as const;
 type Kind = (typeof KINDS)[number];
 
-/** Starts its own dev server, provider and workers on the database at `url`, measures, and stops them. */
-export async function measureSagaOverhead(url: string, opts: SagaOverheadOptions): Promise<SagaOverheadResult> {
+/** One round of one kind: its throughput, its latencies, and CPU-ms per workflow by process. */
+interface Batch {
+  perSecond: number;
+  latencies: number[];
+  cpu: Record<string, number>;
+}
+
+/**
+ * Starts its own dev server, provider and workers on the database at `pg.url`, measures, and stops
+ * them. `pg.dataDir` is the Postgres server's, for its CPU time.
+ */
+export async function measureSagaOverhead(
+  pg: { url: string; dataDir: string },
+  opts: SagaOverheadOptions,
+): Promise<SagaOverheadResult> {
+  const url = pg.url;
   const { orders, concurrency, rounds } = opts;
   progress('saga overhead: starting the dev server and the provider…');
   // The saga and the floor run with the project's payload codec (a key of the bench's own); `plain`
@@ -70,6 +108,9 @@ export async function measureSagaOverhead(url: string, opts: SagaOverheadOptions
     PROVIDER_ADMIN_KEY: 'bench-admin',
   });
   const db = createPool(url, { max: 20 });
+  const server = findDescendant(process.pid, /server start-dev/);
+  if (!server) throw new Error('saga overhead: the dev server process was not found among this process’s children');
+  const roots = { server, worker: process.pid, provider: provider.child.pid!, postgres: postmasterPid(pg.dataDir) };
   try {
     const quiet = { log() {}, trace() {}, debug() {}, info() {}, warn() {}, error() {} };
     const bundle = (failureConverterPath?: string) =>
@@ -114,6 +155,7 @@ export async function measureSagaOverhead(url: string, opts: SagaOverheadOptions
     let seq = 0;
     let lastSagaId = '';
     let lastFloorId = '';
+    let lastLikeId = '';
     /** One workflow, start to result; returns its latency in ms. */
     const one = async (kind: Kind): Promise<number> => {
       const i = seq++;
@@ -121,6 +163,9 @@ export async function measureSagaOverhead(url: string, opts: SagaOverheadOptions
       if (kind === 'floor') {
         lastFloorId = `bench-floor-${Date.now()}-${i}`;
         await env.client.workflow.execute('noopSaga', { taskQueue, workflowId: lastFloorId });
+      } else if (kind === 'like') {
+        lastLikeId = `bench-like-${Date.now()}-${i}`;
+        await env.client.workflow.execute('noopSagaLikeForLike', { taskQueue, workflowId: lastLikeId });
       } else {
         const order: OrderInput = {
           orderId: `bench-${Date.now()}-${i}`,
@@ -139,10 +184,11 @@ export async function measureSagaOverhead(url: string, opts: SagaOverheadOptions
       }
       return Date.now() - t;
     };
-    /** `orders` workflows of one kind, `concurrency` in flight. */
-    const runBatch = async (kind: Kind): Promise<{ perSecond: number; latencies: number[] }> => {
+    /** `orders` workflows of one kind, `concurrency` in flight, and the CPU each process used meanwhile. */
+    const runBatch = async (kind: Kind): Promise<Batch> => {
       let next = 0;
       const latencies: number[] = [];
+      const cpuBefore = cpuMsByTree(roots);
       const started = Date.now();
       await concurrentLoops(
         concurrency,
@@ -153,13 +199,14 @@ export async function measureSagaOverhead(url: string, opts: SagaOverheadOptions
         },
         () => next < orders,
       );
-      return { perSecond: orders / ((Date.now() - started) / 1000), latencies };
+      const perSecond = orders / ((Date.now() - started) / 1000);
+      return { perSecond, latencies, cpu: cpuMsPer(cpuBefore, cpuMsByTree(roots), orders) };
     };
     const plainRunning = plainWorker.run();
     try {
       return await worker.runUntil(async () => {
         // The idle stack first: one order at a time, alternating, after one warm-up of each.
-        const idle = { saga: [] as number[], floor: [] as number[], plain: [] as number[] };
+        const idle: Record<Kind, number[]> = { saga: [], floor: [], like: [], plain: [] };
         for (const kind of KINDS) await one(kind);
         for (let i = 0; i < 5; i++) {
           progress(`saga overhead idle ${i + 1}/5: one order at a time…`);
@@ -167,10 +214,11 @@ export async function measureSagaOverhead(url: string, opts: SagaOverheadOptions
         }
         // Under load: rounds in ABBA order (floor, saga, plain, then the reverse, …), so a drift over the
         // run (a noisy machine, a server whose store grows) hits every side alike instead of always the last.
-        const runs: Record<Kind, { perSecond: number; latencies: number[] }[]> = { saga: [], floor: [], plain: [] };
+        const runs: Record<Kind, Batch[]> = { saga: [], floor: [], like: [], plain: [] };
         const names: Record<Kind, string> = {
           saga: 'full saga',
           floor: 'essential-work floor',
+          like: 'like-for-like floor',
           plain: 'saga, no codec',
         };
         for (let round = 0; round < rounds; round++) {
@@ -181,28 +229,64 @@ export async function measureSagaOverhead(url: string, opts: SagaOverheadOptions
           }
         }
         progress('');
-        const side = (xs: { perSecond: number; latencies: number[] }[]): Side => {
+        const side = (xs: Batch[]): Side => {
           const all = xs.flatMap((x) => x.latencies).sort((a, b) => a - b);
+          const cpuMs = Object.fromEntries(
+            Object.keys(roots).map((k) => [
+              k,
+              Math.round((xs.reduce((a, x) => a + x.cpu[k]!, 0) / xs.length) * 10) / 10,
+            ]),
+          );
           return {
             perSecond: Math.round((xs.reduce((a, x) => a + x.perSecond, 0) / xs.length) * 10) / 10,
             p50: percentile(all, 50),
             p99: percentile(all, 99),
+            cpuMs,
+            cpuTotal: cpuTotal(cpuMs),
           };
         };
-        const events = async (workflowId: string): Promise<number> =>
-          (await env.client.workflow.getHandle(workflowId).fetchHistory()).events?.length ?? 0;
+        const history = async (workflowId: string) =>
+          (await env.client.workflow.getHandle(workflowId).fetchHistory()).events ?? [];
+        const kindsOf = (events: Awaited<ReturnType<typeof history>>) => ({
+          local: events.filter((e) => e.markerRecordedEventAttributes?.markerName === 'core_local_activity').length,
+          regular: events.filter((e) => e.activityTaskScheduledEventAttributes).length,
+        });
+        /** Round i's ratio of the saga to the like-for-like floor, for each round: min and max. */
+        const spread = (f: (saga: Batch, like: Batch) => number): Spread => {
+          const xs = runs.saga.map((b, i) => f(b, runs.like[i]!));
+          return { min: Math.min(...xs), max: Math.max(...xs) };
+        };
+        const p50Of = (b: Batch): number => median(b.latencies);
         const saga = side(runs.saga);
         const floor = side(runs.floor);
+        const like = side(runs.like);
         const plain = side(runs.plain);
+        const [sagaEvents, floorEvents, likeEvents] = await Promise.all(
+          [lastSagaId, lastFloorId, lastLikeId].map(history),
+        );
         return {
           saga,
           floor,
+          like,
           plain,
           codecRatio: ratio(saga.perSecond, plain.perSecond),
           ratio: ratio(saga.perSecond, floor.perSecond),
           p50Ratio: ratio(saga.p50, floor.p50),
-          idle: { saga: median(idle.saga), floor: median(idle.floor), plain: median(idle.plain) },
-          historyEvents: { saga: await events(lastSagaId), floor: await events(lastFloorId) },
+          likeRatio: ratio(saga.perSecond, like.perSecond),
+          likeP50Ratio: ratio(saga.p50, like.p50),
+          likeSpread: {
+            throughput: spread((s, l) => ratio(s.perSecond, l.perSecond)),
+            p50: spread((s, l) => ratio(p50Of(s), p50Of(l))),
+          },
+          likeCpuRatio: ratio(saga.cpuTotal, like.cpuTotal),
+          idle: {
+            saga: median(idle.saga),
+            floor: median(idle.floor),
+            like: median(idle.like),
+            plain: median(idle.plain),
+          },
+          historyEvents: { saga: sagaEvents!.length, floor: floorEvents!.length, like: likeEvents!.length },
+          kinds: { saga: kindsOf(sagaEvents!), like: kindsOf(likeEvents!) },
         };
       });
     } finally {

@@ -1,5 +1,9 @@
-/** The saga-overhead section's workflows: the real saga, and a floor of the essential work only. */
-import { proxyActivities } from '@temporalio/workflow';
+/**
+ * The saga-overhead section's workflows: the real saga, and two floors of the essential work only:
+ * five no-op regular activities, and the same five steps of the kinds the saga runs them (local or
+ * regular, `SAGA_STEP_KINDS`), so that the saga's ratio to it measures the saga's own work.
+ */
+import { proxyActivities, proxyLocalActivities } from '@temporalio/workflow';
 
 export { orderSaga } from '../workflows';
 
@@ -12,10 +16,29 @@ export const ESSENTIAL_STEPS = [
   'sendConfirmation',
 ] as const;
 
-const { noop } = proxyActivities<{ noop(step: string): Promise<void> }>({ startToCloseTimeout: '10s' });
+/**
+ * How the saga runs each essential step on its happy path (docs/saga.md, "Round trips"): local first,
+ * or a regular activity. The bench checks this against a completed saga's history.
+ */
+export const SAGA_STEP_KINDS: Record<(typeof ESSENTIAL_STEPS)[number], 'local' | 'regular'> = {
+  createOrder: 'local',
+  reserveInventory: 'regular',
+  chargePayment: 'regular',
+  createShipment: 'local',
+  sendConfirmation: 'local',
+};
 
-/** The essential-work floor: one no-op activity per essential step, one after another. */
+const { noop } = proxyActivities<{ noop(step: string): Promise<void> }>({ startToCloseTimeout: '10s' });
+const local = proxyLocalActivities<{ noop(step: string): Promise<void> }>({ startToCloseTimeout: '10s' });
+
+/** The essential-work floor: one no-op regular activity per essential step, one after another. */
 export async function noopSaga(): Promise<string> {
   for (const step of ESSENTIAL_STEPS) await noop(step);
+  return 'done';
+}
+
+/** The like-for-like floor: one no-op per essential step, local or regular as the saga runs it. */
+export async function noopSagaLikeForLike(): Promise<string> {
+  for (const step of ESSENTIAL_STEPS) await (SAGA_STEP_KINDS[step] === 'local' ? local : { noop }).noop(step);
   return 'done';
 }

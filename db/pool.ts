@@ -1,5 +1,12 @@
 import { Pool, type PoolClient, type PoolConfig } from 'pg';
 
+/**
+ * Connections a long-running server keeps open however idle it is (`min` of a pool): opening one
+ * costs about 10 ms (TCP and the SCRAM handshake), which an order after a quiet spell would pay in
+ * each of its steps' first queries. Measured in docs/benchmark.md ("Idle latency").
+ */
+export const WARM_CONNECTIONS = 4;
+
 /** Builds the one pool a process uses. Callers pass the URL; nothing here reads the environment. */
 export function createPool(connectionString: string, extra: Partial<PoolConfig> = {}): Pool {
   const pool = new Pool({ connectionString, max: 10, idleTimeoutMillis: 10_000, ...extra });

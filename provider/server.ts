@@ -6,7 +6,7 @@
 import type http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Pool } from 'pg';
-import { createPool } from '../db/pool';
+import { createPool, WARM_CONNECTIONS } from '../db/pool';
 import { jsonServer } from '../platform/http';
 import { DEV_PROVIDER_ADMIN_KEY, DEV_PROVIDER_API_KEY, PROVIDER_ADMIN_PORT, PROVIDER_PORT } from './defaults';
 import { FaultBook } from './faults';
@@ -48,7 +48,7 @@ export function keysFromEnv(env: NodeJS.ProcessEnv, name: string, fallback: stri
 export async function startProvider(
   cfg: ProviderConfig,
 ): Promise<{ server: http.Server; admin: http.Server; port: number; adminPort: number; pool: Pool }> {
-  const pool = createPool(cfg.databaseUrl);
+  const pool = createPool(cfg.databaseUrl, { min: WARM_CONNECTIONS });
   const ledger = await openLedger(pool, cfg.apiKeys);
   const faults = new FaultBook();
   const server = jsonServer(createProviderApp(ledger, faults, cfg.apiKeys));

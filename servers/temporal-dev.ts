@@ -13,6 +13,7 @@ import {
   type EphemeralServerExecutable,
 } from '@temporalio/testing';
 import { CACHE_DIR } from './cache';
+import { latencyDynamicConfig } from './latency';
 import { CustomerIdKey, NeedsAttentionKey, OrderStatusKey, TotalCentsKey } from '../workflows/search-attributes';
 
 function executable(envVar: string, cached: string): EphemeralServerExecutable | undefined {
@@ -49,8 +50,13 @@ export interface DevServerOptions {
   uiPort?: number;
   /** History kept in this SQLite file, with DEV_SERVER_SQLITE_PRAGMAS (none: in memory). */
   dbFilename?: string;
-  /** Dynamic config values (`--dynamic-config-value KEY=VALUE`, the value as JSON). */
+  /**
+   * Dynamic config values (`--dynamic-config-value KEY=VALUE`, the value as JSON), over the latency
+   * settings (servers/latency.ts).
+   */
   dynamicConfig?: Record<string, unknown>;
+  /** false: the dev server's own defaults instead of the latency settings (the bench's before-and-after). */
+  latencySettings?: boolean;
   /** The codec server's endpoint the Web UI calls to show decoded payloads (`--ui-codec-endpoint`). */
   codecEndpoint?: string;
   /** The server's own log level (default `error`; `never` silences it). */
@@ -68,10 +74,8 @@ export interface DevServerOptions {
 export async function startDevServer(opts: DevServerOptions = {}): Promise<TestWorkflowEnvironment> {
   const executable = devServerExecutable();
   const file = opts.dbFilename ? fileBackedDevServer(opts.dbFilename) : undefined;
-  const dynamic = Object.entries(opts.dynamicConfig ?? {}).flatMap(([k, v]) => [
-    '--dynamic-config-value',
-    `${k}=${JSON.stringify(v)}`,
-  ]);
+  const values = { ...(opts.latencySettings === false ? {} : latencyDynamicConfig()), ...opts.dynamicConfig };
+  const dynamic = Object.entries(values).flatMap(([k, v]) => ['--dynamic-config-value', `${k}=${JSON.stringify(v)}`]);
   const codec = opts.codecEndpoint ? ['--ui-codec-endpoint', opts.codecEndpoint] : [];
   const extraArgs = [...(file?.extraArgs ?? []), ...dynamic, ...codec];
   return TestWorkflowEnvironment.createLocal({

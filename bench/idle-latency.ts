@@ -1,0 +1,132 @@
+/**
+ * The idle latency, setting by setting: one order at a time on an idle stack, on a dev server kept in
+ * a SQLite file as `npm start` runs it, first with the dev server's defaults and then with each of
+ * the project's latency settings (servers/latency.ts) added in turn. A fresh dev server per step, one
+ * worker with the production worker's settings, the real provider process.
+ */
+import path from 'node:path';
+import { mkdtempSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import { bundleWorkflowCode, Worker } from '@temporalio/worker';
+import { createActivities } from '../activities';
+import { createPool } from '../db/pool';
+import { workflowIdFor, type OrderInput } from '../domain/order';
+import { startProviderProcess, stopProcess } from '../platform/processes';
+import { createProviderClient } from '../provider/client';
+import { LATENCY_SETTINGS, type LatencySetting } from '../servers/latency';
+import { startDevServer } from '../servers/temporal-dev';
+import { WORKER_TUNING } from '../worker';
+import { median, percentile, progress } from './measure';
+
+export interface IdleStep {
+  /** What this step adds to the one before (the first: the dev server's defaults). */
+  setting: string;
+  /** The dynamic config values in force at this step (every setting up to and including this one). */
+  values: Record<string, unknown>;
+  p50: number;
+  p90: number;
+  /** The floor of five regular no-op activities on the same server, one at a time. */
+  floorP50: number;
+}
+
+const quiet = { log() {}, trace() {}, debug() {}, info() {}, warn() {}, error() {} };
+
+/** Measures `orders` orders one at a time at each step: defaults, then each setting added in turn. */
+export async function measureIdleLatency(
+  url: string,
+  opts: { orders: number; settings?: LatencySetting[] },
+): Promise<IdleStep[]> {
+  const settings = opts.settings ?? LATENCY_SETTINGS;
+  const provider = await startProviderProcess({
+    DATABASE_URL: url,
+    PROVIDER_PORT: '0',
+    PROVIDER_ADMIN_PORT: '0',
+    PROVIDER_API_KEY: 'bench-key',
+    PROVIDER_ADMIN_KEY: 'bench-admin',
+  });
+  const db = createPool(url, { max: 10 });
+  const tmp = mkdtempSync(path.join(os.tmpdir(), 'order-saga-idle-'));
+  try {
+    const sku = `BENCH-IDLE-${Date.now()}`;
+    await db.query({
+      text: `INSERT INTO products (sku, name, price_cents, stock, initial_stock) SELECT $1 || '-' || g, 'bench', 100, 1000000, 1000000 FROM generate_series(0, 9) g`,
+      values: [sku],
+    });
+    const workflowBundle = await bundleWorkflowCode({
+      workflowsPath: path.join(__dirname, 'workflows.ts'),
+      logger: quiet,
+    });
+    const activities = {
+      ...createActivities({ db, provider: createProviderClient({ baseUrl: provider.url, apiKey: 'bench-key' }) }),
+      noop: async () => undefined,
+    };
+    const steps: IdleStep[] = [];
+    let seq = 0;
+    const values: Record<string, unknown> = {};
+    for (let s = 0; s <= settings.length; s++) {
+      const added = s === 0 ? undefined : settings[s - 1]!;
+      if (added) Object.assign(values, added.values);
+      const label = added ? `+ ${added.name}` : "the dev server's defaults";
+      progress(`idle latency ${s + 1}/${settings.length + 1}: ${label}…`);
+      const env = await startDevServer({
+        logLevel: 'error',
+        dbFilename: path.join(tmp, `step-${s}.db`),
+        latencySettings: false,
+        dynamicConfig: { ...values },
+      });
+      try {
+        const taskQueue = `bench-idle-${s}`;
+        const worker = await Worker.create({
+          ...WORKER_TUNING,
+          connection: env.nativeConnection,
+          taskQueue,
+          workflowBundle,
+          activities,
+        });
+        const one = async (kind: 'saga' | 'floor'): Promise<number> => {
+          const i = seq++;
+          const t = Date.now();
+          if (kind === 'floor') {
+            await env.client.workflow.execute('noopSaga', { taskQueue, workflowId: `bench-idle-floor-${i}` });
+            return Date.now() - t;
+          }
+          const order: OrderInput = {
+            orderId: `bench-idle-${Date.now()}-${i}`,
+            customerId: `bench-idle-${i}`,
+            currency: 'USD',
+            paymentMethod: 'tok_visa',
+            items: [{ sku: `${sku}-${i % 10}`, qty: 1, unitPriceCents: 100 }],
+          };
+          const r = (await env.client.workflow.execute('orderSaga', {
+            taskQueue,
+            workflowId: workflowIdFor(order.orderId),
+            args: [order],
+          })) as { status: string };
+          if (r.status !== 'COMPLETED') throw new Error(`idle-latency saga ended ${r.status}`);
+          return Date.now() - t;
+        };
+        const step = await worker.runUntil(async () => {
+          await one('saga');
+          await one('floor');
+          const saga: number[] = [];
+          const floor: number[] = [];
+          for (let i = 0; i < opts.orders; i++) {
+            saga.push(await one('saga'));
+            floor.push(await one('floor'));
+          }
+          const sorted = [...saga].sort((a, b) => a - b);
+          return { p50: median(saga), p90: percentile(sorted, 90), floorP50: median(floor) };
+        });
+        steps.push({ setting: added ? added.name : 'defaults', values: { ...values }, ...step });
+      } finally {
+        await env.teardown();
+      }
+    }
+    progress('');
+    return steps;
+  } finally {
+    await db.end();
+    await stopProcess(provider.child);
+    rmSync(tmp, { recursive: true, force: true });
+  }
+}
