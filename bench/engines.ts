@@ -202,7 +202,7 @@ export async function measureEngines(
     engines.push({
       key: 'dbos',
       name: `DBOS ${version('@dbos-inc/dbos-sdk')}`,
-      persists: `a row per step in its system database (operation_outputs), one Postgres commit each (${pgSync})`,
+      persists: `a row per step in its system database (operation_outputs), its own transaction each, plus the workflow's status row at start and end (Postgres ${pgSync})`,
       handle: await startDbos({ systemDatabaseUrl: sysUrl.toString(), steps }),
     });
 
@@ -213,7 +213,7 @@ export async function measureEngines(
       key: 'restate',
       name: `Restate ${version('@restatedev/restate-server')}`,
       persists:
-        'a journal entry per step appended to its log (Bifrost, replicated loglet ×1, RocksDB), WAL fsynced before the ack (group commit)',
+        'a journal entry per step appended to its log (Bifrost, replicated loglet ×1, RocksDB) and acknowledged once stored; the WAL is fsynced (fdatasync), concurrent appends share one sync',
       handle: await startRestate({ steps, ports, orderTimeoutMs: ORDER_TIMEOUT_MS }),
     });
 

@@ -4,7 +4,8 @@
  *
  * What it persists, with DBOS's defaults (nothing here changes them): the workflow's status row and
  * its input when it starts, then one row per completed step in `operation_outputs` (the step's output,
- * written in its own transaction right after the step), then the status row with the result. Each is
+ * written in its own transaction right after the step: `recordOperationResult` in the SDK's
+ * system_database.js), then the status row with the result. Each is
  * a commit on Postgres, so each is flushed to Postgres's WAL before the step returns when the server's
  * `synchronous_commit` is on (the default; bench/engines.ts reads it and reports it).
  * DBOS runs in the bench process: the workflow code and its steps run there.

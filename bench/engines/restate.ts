@@ -7,8 +7,9 @@
  * `ctx.run` result is a journal entry the server appends to its log (Bifrost, the `replicated`
  * loglet provider, replication 1, stored by the node's own log-server in RocksDB) and acknowledges
  * to the handler only once stored; the log-server's RocksDB WAL is fsynced on write
- * (`log-server.rocksdb-disable-wal-fsync = false` in `restate-server --dump-config`), with concurrent
- * appends grouped into one write. The partition processor applies the log to its own RocksDB store
+ * (`log-server.rocksdb-disable-wal-fsync = false` in `restate-server --dump-config`; strace of the
+ * server under this bench shows fdatasync calls all through the rounds), with concurrent appends
+ * grouped into one write. The partition processor applies the log to its own RocksDB store
  * (its WAL not fsynced per entry: the log is the durable copy).
  */
 import './promise-with-resolvers'; // before the SDK: it needs Promise.withResolvers (Node 22)
