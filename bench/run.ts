@@ -8,6 +8,8 @@
  *                  floor (the five steps as no-op activities) and the like-for-like floor (the same
  *                  steps local or regular as the saga runs them), dev server; the saga without the
  *                  payload codec; CPU per workflow by process
+ *   engines        the saga's essential work on other engines (engines.ts): plain Node, DBOS and
+ *                  Restate, on the same Postgres and provider (bench/engines/, installed on first use)
  *   commit-path    the commit path (commit-path.ts): CAS against pgbench's single-row UPDATE, same
  *                  database
  *   lock-queue     the lock queue (lock-queue.ts): 100 × 200 ms and 20 × 50 ms on one hot row, FOR
@@ -28,6 +30,7 @@ import { measureCommitPath } from './commit-path';
 import { measureContention } from './contention';
 import { LOCK_QUEUE_CASES, measureLockQueue } from './lock-queue';
 import { ratio, say } from './measure';
+import { enginesTable, measureEngines, type EngineSide, type EnginesOptions } from './engines';
 import { measureIdleLatency, type IdleStep } from './idle-latency';
 import { measureSagaOverhead, type SagaOverheadResult } from './saga-overhead';
 import type { CellResult } from './strategies';
@@ -40,7 +43,7 @@ const LANES = 4;
 const SKU_LEVELS = [1, 10, 1000];
 
 /** The values of --only, one per section. */
-const SECTIONS = ['contention', 'idle-latency', 'saga-overhead', 'commit-path', 'lock-queue'] as const;
+const SECTIONS = ['contention', 'idle-latency', 'saga-overhead', 'engines', 'commit-path', 'lock-queue'] as const;
 type Section = (typeof SECTIONS)[number];
 
 interface Target {
@@ -185,9 +188,35 @@ function commitPathTarget(commit: { ratio?: number }): Target {
   };
 }
 
+/** The engines' table, with the Temporal saga's row from the saga-overhead section when it ran. */
+function reportEngines(engines: EngineSide[] | string, opts: EnginesOptions, saga?: SagaOverheadResult): void {
+  say(
+    `\nEngines: the saga's essential work (createOrder, reserve, charge through the provider, ship, confirm: the project's own activities) on each engine, same Postgres and provider; ${opts.idleOrders} orders one at a time, then ${opts.rounds} rounds of ${opts.orders} with ${opts.concurrency} in flight (ABBA); CPU per order by process:\n`,
+  );
+  if (typeof engines === 'string') {
+    say(`not measured: ${engines}`);
+    return;
+  }
+  const sides: EngineSide[] = saga
+    ? [
+        {
+          engine: 'Temporal saga (dev server; saga-overhead section)',
+          idle: { p50: saga.idle.saga, p90: saga.idleSagaP90 },
+          perSecond: saga.saga.perSecond,
+          cpuMsPerOrder: saga.saga.cpuMs,
+          cpuTotal: saga.saga.cpuTotal,
+          persists:
+            "every event of the run's history in the dev server's SQLite file (WAL, synchronous=normal: kept across a crash of the process, not a power cut)",
+        },
+        ...engines,
+      ]
+    : engines;
+  say(enginesTable(sides, opts));
+}
+
 function reportSagaOverhead(o: SagaOverheadResult, orders: number, rounds: number): void {
   say(
-    `\nSaga overhead (dev server, ${orders} workflows × ${rounds} rounds, 20 in flight, rounds in ABBA order; the floors are the five essential steps as no-ops: all regular activities, and like for like, local or regular as the saga runs them):\n`,
+    `\nSaga overhead (dev server, history in a SQLite file as npm start keeps it, ${orders} workflows × ${rounds} rounds, 20 in flight, rounds in ABBA order; the floors are the five essential steps as no-ops: all regular activities, and like for like, local or regular as the saga runs them):\n`,
   );
   say('| workflow | per s | p50 ms | p99 ms | one order, idle stack (ms) | history events |');
   say('|---|---:|---:|---:|---:|---:|');
@@ -277,8 +306,30 @@ async function main(): Promise<void> {
           { orders: sagaOrders, concurrency: 20, rounds: sagaRounds },
         )
       : undefined;
+    const enginesOpts: EnginesOptions = quick
+      ? { idleOrders: 10, orders: 40, concurrency: 20, rounds: 2 }
+      : { idleOrders: 20, orders: 150, concurrency: 20, rounds: 4 };
+    let engines: EngineSide[] | string | undefined;
+    if (wanted('engines')) {
+      try {
+        engines = await measureEngines({ url: pg.url, dataDir: pgDir }, enginesOpts);
+      } catch (err) {
+        engines = (err as Error).message; // reported, and a failed target
+      }
+    }
     const machine = `${os.cpus().length} × ${os.cpus()[0]?.model.trim() ?? 'cpu'}, ${Math.round(os.totalmem() / 2 ** 30)} GiB, Node ${process.version}`;
-    const checks = targets(cells, idleLatency, sagaOverhead, commitPath);
+    const checks = [
+      ...targets(cells, idleLatency, sagaOverhead, commitPath),
+      ...(engines === undefined
+        ? []
+        : [
+            {
+              name: 'engines: every engine measured',
+              pass: typeof engines !== 'string',
+              detail: typeof engines === 'string' ? engines : engines.map((e) => e.engine).join(', '),
+            },
+          ]),
+    ];
 
     say(`\n## Benchmark (${quick ? 'quick' : 'full'}) — ${new Date().toISOString()}`);
     say(`machine: ${machine}; Postgres from the embedded binaries; pool size ${POOL_SIZE} for every strategy`);
@@ -321,6 +372,7 @@ async function main(): Promise<void> {
       }
     }
     if (sagaOverhead) reportSagaOverhead(sagaOverhead, sagaOrders, sagaRounds);
+    if (engines !== undefined) reportEngines(engines, enginesOpts, sagaOverhead);
     if (commitPath)
       say(
         `\nCommit path (1000 keys, ${WORKERS} clients, ${commitSeconds} s): CAS commit path ${commitPath.cas} tps, pgbench ${commitPath.pgbench ?? '-'} tps → ratio ${commitPath.ratio ?? '-'}${commitPath.note ? ` (${commitPath.note})` : ''}\n`,
@@ -337,7 +389,7 @@ async function main(): Promise<void> {
     mkdirSync(dir, { recursive: true });
     writeFileSync(
       path.join(dir, 'latest.json'),
-      `${JSON.stringify({ quick, machine, poolSize: POOL_SIZE, workers: WORKERS, logicMs: LOGIC_MS, lanes: LANES, cells, lockQueue, idleLatency, sagaOverhead, commitPath, targets: checks, at: new Date().toISOString() }, null, 2)}\n`,
+      `${JSON.stringify({ quick, machine, poolSize: POOL_SIZE, workers: WORKERS, logicMs: LOGIC_MS, lanes: LANES, cells, lockQueue, idleLatency, sagaOverhead, engines, commitPath, targets: checks, at: new Date().toISOString() }, null, 2)}\n`,
     );
     writeFileSync(
       path.join(dir, 'latest.svg'),

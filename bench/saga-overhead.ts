@@ -5,6 +5,8 @@
  * worker's settings; and the same saga without the payload codec, for the codec's cost. CPU per
  * workflow by process (dev server, worker, provider, Postgres) for each, from /proc (`cpu.ts`).
  */
+import { mkdtempSync, rmSync } from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { Client } from '@temporalio/client';
@@ -55,6 +57,8 @@ export interface SagaOverheadResult {
   likeCpuRatio: number;
   /** One order on an idle stack, end to end (median of a few, one at a time). */
   idle: { saga: number; floor: number; like: number; plain: number };
+  /** The saga's idle p90 (the engines table gives p50 and p90). */
+  idleSagaP90: number;
   /** Events in one happy-path saga's history, and in one run of each floor. */
   historyEvents: { saga: number; floor: number; like: number };
   /**
@@ -74,6 +78,8 @@ export interface SagaOverheadOptions {
 }
 
 const KINDS = ['floor', 'like', 'saga', 'plain'] as const;
+/** Orders of each kind one at a time on the idle stack, after a warm-up of each. */
+const IDLE_ORDERS = 10;
 type Kind = (typeof KINDS)[number];
 
 /** One round of one kind: its throughput, its latencies, and CPU-ms per workflow by process. */
@@ -99,7 +105,13 @@ export async function measureSagaOverhead(
   const dataConverter = dataConverterFor(
     parseKeyList(`bench-1:${randomBytes(32).toString('base64')}`, 'the bench key'),
   );
-  const env = await startDevServer({ logLevel: 'error', client: { dataConverter } });
+  // History in a SQLite file, as npm start keeps it (the engines beside it sync every step too).
+  const historyDir = mkdtempSync(path.join(os.tmpdir(), 'order-saga-bench-history-'));
+  const env = await startDevServer({
+    logLevel: 'error',
+    dbFilename: path.join(historyDir, 'temporal.db'),
+    client: { dataConverter },
+  });
   const provider = await startProviderProcess({
     DATABASE_URL: url,
     PROVIDER_PORT: '0',
@@ -208,8 +220,8 @@ export async function measureSagaOverhead(
         // The idle stack first: one order at a time, alternating, after one warm-up of each.
         const idle: Record<Kind, number[]> = { saga: [], floor: [], like: [], plain: [] };
         for (const kind of KINDS) await one(kind);
-        for (let i = 0; i < 5; i++) {
-          progress(`saga overhead idle ${i + 1}/5: one order at a time…`);
+        for (let i = 0; i < IDLE_ORDERS; i++) {
+          progress(`saga overhead idle ${i + 1}/${IDLE_ORDERS}: one order at a time…`);
           for (const kind of KINDS) idle[kind].push(await one(kind));
         }
         // Under load: rounds in ABBA order (floor, saga, plain, then the reverse, …), so a drift over the
@@ -285,6 +297,10 @@ export async function measureSagaOverhead(
             like: median(idle.like),
             plain: median(idle.plain),
           },
+          idleSagaP90: percentile(
+            [...idle.saga].sort((a, b) => a - b),
+            90,
+          ),
           historyEvents: { saga: sagaEvents!.length, floor: floorEvents!.length, like: likeEvents!.length },
           kinds: { saga: kindsOf(sagaEvents!), like: kindsOf(likeEvents!) },
         };
@@ -297,5 +313,6 @@ export async function measureSagaOverhead(
     await db.end();
     await stopProcess(provider.child);
     await env.teardown();
+    rmSync(historyDir, { recursive: true, force: true });
   }
 }

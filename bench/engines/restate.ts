@@ -112,28 +112,30 @@ export const startRestate: StartRestate = async (opts) => {
     );
     // The server asks GitHub for its latest release at start, whatever the config says. It runs in
     // a mount namespace of its own whose /etc/resolv.conf and /etc/hosts name only loopback, so that
-    // lookup goes to 127.0.0.1 and fails: nothing leaves the machine. Without `unshare`, it runs as is.
+    // lookup goes to 127.0.0.1 and fails: nothing leaves the machine. Where no mount namespace can be
+    // made (not root, say), the server is not started at all.
     writeFileSync(path.join(dir, 'resolv.conf'), 'nameserver 127.0.0.1\noptions attempts:1 timeout:1\n');
     writeFileSync(path.join(dir, 'hosts'), '127.0.0.1 localhost\n::1 localhost\n');
     const args = ['--no-logo', '--config-file', path.join(dir, 'restate.toml')];
-    const isolated = process.platform === 'linux' && canUnshare();
-    const [cmd, argv] = isolated
-      ? [
-          'unshare',
-          [
-            '--mount',
-            '--propagation',
-            'private',
-            'sh',
-            '-c',
-            'mount --bind "$0" /etc/resolv.conf && mount --bind "$1" /etc/hosts && b="$2" && shift 2 && exec "$b" "$@"',
-            path.join(dir, 'resolv.conf'),
-            path.join(dir, 'hosts'),
-            serverBinary(),
-            ...args,
-          ],
-        ]
-      : [serverBinary(), args];
+    if (process.platform !== 'linux' || !canUnshare())
+      throw new Error(
+        'restate: not run: restate-server looks up its latest release on the internet at start, and `unshare --mount` (root on Linux) is needed to keep that lookup on loopback',
+      );
+    const [cmd, argv] = [
+      'unshare',
+      [
+        '--mount',
+        '--propagation',
+        'private',
+        'sh',
+        '-c',
+        'mount --bind "$0" /etc/resolv.conf && mount --bind "$1" /etc/hosts && b="$2" && shift 2 && exec "$b" "$@"',
+        path.join(dir, 'resolv.conf'),
+        path.join(dir, 'hosts'),
+        serverBinary(),
+        ...args,
+      ],
+    ];
     let said = '';
     child = spawn(cmd as string, argv as string[], {
       cwd: dir,
