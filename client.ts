@@ -8,6 +8,7 @@
 import { Command, CommanderError } from '@commander-js/extra-typings';
 import type { Client } from '@temporalio/client';
 import { readConfig, type AppConfig } from './lib/config';
+import { startTracing } from './platform/tracing';
 import { register as cancel } from './cli/cancel';
 import { register as check } from './cli/check';
 import { CliError, createContext, EXIT, type CliContext, type Out } from './cli/context';
@@ -88,5 +89,12 @@ export async function runCli(
 }
 
 if (require.main === module) {
-  void runCli(process.argv.slice(2)).then((code) => process.exit(code));
+  // Off unless OTEL_EXPORTER_OTLP_ENDPOINT is set; on, the spans are sent before the process exits.
+  const tracing = startTracing('order-saga-client');
+  void runCli(process.argv.slice(2))
+    .then(async (code) => {
+      await tracing?.shutdown().catch(() => undefined);
+      return code;
+    })
+    .then((code) => process.exit(code));
 }
