@@ -19,7 +19,7 @@ const ms = (v: number): string => (v >= 100 ? v.toFixed(0) : v >= 10 ? v.toFixed
 function tickStep(total: number): number {
   const raw = Math.max(total, 1) / 8;
   const p = 10 ** Math.floor(Math.log10(raw));
-  return ([1, 2, 5, 10].map((m) => m * p).find((s) => s >= raw) ?? 10 * p) as number;
+  return [1, 2, 5, 10].map((m) => m * p).find((s) => s >= raw) ?? 10 * p;
 }
 
 /**
