@@ -89,9 +89,16 @@ export async function runCli(
 }
 
 if (require.main === module) {
-  // Off unless OTEL_EXPORTER_OTLP_ENDPOINT is set; on, the spans are sent before the process exits.
+  // Off unless OTEL_EXPORTER_OTLP_ENDPOINT is set; on, the whole command is one trace (its Temporal
+  // calls inside one span), sent before the process exits.
   const tracing = startTracing('order-saga-client');
-  void runCli(process.argv.slice(2))
+  const argv = process.argv.slice(2);
+  const run = (): Promise<number> => runCli(argv);
+  void (
+    tracing
+      ? tracing.tracer().startActiveSpan(`client.ts ${argv[0] ?? ''}`.trim(), (span) => run().finally(() => span.end()))
+      : run()
+  )
     .then(async (code) => {
       await tracing?.shutdown().catch(() => undefined);
       return code;
