@@ -97,7 +97,11 @@ export function startTracing(serviceName: string, opts: TracingOptions = {}): Tr
   const env = opts.env ?? process.env;
   const global = opts.global ?? true;
   if (!opts.endpoint && !tracingRequested(env)) return undefined;
-  if (global && processWide) return processWide;
+  if (global && processWide) {
+    if (opts.endpoint && processWide.url !== `${opts.endpoint.replace(/\/$/, '')}/v1/traces`)
+      throw new Error(`tracing is already on in this process, to ${processWide.url}`);
+    return processWide;
+  }
 
   const api = load<Api>('@opentelemetry/api');
   const { NodeTracerProvider } = load<SdkNode>('@opentelemetry/sdk-trace-node');
@@ -130,7 +134,8 @@ export function startTracing(serviceName: string, opts: TracingOptions = {}): Tr
         new HttpInstrumentation({
           // Outgoing node:http only inside a span, and never the exporter's own posts to the collector.
           requireParentforOutgoingSpans: true,
-          ignoreOutgoingRequestHook: (req) => req.port === target.port && req.hostname === target.hostname,
+          ignoreOutgoingRequestHook: (req) =>
+            String(req.port ?? '') === target.port && (req.hostname ?? req.host) === target.hostname,
           // Metrics scrapes are not part of any order; nor is an OTLP receiver's own traffic (the bench runs one in-process).
           ignoreIncomingRequestHook: (req) => /^\/(metrics|stats|v1\/traces)\b/.test(req.url ?? ''),
         }),
