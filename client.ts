@@ -8,6 +8,7 @@
 import { Command, CommanderError } from '@commander-js/extra-typings';
 import type { Client } from '@temporalio/client';
 import { readConfig, type AppConfig } from './lib/config';
+import { startTracing } from './platform/tracing';
 import { register as cancel } from './cli/cancel';
 import { register as check } from './cli/check';
 import { CliError, createContext, EXIT, type CliContext, type Out } from './cli/context';
@@ -88,5 +89,19 @@ export async function runCli(
 }
 
 if (require.main === module) {
-  void runCli(process.argv.slice(2)).then((code) => process.exit(code));
+  // Off unless OTEL_EXPORTER_OTLP_ENDPOINT is set; on, the whole command is one trace (its Temporal
+  // calls inside one span), sent before the process exits.
+  const tracing = startTracing('order-saga-client');
+  const argv = process.argv.slice(2);
+  const run = (): Promise<number> => runCli(argv);
+  void (
+    tracing
+      ? tracing.tracer().startActiveSpan(`client.ts ${argv[0] ?? ''}`.trim(), (span) => run().finally(() => span.end()))
+      : run()
+  )
+    .then(async (code) => {
+      await tracing?.shutdown().catch(() => undefined);
+      return code;
+    })
+    .then((code) => process.exit(code));
 }

@@ -26,6 +26,7 @@ import { DEFAULT_PORTS, readConfig, type AppConfig } from './lib/config';
 import { DEPLOYMENT_NAME, makeVersionCurrent, orderTaskQueues, resolveBuildId, versionName } from './lib/deployments';
 import { jsonApp, jsonServer, rawPath } from './platform/http';
 import { dataConverterFor, requirePayloadKeys } from './platform/payload-codec';
+import { activeTracing, startTracing, type Tracing } from './platform/tracing';
 import { createProviderClient } from './provider/client';
 import { DEFAULT_SAGA_CONFIG } from './workflows/order-saga';
 
@@ -88,6 +89,8 @@ export async function createOrderWorkers(
     versioning?: WorkerVersioning;
     /** The payload codec and failure converter; by default from the keys in the environment (PAYLOAD_KEYS…). */
     dataConverter?: DataConverter;
+    /** Tracing's interceptors and sink; by default the process's (startTracing), off when it has none. */
+    tracing?: Tracing;
   } = {},
 ): Promise<OrderWorkers> {
   if (!cfg.databaseUrl && !extra.db) throw new Error('DATABASE_URL is required');
@@ -125,7 +128,10 @@ export async function createOrderWorkers(
     sweeperStats,
   });
   const versioned = deploymentOptions(extra.versioning);
+  const tracing = extra.tracing ?? activeTracing();
+  const traced = tracing?.workerOptions({ prebuiltBundle: !!extra.workflowBundle });
   const main = await Worker.create({
+    ...traced,
     ...WORKER_TUNING,
     ...versioned,
     connection,
@@ -147,6 +153,7 @@ export async function createOrderWorkers(
         dataConverter,
         taskQueue: laneTaskQueue(cfg.taskQueue, n),
         activities: { reserveInventorySerial: activities.reserveInventorySerial },
+        ...(traced ? { interceptors: { activity: traced.interceptors?.activity ?? [] } } : {}),
         maxConcurrentActivityTaskExecutions: 1, // the lane: one task at a time
       }),
     );
@@ -290,6 +297,8 @@ function workerLogLevel(v: string | undefined): (typeof LOG_LEVELS)[number] {
 }
 
 async function main(): Promise<void> {
+  // First: off (no OTEL_EXPORTER_OTLP_ENDPOINT), nothing; on, the pool, the provider client and the workers get traced.
+  const tracing = startTracing('order-saga-worker');
   const cfg = readConfig();
   const runtimeMetrics = process.env.TEMPORAL_METRICS_ADDRESS ?? `127.0.0.1:${DEFAULT_PORTS.temporalMetrics}`;
   // The SDK's own lines at WARN (WORKER_LOG_LEVEL to change): its INFO lines say each worker started,
@@ -331,6 +340,7 @@ async function main(): Promise<void> {
     await w.db.end();
     if (w.reader !== w.db) await w.reader.end();
     await connection.close();
+    await tracing?.shutdown();
   }
 }
 

@@ -5,6 +5,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Client, Connection } from '@temporalio/client';
 import { dataConverterFor, requirePayloadKeys } from '../platform/payload-codec';
+import { activeTracing } from '../platform/tracing';
 import { listUrl, runUrl, type AppConfig } from '../lib/config';
 import { openOrderStore, type OrderStore, type StoreRole } from '../lib/order-store';
 
@@ -85,7 +86,14 @@ async function connect(cfg: AppConfig): Promise<Client> {
   }
   try {
     const connection = await Connection.connect({ address: cfg.temporalAddress, connectTimeout: '5s' });
-    return new Client({ connection, namespace: cfg.namespace, dataConverter });
+    // Tracing on (client.ts's main started it): each start, signal and query is a span, its context in the headers.
+    const tracing = activeTracing();
+    return new Client({
+      connection,
+      namespace: cfg.namespace,
+      dataConverter,
+      ...(tracing ? { interceptors: tracing.clientInterceptors() } : {}),
+    });
   } catch (err) {
     throw new CliError(
       `cannot reach Temporal at ${cfg.temporalAddress}: ${(err as Error).message} (is "npm start" running?)`,

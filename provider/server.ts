@@ -8,6 +8,7 @@ import type { AddressInfo } from 'node:net';
 import type { Pool } from 'pg';
 import { createPool, WARM_CONNECTIONS } from '../db/pool';
 import { jsonServer } from '../platform/http';
+import { startTracing } from '../platform/tracing';
 import { DEV_PROVIDER_ADMIN_KEY, DEV_PROVIDER_API_KEY, PROVIDER_ADMIN_PORT, PROVIDER_PORT } from './defaults';
 import { FaultBook } from './faults';
 import { openLedger } from './ledger';
@@ -64,6 +65,8 @@ export async function startProvider(
 }
 
 if (require.main === module) {
+  // First: off (no OTEL_EXPORTER_OTLP_ENDPOINT), nothing; on, its HTTP requests and SQL become spans.
+  const tracing = startTracing('order-saga-provider');
   const databaseUrl = process.env.DATABASE_URL;
   if (!databaseUrl) {
     process.stderr.write('provider: DATABASE_URL is required\n');
@@ -94,7 +97,13 @@ if (require.main === module) {
       const stop = (): void => {
         admin.close();
         admin.closeAllConnections();
-        server.close(() => void pool.end().finally(() => process.exit(0)));
+        server.close(
+          () =>
+            void pool
+              .end()
+              .then(() => tracing?.shutdown())
+              .finally(() => process.exit(0)),
+        );
         server.closeAllConnections();
       };
       process.on('SIGINT', stop);

@@ -31,6 +31,7 @@ import {
   requirePayloadKeys,
 } from '../platform/payload-codec';
 import { startTsProcess, stopProcess } from '../platform/processes';
+import { tracingWorkflowModules } from '../platform/tracing';
 import { SWEEP_SCHEDULE_ID, upsertSchedule } from '../lib/schedules';
 import {
   DEPLOYMENT_NAME,
@@ -69,6 +70,8 @@ async function bundleWorkflows(): Promise<string> {
   const bundle = await bundleWorkflowCode({
     workflowsPath: require.resolve('../workflows'),
     failureConverterPath: FAILURE_CONVERTER_PATH,
+    // Tracing on (OTEL_EXPORTER_OTLP_ENDPOINT): the workflow interceptors go into the bundle, or its spans would be missing.
+    workflowInterceptorModules: tracingWorkflowModules(),
     logger: new DefaultLogger('WARN', ({ level, message }) =>
       process.stderr.write(`[start] workflow bundle: ${level}: ${message}\n`),
     ),
