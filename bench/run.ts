@@ -10,6 +10,8 @@
  *                  payload codec; CPU per workflow by process
  *   engines        the saga's essential work on other engines (engines.ts): plain Node, DBOS and
  *                  Restate, on the same Postgres and provider (bench/engines/, installed on first use)
+ *   trace          one order traced end to end (trace.ts): where its milliseconds go, and the
+ *                  waterfall of its spans (bench/results/latest-trace.svg)
  *   commit-path    the commit path (commit-path.ts): CAS against pgbench's single-row UPDATE, same
  *                  database
  *   lock-queue     the lock queue (lock-queue.ts): 100 × 200 ms and 20 × 50 ms on one hot row, FOR
@@ -33,6 +35,8 @@ import { ratio, say } from './measure';
 import { enginesTable, measureEngines, type EngineSide, type EnginesOptions } from './engines';
 import { measureIdleLatency, type IdleStep } from './idle-latency';
 import { measureSagaOverhead, type SagaOverheadResult } from './saga-overhead';
+import { traceOneOrder, type TraceResult } from './trace';
+import { formatTimeTable, renderWaterfall } from './waterfall';
 import type { CellResult } from './strategies';
 
 const ROOT = path.resolve(__dirname, '..');
@@ -43,7 +47,15 @@ const LANES = 4;
 const SKU_LEVELS = [1, 10, 1000];
 
 /** The values of --only, one per section. */
-const SECTIONS = ['contention', 'idle-latency', 'saga-overhead', 'engines', 'commit-path', 'lock-queue'] as const;
+const SECTIONS = [
+  'contention',
+  'idle-latency',
+  'saga-overhead',
+  'engines',
+  'trace',
+  'commit-path',
+  'lock-queue',
+] as const;
 type Section = (typeof SECTIONS)[number];
 
 interface Target {
@@ -257,7 +269,7 @@ async function main(): Promise<void> {
   });
   if (values.help) {
     say(`Usage: npm run bench [-- --quick] [-- --only ${SECTIONS.join('|')}]`);
-    say('  quick: under 4 minutes; the full run takes about 10. --only runs one section and prints its targets;');
+    say('  quick: about 6 minutes; the full run about 15. --only runs one section and prints its targets;');
     say("  it does not write bench/results/ (that is the full table's).");
     return;
   }
@@ -317,6 +329,7 @@ async function main(): Promise<void> {
         engines = (err as Error).message; // reported, and a failed target
       }
     }
+    const trace: TraceResult | undefined = wanted('trace') ? await traceOneOrder(pg.url, { warmUps: 5 }) : undefined;
     const machine = `${os.cpus().length} × ${os.cpus()[0]?.model.trim() ?? 'cpu'}, ${Math.round(os.totalmem() / 2 ** 30)} GiB, Node ${process.version}`;
     const checks = [
       ...targets(cells, idleLatency, sagaOverhead, commitPath),
@@ -373,6 +386,13 @@ async function main(): Promise<void> {
     }
     if (sagaOverhead) reportSagaOverhead(sagaOverhead, sagaOrders, sagaRounds);
     if (engines !== undefined) reportEngines(engines, enginesOpts, sagaOverhead);
+    if (trace) {
+      say(
+        `\nOne order, traced (dev server with the latency settings, after 5 warm-up orders; trace ${trace.traceId}; one sample):\n`,
+      );
+      say(formatTimeTable(trace));
+      say(`\nlargest span: ${trace.largest.name}, ${trace.largest.durationMs} ms`);
+    }
     if (commitPath)
       say(
         `\nCommit path (1000 keys, ${WORKERS} clients, ${commitSeconds} s): CAS commit path ${commitPath.cas} tps, pgbench ${commitPath.pgbench ?? '-'} tps → ratio ${commitPath.ratio ?? '-'}${commitPath.note ? ` (${commitPath.note})` : ''}\n`,
@@ -389,7 +409,7 @@ async function main(): Promise<void> {
     mkdirSync(dir, { recursive: true });
     writeFileSync(
       path.join(dir, 'latest.json'),
-      `${JSON.stringify({ quick, machine, poolSize: POOL_SIZE, workers: WORKERS, logicMs: LOGIC_MS, lanes: LANES, cells, lockQueue, idleLatency, sagaOverhead, engines, commitPath, targets: checks, at: new Date().toISOString() }, null, 2)}\n`,
+      `${JSON.stringify({ quick, machine, poolSize: POOL_SIZE, workers: WORKERS, logicMs: LOGIC_MS, lanes: LANES, cells, lockQueue, idleLatency, sagaOverhead, engines, trace, commitPath, targets: checks, at: new Date().toISOString() }, null, 2)}\n`,
     );
     writeFileSync(
       path.join(dir, 'latest.svg'),
@@ -398,7 +418,12 @@ async function main(): Promise<void> {
         `Contention matrix: ${WORKERS} workers × ${LOGIC_MS} ms logic, pool ${POOL_SIZE}, ${cellMs / 1000} s per cell — ${machine}`,
       ),
     );
-    say('wrote bench/results/latest.json and bench/results/latest.svg');
+    if (trace)
+      writeFileSync(
+        path.join(dir, 'latest-trace.svg'),
+        renderWaterfall(trace, `One order, traced: ${trace.spans.length} spans — ${machine}`),
+      );
+    say(`wrote bench/results/latest.json, latest.svg${trace ? ' and latest-trace.svg' : ''}`);
   } finally {
     await db.end();
     await pg.stop();

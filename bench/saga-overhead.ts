@@ -109,6 +109,8 @@ export async function measureSagaOverhead(
   const historyDir = mkdtempSync(path.join(os.tmpdir(), 'order-saga-bench-history-'));
   const env = await startDevServer({
     logLevel: 'error',
+    // BENCH_LATENCY_SETTINGS=off: the dev server's own defaults, to measure the settings under load.
+    latencySettings: process.env.BENCH_LATENCY_SETTINGS !== 'off',
     dbFilename: path.join(historyDir, 'temporal.db'),
     client: { dataConverter },
   });
