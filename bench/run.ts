@@ -387,6 +387,11 @@ async function main(): Promise<void> {
     if (sagaOverhead) reportSagaOverhead(sagaOverhead, sagaOrders, sagaRounds);
     if (engines !== undefined) reportEngines(engines, enginesOpts, sagaOverhead);
     if (trace) {
+      // The waterfall is the trace section's own file: written by --only trace too.
+      const svg = path.join(ROOT, 'bench', 'results', 'latest-trace.svg');
+      mkdirSync(path.dirname(svg), { recursive: true });
+      writeFileSync(svg, renderWaterfall(trace, `One order, traced: ${trace.spans.length} spans — ${machine}`));
+      say(`\nwrote bench/results/latest-trace.svg`);
       say(
         `\nOne order, traced (dev server with the latency settings, after 5 warm-up orders; trace ${trace.traceId}; one sample):\n`,
       );
@@ -418,12 +423,7 @@ async function main(): Promise<void> {
         `Contention matrix: ${WORKERS} workers × ${LOGIC_MS} ms logic, pool ${POOL_SIZE}, ${cellMs / 1000} s per cell — ${machine}`,
       ),
     );
-    if (trace)
-      writeFileSync(
-        path.join(dir, 'latest-trace.svg'),
-        renderWaterfall(trace, `One order, traced: ${trace.spans.length} spans — ${machine}`),
-      );
-    say(`wrote bench/results/latest.json, latest.svg${trace ? ' and latest-trace.svg' : ''}`);
+    say('wrote bench/results/latest.json and bench/results/latest.svg');
   } finally {
     await db.end();
     await pg.stop();
