@@ -19,14 +19,14 @@ import { existsSync, readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { DefaultLogger } from '@temporalio/worker';
-import { createActivities } from '../activities';
+import type { OrderActivities } from '../activities';
 import { createPool } from '../db/pool';
 import { chargeKeyFor, orderTotalCents, workflowIdFor, type OrderInput } from '../domain/order';
-import { freePort, startProviderProcess, stopProcess } from '../platform/processes';
-import { createProviderClient } from '../provider/client';
+import { freePort, stopProcess } from '../platform/processes';
 import { cpuMsByTree, cpuTotal, postmasterPid } from './cpu';
 import type { EngineHandle, OrderSteps, StartDbos, StartRestate } from './engines/types';
 import { concurrentLoops, percentile, progress } from './measure';
+import { benchActivities, insertBenchProducts, startBenchProvider } from './stack';
 
 export interface EngineSide {
   engine: string;
@@ -91,7 +91,7 @@ async function load<T>(file: string): Promise<T> {
  * as a Temporal worker gives it (the activities read their caller's run ID and heartbeat through it),
  * with the engine's run ID in the workflow ID's place; a quiet logger.
  */
-function orderSteps(acts: ReturnType<typeof createActivities>): OrderSteps {
+function orderSteps(acts: OrderActivities): OrderSteps {
   const logger = new DefaultLogger('ERROR', () => undefined);
   const inActivity = <R>(name: string, orderId: string, runId: string, fn: () => Promise<R>): Promise<R> =>
     new MockActivityEnvironment(
@@ -160,19 +160,11 @@ export async function measureEngines(
 ): Promise<EngineSide[]> {
   await ensureEnginesInstalled();
   progress('engines: starting the provider…');
-  const provider = await startProviderProcess({
-    DATABASE_URL: pg.url,
-    PROVIDER_PORT: '0',
-    PROVIDER_ADMIN_PORT: '0',
-    PROVIDER_API_KEY: 'bench-key',
-    PROVIDER_ADMIN_KEY: 'bench-admin',
-  });
+  const provider = await startBenchProvider(pg.url);
   const db = createPool(pg.url, { max: 20 });
   const engines: Engine[] = [];
   try {
-    const steps = orderSteps(
-      createActivities({ db, provider: createProviderClient({ baseUrl: provider.url, apiKey: 'bench-key' }) }),
-    );
+    const steps = orderSteps(benchActivities(db, provider.url));
     const setting = async (name: string): Promise<string> =>
       (await db.query<{ v: string }>(`SELECT current_setting('${name}') AS v`)).rows[0]!.v;
     const pgSync = `synchronous_commit=${await setting('synchronous_commit')}, fsync=${await setting('fsync')}`;
@@ -219,10 +211,7 @@ export async function measureEngines(
 
     // Products to order: 100 SKUs with stock for any run, as saga-overhead.ts makes them.
     const sku = `BENCH-ENG-${Date.now()}`;
-    await db.query({
-      text: `INSERT INTO products (sku, name, price_cents, stock, initial_stock) SELECT $1 || '-' || g, 'bench', 100, 1000000, 1000000 FROM generate_series(0, 99) g`,
-      values: [sku],
-    });
+    await insertBenchProducts(db, sku, 100);
     let seq = 0;
     const stamp = Date.now();
     const one = async (e: Engine): Promise<number> => {

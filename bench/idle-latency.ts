@@ -8,15 +8,14 @@ import path from 'node:path';
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import { bundleWorkflowCode, Worker } from '@temporalio/worker';
-import { createActivities } from '../activities';
 import { createPool } from '../db/pool';
 import { workflowIdFor, type OrderInput } from '../domain/order';
-import { startProviderProcess, stopProcess } from '../platform/processes';
-import { createProviderClient } from '../provider/client';
+import { stopProcess } from '../platform/processes';
 import { LATENCY_SETTINGS, type LatencySetting } from '../servers/latency';
 import { startDevServer } from '../servers/temporal-dev';
 import { WORKER_TUNING } from '../worker';
 import { median, percentile, progress } from './measure';
+import { benchActivities, insertBenchProducts, startBenchProvider } from './stack';
 
 export interface IdleStep {
   /** What this step adds to the one before (the first: the dev server's defaults). */
@@ -37,27 +36,18 @@ export async function measureIdleLatency(
   opts: { orders: number; settings?: LatencySetting[] },
 ): Promise<IdleStep[]> {
   const settings = opts.settings ?? LATENCY_SETTINGS;
-  const provider = await startProviderProcess({
-    DATABASE_URL: url,
-    PROVIDER_PORT: '0',
-    PROVIDER_ADMIN_PORT: '0',
-    PROVIDER_API_KEY: 'bench-key',
-    PROVIDER_ADMIN_KEY: 'bench-admin',
-  });
+  const provider = await startBenchProvider(url);
   const db = createPool(url, { max: 10 });
   const tmp = mkdtempSync(path.join(os.tmpdir(), 'order-saga-idle-'));
   try {
     const sku = `BENCH-IDLE-${Date.now()}`;
-    await db.query({
-      text: `INSERT INTO products (sku, name, price_cents, stock, initial_stock) SELECT $1 || '-' || g, 'bench', 100, 1000000, 1000000 FROM generate_series(0, 9) g`,
-      values: [sku],
-    });
+    await insertBenchProducts(db, sku, 10);
     const workflowBundle = await bundleWorkflowCode({
       workflowsPath: path.join(__dirname, 'workflows.ts'),
       logger: quiet,
     });
     const activities = {
-      ...createActivities({ db, provider: createProviderClient({ baseUrl: provider.url, apiKey: 'bench-key' }) }),
+      ...benchActivities(db, provider.url),
       noop: async () => undefined,
     };
     const steps: IdleStep[] = [];

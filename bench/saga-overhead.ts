@@ -8,19 +8,16 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { randomBytes } from 'node:crypto';
 import { Client } from '@temporalio/client';
 import { bundleWorkflowCode, Worker, type WorkerOptions } from '@temporalio/worker';
-import { createActivities } from '../activities';
 import { createPool } from '../db/pool';
 import { workflowIdFor, type OrderInput } from '../domain/order';
-import { dataConverterFor, parseKeyList } from '../platform/payload-codec';
-import { startProviderProcess, stopProcess } from '../platform/processes';
-import { createProviderClient } from '../provider/client';
+import { stopProcess } from '../platform/processes';
 import { startDevServer } from '../servers/temporal-dev';
 import { WORKER_TUNING } from '../worker';
 import { cpuMsByTree, cpuMsPer, cpuTotal, findDescendant, postmasterPid } from './cpu';
 import { concurrentLoops, median, percentile, progress, ratio } from './measure';
+import { benchActivities, benchDataConverter, insertBenchProducts, startBenchProvider } from './stack';
 
 /** One kind of workflow under load: completed per second, and the latency percentiles (ms). */
 export interface Side {
@@ -102,9 +99,7 @@ export async function measureSagaOverhead(
   progress('saga overhead: starting the dev server and the provider…');
   // The saga and the floor run with the project's payload codec (a key of the bench's own); `plain`
   // runs the same saga without it, side by side, for the codec's cost.
-  const dataConverter = dataConverterFor(
-    parseKeyList(`bench-1:${randomBytes(32).toString('base64')}`, 'the bench key'),
-  );
+  const dataConverter = benchDataConverter();
   // History in a SQLite file, as npm start keeps it (the engines beside it sync every step too).
   const historyDir = mkdtempSync(path.join(os.tmpdir(), 'order-saga-bench-history-'));
   const env = await startDevServer({
@@ -114,13 +109,7 @@ export async function measureSagaOverhead(
     dbFilename: path.join(historyDir, 'temporal.db'),
     client: { dataConverter },
   });
-  const provider = await startProviderProcess({
-    DATABASE_URL: url,
-    PROVIDER_PORT: '0',
-    PROVIDER_ADMIN_PORT: '0',
-    PROVIDER_API_KEY: 'bench-key',
-    PROVIDER_ADMIN_KEY: 'bench-admin',
-  });
+  const provider = await startBenchProvider(url);
   const db = createPool(url, { max: 20 });
   const server = findDescendant(process.pid, /server start-dev/);
   if (!server) throw new Error('saga overhead: the dev server process was not found among this process’s children');
@@ -136,7 +125,7 @@ export async function measureSagaOverhead(
     const taskQueue = 'bench-saga';
     const plainQueue = 'bench-saga-plain';
     const activities = {
-      ...createActivities({ db, provider: createProviderClient({ baseUrl: provider.url, apiKey: 'bench-key' }) }),
+      ...benchActivities(db, provider.url),
       noop: async () => undefined,
     };
     // One worker with the production worker's settings, serving both workflows; its twin without the codec.
@@ -162,10 +151,7 @@ export async function measureSagaOverhead(
     });
     const plainClient = new Client({ connection: env.connection, namespace: env.namespace ?? 'default' });
     const sku = `BENCH-SAGA-${Date.now()}`;
-    await db.query({
-      text: `INSERT INTO products (sku, name, price_cents, stock, initial_stock) SELECT $1 || '-' || g, 'bench', 100, 1000000, 1000000 FROM generate_series(0, 99) g`,
-      values: [sku],
-    });
+    await insertBenchProducts(db, sku, 100);
     let seq = 0;
     let lastSagaId = '';
     let lastFloorId = '';

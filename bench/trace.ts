@@ -6,18 +6,17 @@
  * the activities', the worker's SQL and HTTP calls, the provider's requests and SQL, plus the
  * workflow's and activities' task times from its history. Everything is stopped on the way out.
  */
-import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Client } from '@temporalio/client';
 import { createPool } from '../db/pool';
 import { workflowIdFor, type OrderInput } from '../domain/order';
 import { readConfig } from '../lib/config';
-import { dataConverterFor, parseKeyList } from '../platform/payload-codec';
-import { startProviderProcess, stopProcess } from '../platform/processes';
+import { stopProcess } from '../platform/processes';
 import { startTracing, type Tracing } from '../platform/tracing';
 import { startDevServer } from '../servers/temporal-dev';
 import { createOrderWorkers } from '../worker';
 import { progress } from './measure';
+import { BENCH_PROVIDER_KEY, benchDataConverter, insertBenchProducts, startBenchProvider } from './stack';
 import { buildTrace, spansFromHistory, startOtlpReceiver, type RawSpan, type TraceResult } from './trace-model';
 
 export type { TraceResult, TraceSpan, Category } from './trace-model';
@@ -63,17 +62,10 @@ export async function traceOneOrder(url: string, opts: { warmUps?: number } = {}
     stops.push(() => clientTracing.shutdown());
 
     progress('trace: starting the dev server and the provider…');
-    const dataConverter = dataConverterFor(
-      parseKeyList(`bench-1:${randomBytes(32).toString('base64')}`, 'the bench key'),
-    );
+    const dataConverter = benchDataConverter();
     const env = await startDevServer({ logLevel: 'error' });
     stops.push(() => env.teardown());
-    const provider = await startProviderProcess({
-      DATABASE_URL: url,
-      PROVIDER_PORT: '0',
-      PROVIDER_ADMIN_PORT: '0',
-      PROVIDER_API_KEY: 'bench-key',
-      PROVIDER_ADMIN_KEY: 'bench-admin',
+    const provider = await startBenchProvider(url, {
       OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url,
       OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json',
       OTEL_SERVICE_NAME: PROVIDER_SERVICE,
@@ -90,7 +82,7 @@ export async function traceOneOrder(url: string, opts: { warmUps?: number } = {}
       temporalAddress: env.address,
       taskQueue,
       providerUrl: provider.url,
-      providerApiKey: 'bench-key',
+      providerApiKey: BENCH_PROVIDER_KEY,
     };
     progress('trace: bundling the workflows (with the tracing interceptors)…');
     const workers = await createOrderWorkers(cfg, env.nativeConnection, {
@@ -112,10 +104,7 @@ export async function traceOneOrder(url: string, opts: { warmUps?: number } = {}
     });
 
     const sku = `BENCH-TRACE-${Date.now()}`;
-    await db.query({
-      text: `INSERT INTO products (sku, name, price_cents, stock, initial_stock) SELECT $1 || '-' || g, 'bench', 100, 1000000, 1000000 FROM generate_series(0, 1) g`,
-      values: [sku],
-    });
+    await insertBenchProducts(db, sku, 2);
     const order = async (i: number): Promise<{ traceId: string; workflowId: string }> => {
       const input: OrderInput = {
         orderId: `bench-trace-${Date.now()}-${i}`,

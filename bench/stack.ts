@@ -1,0 +1,46 @@
+/**
+ * The parts of the stack the bench's sections share: the real provider process with the bench's own
+ * keys, the project's activities wired to it, and products with stock for any run.
+ */
+import type { ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import type { Pool } from 'pg';
+import { createActivities, type OrderActivities } from '../activities';
+import { dataConverterFor, parseKeyList } from '../platform/payload-codec';
+import { startProviderProcess } from '../platform/processes';
+import { createProviderClient } from '../provider/client';
+
+/** The bench provider's payment API key (its admin key is another). */
+export const BENCH_PROVIDER_KEY = 'bench-key';
+
+/** The provider as its own process on free loopback ports, on the database at `url`; `env` adds to its environment. */
+export function startBenchProvider(
+  url: string,
+  env: NodeJS.ProcessEnv = {},
+): Promise<{ child: ChildProcess; url: string; adminUrl: string }> {
+  return startProviderProcess({
+    DATABASE_URL: url,
+    PROVIDER_PORT: '0',
+    PROVIDER_ADMIN_PORT: '0',
+    PROVIDER_API_KEY: BENCH_PROVIDER_KEY,
+    PROVIDER_ADMIN_KEY: 'bench-admin',
+    ...env,
+  });
+}
+
+/** The project's payload codec with a key of the bench's own, new each run. */
+export const benchDataConverter = (): ReturnType<typeof dataConverterFor> =>
+  dataConverterFor(parseKeyList(`bench-1:${randomBytes(32).toString('base64')}`, 'the bench key'));
+
+/** Every activity of the saga, on `db` and the bench provider at `providerUrl`. */
+export const benchActivities = (db: Pool, providerUrl: string): OrderActivities =>
+  createActivities({ db, provider: createProviderClient({ baseUrl: providerUrl, apiKey: BENCH_PROVIDER_KEY }) });
+
+/** `count` products `<prefix>-0` … with a million units each and a price of 100; returns the prefix. */
+export async function insertBenchProducts(db: Pool, prefix: string, count: number): Promise<string> {
+  await db.query({
+    text: `INSERT INTO products (sku, name, price_cents, stock, initial_stock) SELECT $1 || '-' || g, 'bench', 100, 1000000, 1000000 FROM generate_series(0, $2::int - 1) g`,
+    values: [prefix, count],
+  });
+  return prefix;
+}
