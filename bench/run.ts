@@ -158,7 +158,9 @@ function idleTarget(steps: IdleStep[]): Target {
 
 function sagaOverheadTargets(saga: SagaOverheadResult): Target[] {
   const out: Target[] = [];
-  const spread = (x: { min: number; max: number }): string => `rounds ${x.min}–${x.max}×`;
+  /** The rounds' spread; a verdict whose rounds fall on both sides of its threshold is marked unstable. */
+  const spread = (x: { min: number; max: number }, threshold: number): string =>
+    `rounds ${x.min}–${x.max}×${x.min < threshold && x.max >= threshold ? '; unstable: the rounds fall on both sides' : ''}`;
   out.push({
     name: 'like-for-like floor: its local and regular steps are the saga’s (a completed saga’s history)',
     pass: saga.kinds.like.local === saga.kinds.saga.local && saga.kinds.like.regular === saga.kinds.saga.regular,
@@ -167,12 +169,12 @@ function sagaOverheadTargets(saga: SagaOverheadResult): Target[] {
   out.push({
     name: 'saga throughput ≥ 0.8× the like-for-like floor',
     pass: saga.likeRatio >= 0.8,
-    detail: `${saga.saga.perSecond}/s vs ${saga.like.perSecond}/s (${saga.likeRatio}×; ${spread(saga.likeSpread.throughput)})`,
+    detail: `${saga.saga.perSecond}/s vs ${saga.like.perSecond}/s (${saga.likeRatio}×; ${spread(saga.likeSpread.throughput, 0.8)})`,
   });
   out.push({
     name: 'saga p50 ≤ 1.5× the like-for-like floor’s',
     pass: saga.likeP50Ratio <= 1.5,
-    detail: `${saga.saga.p50} ms vs ${saga.like.p50} ms (${saga.likeP50Ratio}×; ${spread(saga.likeSpread.p50)})`,
+    detail: `${saga.saga.p50} ms vs ${saga.like.p50} ms (${saga.likeP50Ratio}×; ${spread(saga.likeSpread.p50, 1.5)})`,
   });
   out.push({
     name: 'saga CPU per order ≤ 1.5× the like-for-like floor’s (all processes)',
@@ -182,12 +184,12 @@ function sagaOverheadTargets(saga: SagaOverheadResult): Target[] {
   out.push({
     name: 'saga overhead: saga throughput ≥ 0.9× the essential-work floor',
     pass: saga.ratio >= 0.9,
-    detail: `${saga.saga.perSecond}/s vs ${saga.floor.perSecond}/s (${saga.ratio}×)`,
+    detail: `${saga.saga.perSecond}/s vs ${saga.floor.perSecond}/s (${saga.ratio}×; ${spread(saga.floorSpread.throughput, 0.9)})`,
   });
   out.push({
     name: "saga overhead: saga p50 ≤ 1.25× the essential-work floor's",
     pass: saga.p50Ratio <= 1.25,
-    detail: `${saga.saga.p50} ms vs ${saga.floor.p50} ms (${saga.p50Ratio}×)`,
+    detail: `${saga.saga.p50} ms vs ${saga.floor.p50} ms (${saga.p50Ratio}×; ${spread(saga.floorSpread.p50, 1.25)})`,
   });
   return out;
 }

@@ -51,6 +51,8 @@ export interface SagaOverheadResult {
   likeRatio: number;
   likeP50Ratio: number;
   likeSpread: { throughput: Spread; p50: Spread };
+  /** The same spread against the essential-work floor. */
+  floorSpread: { throughput: Spread; p50: Spread };
   likeCpuRatio: number;
   /** One order on an idle stack, end to end (median of a few, one at a time). */
   idle: { saga: number; floor: number; like: number; plain: number };
@@ -251,12 +253,16 @@ export async function measureSagaOverhead(
           local: events.filter((e) => e.markerRecordedEventAttributes?.markerName === 'core_local_activity').length,
           regular: events.filter((e) => e.activityTaskScheduledEventAttributes).length,
         });
-        /** Round i's ratio of the saga to the like-for-like floor, for each round: min and max. */
-        const spread = (f: (saga: Batch, like: Batch) => number): Spread => {
-          const xs = runs.saga.map((b, i) => f(b, runs.like[i]!));
+        const p50Of = (b: Batch): number => median(b.latencies);
+        /** Round i's ratio of the saga to a floor, for each round: min and max. */
+        const spread = (floorRuns: Batch[], f: (saga: Batch, floor: Batch) => number): Spread => {
+          const xs = runs.saga.map((b, i) => f(b, floorRuns[i]!));
           return { min: Math.min(...xs), max: Math.max(...xs) };
         };
-        const p50Of = (b: Batch): number => median(b.latencies);
+        const spreads = (floorRuns: Batch[]): { throughput: Spread; p50: Spread } => ({
+          throughput: spread(floorRuns, (a, b) => ratio(a.perSecond, b.perSecond)),
+          p50: spread(floorRuns, (a, b) => ratio(p50Of(a), p50Of(b))),
+        });
         const saga = side(runs.saga);
         const floor = side(runs.floor);
         const like = side(runs.like);
@@ -274,10 +280,8 @@ export async function measureSagaOverhead(
           p50Ratio: ratio(saga.p50, floor.p50),
           likeRatio: ratio(saga.perSecond, like.perSecond),
           likeP50Ratio: ratio(saga.p50, like.p50),
-          likeSpread: {
-            throughput: spread((s, l) => ratio(s.perSecond, l.perSecond)),
-            p50: spread((s, l) => ratio(p50Of(s), p50Of(l))),
-          },
+          floorSpread: spreads(runs.floor),
+          likeSpread: spreads(runs.like),
           likeCpuRatio: ratio(saga.cpuTotal, like.cpuTotal),
           idle: {
             saga: median(idle.saga),
