@@ -66,7 +66,9 @@ export async function ensureEnginesInstalled(): Promise<void> {
   await new Promise<void>((resolve, reject) => {
     execFile(
       'npm',
-      ['ci', '--prefix', ENGINES_DIR, '--no-audit', '--no-fund'],
+      // No install scripts: none is needed (the Restate binary comes in a platform package), and one
+      // of the dependencies' (an install-analytics package) would call out to the internet.
+      ['ci', '--prefix', ENGINES_DIR, '--no-audit', '--no-fund', '--ignore-scripts'],
       { timeout: INSTALL_TIMEOUT_MS, maxBuffer: 16 * 1024 * 1024 },
       (err, _stdout, stderr) =>
         err ? reject(new Error(`npm ci in bench/engines failed: ${err.message}\n${stderr}`)) : resolve(),
@@ -155,7 +157,7 @@ interface Engine {
  * postmaster's pid), measures plain Node, DBOS and Restate, stops everything, also on error.
  */
 export async function measureEngines(
-  pg: { url: string; dataDir: string },
+  pg: { url: string; dataDir?: string },
   opts: EnginesOptions,
 ): Promise<EngineSide[]> {
   await ensureEnginesInstalled();
@@ -251,7 +253,8 @@ export async function measureEngines(
       const r: Record<string, number> = {
         worker: process.pid,
         provider: provider.child.pid!,
-        postgres: postmasterPid(pg.dataDir),
+        // Postgres's CPU only when the bench runs it (with DATABASE_URL it may be another machine's).
+        ...(pg.dataDir ? { postgres: postmasterPid(pg.dataDir) } : {}),
       };
       for (const e of engines) Object.assign(r, e.handle.pids);
       return r;

@@ -78,7 +78,7 @@ export interface SagaOverheadOptions {
 
 const KINDS = ['floor', 'like', 'saga', 'plain'] as const;
 /** Orders of each kind one at a time on the idle stack, after a warm-up of each. */
-const IDLE_ORDERS = 10;
+const IDLE_ORDERS = 20;
 type Kind = (typeof KINDS)[number];
 
 /** One round of one kind: its throughput, its latencies, and CPU-ms per workflow by process. */
@@ -93,7 +93,7 @@ interface Batch {
  * them. `pg.dataDir` is the Postgres server's, for its CPU time.
  */
 export async function measureSagaOverhead(
-  pg: { url: string; dataDir: string },
+  pg: { url: string; dataDir?: string },
   opts: SagaOverheadOptions,
 ): Promise<SagaOverheadResult> {
   const url = pg.url;
@@ -115,7 +115,13 @@ export async function measureSagaOverhead(
   const db = createPool(url, { max: 20 });
   const server = findDescendant(process.pid, /server start-dev/);
   if (!server) throw new Error('saga overhead: the dev server process was not found among this process’s children');
-  const roots = { server, worker: process.pid, provider: provider.child.pid!, postgres: postmasterPid(pg.dataDir) };
+  // Postgres's CPU only when the bench runs it (with DATABASE_URL it may be another machine's).
+  const roots: Record<string, number> = {
+    server,
+    worker: process.pid,
+    provider: provider.child.pid!,
+    ...(pg.dataDir ? { postgres: postmasterPid(pg.dataDir) } : {}),
+  };
   try {
     const quiet = { log() {}, trace() {}, debug() {}, info() {}, warn() {}, error() {} };
     const bundle = (failureConverterPath?: string) =>

@@ -13,7 +13,11 @@ import { createProviderClient } from '../provider/client';
 /** The bench provider's payment API key (its admin key is another). */
 export const BENCH_PROVIDER_KEY = 'bench-key';
 
-/** The provider as its own process on free loopback ports, on the database at `url`; `env` adds to its environment. */
+/**
+ * The provider as its own process on free loopback ports, on the database at `url`; `env` adds to its
+ * environment. Loopback whatever the caller's PROVIDER_HOST says, and no tracing unless `env` asks
+ * for it (an exported OTEL_EXPORTER_OTLP_ENDPOINT would send its spans away and weigh on its CPU).
+ */
 export function startBenchProvider(
   url: string,
   env: NodeJS.ProcessEnv = {},
@@ -24,6 +28,10 @@ export function startBenchProvider(
     PROVIDER_ADMIN_PORT: '0',
     PROVIDER_API_KEY: BENCH_PROVIDER_KEY,
     PROVIDER_ADMIN_KEY: 'bench-admin',
+    PROVIDER_HOST: '127.0.0.1',
+    PROVIDER_ADMIN_HOST: '127.0.0.1',
+    OTEL_EXPORTER_OTLP_ENDPOINT: '',
+    OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: '',
     ...env,
   });
 }

@@ -1,9 +1,10 @@
 import { Pool, type PoolClient, type PoolConfig } from 'pg';
 
 /**
- * Connections a long-running server keeps open however idle it is (`min` of a pool): opening one
- * costs about 10 ms (TCP and the SCRAM handshake), which an order after a quiet spell would pay in
- * each of its steps' first queries. Measured in docs/benchmark.md ("Idle latency").
+ * Idle connections a long-running server's pool does not close (`min` of a pool; they are opened as
+ * the work needs them, so a fresh start has none): opening one costs 10–12 ms here (TCP and the SCRAM
+ * handshake, measured by hand: docs/benchmark.md, "Idle latency"), which an order after a quiet spell
+ * of more than `idleTimeoutMillis` would otherwise pay again.
  */
 export const WARM_CONNECTIONS = 4;
 

@@ -115,7 +115,11 @@ export const startRestate: StartRestate = async (opts) => {
     // lookup goes to 127.0.0.1 and fails: nothing leaves the machine. Where no mount namespace can be
     // made (not root, say), the server is not started at all.
     writeFileSync(path.join(dir, 'resolv.conf'), 'nameserver 127.0.0.1\noptions attempts:1 timeout:1\n');
-    writeFileSync(path.join(dir, 'hosts'), '127.0.0.1 localhost\n::1 localhost\n');
+    // The release check's hosts are named too, so that even a resolver on loopback is never asked.
+    writeFileSync(
+      path.join(dir, 'hosts'),
+      '127.0.0.1 localhost api.github.com github.com\n::1 localhost api.github.com github.com\n',
+    );
     const args = ['--no-logo', '--config-file', path.join(dir, 'restate.toml')];
     if (process.platform !== 'linux' || !canUnshare())
       throw new Error(
