@@ -236,7 +236,14 @@ export function sweeperActivities({
             continue;
           }
         }
-        // Closed or missing: stranded.
+        // Closed or missing. The run may have settled the order after the rows above were read (its
+        // last local activity commits just before the run closes): the row decides, read again now.
+        const now = await db.query<{ status: OrderStatus }>({
+          text: 'SELECT status FROM orders WHERE order_id = $1',
+          values: [orderId],
+        });
+        if (!healing && (!now.rowCount || TERMINAL_STATUSES.includes(now.rows[0]!.status))) continue;
+        // Stranded.
         stranded++;
         oldest = Math.max(oldest, Number(row.age_ms));
         const why =
