@@ -3,6 +3,7 @@ import type { ProviderClient } from '../provider/client';
 import { inventoryActivities, type CasOptions, type ReserveLogic } from './inventory';
 import type { InventoryMetrics } from './inventory-metrics';
 import { notificationActivities } from './notifications';
+import { orderRequestActivities } from './order-requests';
 import { orderActivities } from './orders';
 import { paymentActivities } from './payments';
 import { reconciliationActivities } from './reconciliation';
@@ -28,6 +29,7 @@ export function createActivities(deps: ActivityDeps) {
     ...orderActivities(deps),
     ...inventoryActivities(deps),
     ...paymentActivities(deps),
+    ...orderRequestActivities(deps),
     ...shippingActivities(deps),
     ...notificationActivities(deps),
     ...reconciliationActivities({

@@ -4,7 +4,7 @@ import { withTransaction } from '../db/pool';
 import type { OrderStatus } from '../domain/order';
 import { businessFailure, ErrorTypes } from './errors';
 import { ABORT_RATE_CRITICAL, InventoryMetrics } from './inventory-metrics';
-import { readOrder, stateConflict, transition } from './order-lock';
+import { readOrder, rowConflict, stateConflict, transition } from './order-lock';
 import { withLaneLock } from './lane-lock';
 import { holdPurchaseQuota } from './purchase-policy';
 import type { ReserveRequest, SnapshotRow } from './reserve-types';
@@ -79,7 +79,8 @@ const sortItems = <T extends { sku: string }>(items: T[]): T[] =>
  */
 async function reserveGate(db: Pool | PoolClient, orderId: string): Promise<OrderStatus | 'reserve'> {
   const order = await readOrder(db, orderId);
-  if (order?.status === 'PENDING') return 'reserve';
+  // A cancel recorded before the reservation: nothing is reserved (the run learns of it from the refusal).
+  if (order?.status === 'PENDING' && !order.cancel_request_id) return 'reserve';
   if (order && ['RESERVED', 'UNKNOWN_PAYMENT', 'CHARGED', 'SHIPPED'].includes(order.status)) {
     const { rows } = await db.query<{ kept: string; released: string }>({
       text: `SELECT count(*) FILTER (WHERE status IN ('HELD', 'SOLD')) AS kept, count(*) FILTER (WHERE status = 'RELEASED') AS released
@@ -88,7 +89,7 @@ async function reserveGate(db: Pool | PoolClient, orderId: string): Promise<Orde
     });
     if (Number(rows[0]!.kept) > 0 && Number(rows[0]!.released) === 0) return order.status;
   }
-  return stateConflict(orderId, order?.status, 'reserve inventory');
+  return rowConflict(orderId, order, 'reserve inventory');
 }
 
 async function readSnapshot(db: Pool | PoolClient, skus: string[], forUpdate = false): Promise<SnapshotRow[]> {

@@ -23,7 +23,22 @@ export interface OrderLockRow {
   payment_method: string;
   total_cents: string;
   items: { sku: string; qty: number; unitPriceCents: number }[];
+  /** The accepted cancel recorded on the order (migrations/0009_order_requests.sql), if any. */
+  cancel_request_id: string | null;
+  cancel_reason: string | null;
 }
+
+/** A cancel accepted and recorded on the order row: every run of the order honours it. */
+export interface RecordedCancel {
+  requestId: string;
+  reason: string;
+}
+
+/** The row's recorded cancel, if any. */
+export const recordedCancel = (
+  row: Pick<OrderLockRow, 'cancel_request_id' | 'cancel_reason'> | undefined,
+): RecordedCancel | undefined =>
+  row?.cancel_request_id ? { requestId: row.cancel_request_id, reason: row.cancel_reason || 'cancelled' } : undefined;
 
 /** The run ID of the workflow that called the current activity, or undefined outside an activity. */
 export function callerRunId(): string | undefined {
@@ -36,7 +51,8 @@ export function callerRunId(): string | undefined {
 
 export async function readOrder(db: Db, orderId: string, forUpdate = false): Promise<OrderLockRow | undefined> {
   const { rows } = await db.query<OrderLockRow>({
-    text: `SELECT status, owner_run_id, superseded_runs, attention_from, customer_id, currency, payment_method, total_cents, items
+    text: `SELECT status, owner_run_id, superseded_runs, attention_from, customer_id, currency, payment_method, total_cents, items,
+                  cancel_request_id, cancel_reason
              FROM orders WHERE order_id = $1${forUpdate ? ' FOR UPDATE' : ''}`,
     values: [orderId],
   });
@@ -44,22 +60,29 @@ export async function readOrder(db: Db, orderId: string, forUpdate = false): Pro
 }
 
 /**
- * The refusal: `details[0]` is `{ orderId, status, wanted, attentionFrom }`, so the workflow can
- * branch on where the row stands (and, in NEEDS_ATTENTION, where it escalated from).
+ * The refusal: `details[0]` is `{ orderId, status, wanted, attentionFrom, cancel }`, so the workflow
+ * can branch on where the row stands (in NEEDS_ATTENTION, where it escalated from) and learn of a
+ * cancel recorded on the row.
  */
 export function stateConflict(
   orderId: string,
   status: OrderStatus | undefined,
   wanted: string,
   attentionFrom?: OrderStatus | null,
+  cancel?: RecordedCancel,
 ): never {
   throw businessFailure(
     ErrorTypes.OrderStateConflict,
     status === undefined
       ? `order ${orderId} does not exist (wanted: ${wanted})`
-      : `order ${orderId} is ${status}${attentionFrom && status === 'NEEDS_ATTENTION' ? ` (from ${attentionFrom})` : ''}; refused: ${wanted}`,
-    { orderId, status: status ?? null, wanted, attentionFrom: attentionFrom ?? null },
+      : `order ${orderId} is ${status}${attentionFrom && status === 'NEEDS_ATTENTION' ? ` (from ${attentionFrom})` : ''}${cancel ? `, cancel recorded (${cancel.reason})` : ''}; refused: ${wanted}`,
+    { orderId, status: status ?? null, wanted, attentionFrom: attentionFrom ?? null, cancel: cancel ?? null },
   );
+}
+
+/** The refusal of a write on `row` as it stands (its status, escalation origin and recorded cancel). */
+export function rowConflict(orderId: string, row: OrderLockRow | undefined, wanted: string): never {
+  return stateConflict(orderId, row?.status, wanted, row?.attention_from, recordedCancel(row));
 }
 
 /**
@@ -141,6 +164,7 @@ export async function transition(
            WHERE order_id = $1 AND status IN (SELECT from_status FROM order_transitions WHERE to_status = $2)
              AND (status <> 'NEEDS_ATTENTION' OR attention_from = $2
                   OR ($2 = 'COMPENSATING' AND attention_from = ANY ($5::text[])))
+             AND ($2 <> 'SHIPPED' OR cancel_request_id IS NULL)
              AND ${notSuperseded('$4')}`,
     values: [orderId, to, opts.reason ?? null, runId, BEFORE_PIVOT_ORIGINS],
   });
@@ -152,7 +176,7 @@ export async function transition(
     // The owner's own retry
     if (runId === null || current.owner_run_id === runId) return { changed: false, status: current.status };
   }
-  return stateConflict(orderId, current?.status, `→ ${to}`, current?.attention_from);
+  return rowConflict(orderId, current, `→ ${to}`);
 }
 
 /**

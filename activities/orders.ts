@@ -8,10 +8,12 @@ import {
   isTerminal,
   notSuperseded,
   readOrder,
+  recordedCancel,
   resumeFromAttention,
   takeOwnership,
   transition,
   type OrderLockRow,
+  type RecordedCancel,
 } from './order-lock';
 
 export interface ProductRow {
@@ -74,7 +76,7 @@ function sameOrder(row: OrderLockRow, order: OrderInput): boolean {
 
 /** What createOrder found: a new row, an open order this run now owns, or an order already settled. */
 export type CreateOrderResult =
-  | { outcome: 'created' | 'owned'; status: OrderStatus; attentionFrom?: OrderStatus }
+  | { outcome: 'created' | 'owned'; status: OrderStatus; attentionFrom?: OrderStatus; cancel?: RecordedCancel }
   | { outcome: 'settled'; status: OrderStatus };
 
 export function orderActivities({ db }: { db: Pool }) {
@@ -141,7 +143,13 @@ export function orderActivities({ db }: { db: Pool }) {
         status: existing.status,
         previousOwner: existing.owner_run_id,
       });
-      return { outcome: 'owned', status: existing.status, attentionFrom: existing.attention_from ?? undefined };
+      const cancel = recordedCancel(existing);
+      return {
+        outcome: 'owned',
+        status: existing.status,
+        attentionFrom: existing.attention_from ?? undefined,
+        ...(cancel ? { cancel } : {}),
+      };
     },
 
     /**

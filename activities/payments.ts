@@ -6,7 +6,7 @@ import { KEY_CLOSED_ERROR, KEY_CLOSED_STATUS, type ChargeStatus } from '../provi
 import type { Pool } from 'pg';
 import { ProviderHttpError, type ProviderClient } from '../provider/client';
 import { businessFailure, ErrorTypes } from './errors';
-import { assertNotSuperseded, callerRunId, readOrder, stateConflict, transition } from './order-lock';
+import { assertNotSuperseded, callerRunId, readOrder, rowConflict, stateConflict, transition } from './order-lock';
 
 export interface ChargeRequest {
   orderId: string;
@@ -112,7 +112,9 @@ export function paymentActivities({ db, provider }: { db: Pool; provider: Provid
       const started = Date.now();
       const key = keyOf(req.idempotencyKey, req.orderId, chargeKeyFor, 'idempotencyKey');
       const order = await readOrder(db, req.orderId);
-      if (!order || !CHARGEABLE.includes(order.status)) stateConflict(req.orderId, order?.status, 'charge');
+      // A cancel recorded on the order: no new money request goes out (the refund closes the key).
+      if (!order || !CHARGEABLE.includes(order.status) || order.cancel_request_id)
+        rowConflict(req.orderId, order, 'charge');
       // A run superseded by a later one (a Reset, a new start) sends no money request.
       assertNotSuperseded(req.orderId, order, callerRunId(), 'charge');
       if (Number(order.total_cents) !== req.amountCents || order.currency !== req.currency) {

@@ -1,4 +1,10 @@
-/** Cancel and resolve (cli/cancel.ts, cli/resolve.ts): the Signal, then the saga's answer, bounded by --wait. */
+/**
+ * Cancel and resolve (cli/cancel.ts, cli/resolve.ts). The promise goes to Postgres first: a cancel is
+ * decided there against the pivot and recorded (accepted means the order will not ship, whatever
+ * happens to its run's history); a resolve is recorded as pending, for the run to check against the
+ * ledger. Then the Signal wakes the run, and its answer is read back, bounded by --wait.
+ */
+import { randomUUID } from 'node:crypto';
 import { QueryNotRegisteredError, ServiceError, WorkflowNotFoundError } from '@temporalio/client';
 import { workflowIdFor } from '../domain/order';
 import { sendRequest, type SagaRequest } from '../lib/saga-requests';
@@ -6,7 +12,31 @@ import { OrderStatusKey } from '../workflows/search-attributes';
 import { CliError, EXIT, type CliContext } from './context';
 import { noOrder, printState } from './status';
 
-/** Sends a cancel or a resolve and prints the saga's answer, bounded by waitSeconds. */
+/** Records the request in Postgres; returns what the customer may already be told, if anything. */
+async function recordFirst(orderId: string, requestId: string, req: SagaRequest, ctx: CliContext): Promise<string> {
+  const store = ctx.needStore('app', req.command);
+  try {
+    if (req.command === 'resolve') {
+      const { recorded } = await store.recordResolve({
+        orderId,
+        requestId,
+        action: req.action,
+        ...(req.note ? { note: req.note } : {}),
+        ...(req.reference ? { reference: req.reference } : {}),
+      });
+      if (!recorded) throw noOrder(orderId);
+      return '';
+    }
+    if (!(await store.orderExists(orderId))) throw noOrder(orderId);
+    const decision = await store.decideCancel({ orderId, requestId, reason: req.reason });
+    if (decision.outcome === 'refused') throw new CliError(`cancel refused: ${decision.message}`, EXIT.notCompleted);
+    return decision.message ? ` (${decision.message})` : '';
+  } finally {
+    await store.close();
+  }
+}
+
+/** Records a cancel or a resolve, wakes the saga and prints its answer, bounded by waitSeconds. */
 export async function update(
   orderId: string,
   req: SagaRequest,
@@ -14,48 +44,90 @@ export async function update(
   ctx: CliContext,
 ): Promise<number> {
   const { command } = req;
+  const requestId = randomUUID();
+  const note = await recordFirst(orderId, requestId, req, ctx);
+  const cancel = command === 'cancel';
   const client = await ctx.temporal();
   const handle = client.workflow.getHandle(workflowIdFor(orderId));
-  const ended = async (): Promise<CliError> => {
+  /** The run is gone or closed: a cancel stands (recorded on the order); a resolve has nothing to apply to. */
+  const runGone = async (what: string): Promise<number> => {
+    if (!cancel)
+      throw new CliError(
+        `${command} refused: order ${orderId}'s ${what}; there is nothing to ${command}`,
+        EXIT.notCompleted,
+      );
+    ctx.io.out(
+      `order ${orderId}: cancel accepted and recorded on the order${note}; its ${what}: the sweeper starts its saga again from the order row, which honours the cancel (client.ts status ${orderId})`,
+    );
+    return EXIT.ok;
+  };
+  const ended = async (): Promise<string> => {
     const described = await handle.describe();
     const status = described.typedSearchAttributes.get(OrderStatusKey) ?? described.status.name;
-    return new CliError(
-      `${command} refused: order ${orderId} has ended (${status}); there is nothing to ${command}`,
-      EXIT.notCompleted,
-    );
+    return `run has ended (${status}, run ${described.status.name.toLowerCase()})`;
+  };
+  const settle = async (outcome: 'accepted' | 'refused', message?: string): Promise<void> => {
+    if (cancel) return;
+    const store = ctx.openStore('app');
+    if (!store) return;
+    try {
+      await store.settleRequest({ orderId, requestId, outcome, ...(message ? { message } : {}) });
+    } finally {
+      await store.close();
+    }
+  };
+  /** The run could not be told: an accepted cancel stands all the same (exit 0); a resolve did not reach it (exit 1). */
+  const standsOrFails = (problem: string): number => {
+    if (!cancel) throw new CliError(`${command}: ${problem}`, EXIT.notCompleted);
+    ctx.io.out(`order ${orderId}: cancel accepted and recorded on the order${note}, but ${problem}`);
+    return EXIT.ok;
   };
   let found = false;
   try {
     const described = await handle.describe();
     found = true;
-    if (described.status.name !== 'RUNNING') throw await ended();
+    if (described.status.name !== 'RUNNING') {
+      await settle('refused', 'the run had ended');
+      return await runGone(await ended());
+    }
     // Bounded: a saga that cannot answer (no worker, or its workflow task failing) gets a clear
     // message instead of a command that never returns.
-    const { sent, answer, lastError } = await sendRequest(handle, req, { waitMs: opts.waitSeconds * 1000 });
+    const { sent, answer, lastError } = await sendRequest(handle, req, {
+      waitMs: opts.waitSeconds * 1000,
+      requestId,
+    });
+    const accepted = cancel ? `cancel accepted and recorded on the order${note}` : `${command} recorded`;
     if (!sent) {
-      throw new CliError(
-        `${command}: the server did not take the request for order ${orderId} within ${opts.waitSeconds} s; see client.ts status ${orderId} before sending it again`,
-        EXIT.notCompleted,
+      return standsOrFails(
+        `the server did not take the Signal for order ${orderId} within ${opts.waitSeconds} s; see client.ts status ${orderId}`,
       );
     }
     // A run pinned to a build from before cancel and resolve were Signals cannot answer one.
     if (answer === undefined && lastError instanceof QueryNotRegisteredError) {
-      throw new CliError(
-        `${command}: order ${orderId}'s run never answered by query within ${opts.waitSeconds} s; its build may predate cancel and resolve as Signals (${lastError.message}); see client.ts status ${orderId}`,
-        EXIT.notCompleted,
+      return standsOrFails(
+        `order ${orderId}'s run never answered by query within ${opts.waitSeconds} s; its build may predate cancel and resolve as Signals (${lastError.message}); see client.ts status ${orderId}`,
       );
     }
     if (answer === undefined) {
+      if (cancel) {
+        ctx.io.out(
+          `order ${orderId}: ${accepted}; the saga has not read it yet after ${opts.waitSeconds} s (is a worker running?${lastError ? ` last: ${lastError.message}` : ''}): check client.ts status ${orderId}, or the run in the Web UI: ${ctx.links.run(workflowIdFor(orderId))}`,
+        );
+        return EXIT.ok;
+      }
       throw new CliError(
-        `${command}: no answer from order ${orderId} within ${opts.waitSeconds} s (is a worker running?${lastError ? ` last: ${lastError.message}` : ''}); the request is in the run's history and applies when a worker runs it: ` +
+        `${command}: no answer from order ${orderId} within ${opts.waitSeconds} s (is a worker running?${lastError ? ` last: ${lastError.message}` : ''}); the request is recorded and in the run's history, and applies when a worker runs it: ` +
           `check client.ts status ${orderId}, or the run in the Web UI: ${ctx.links.run(workflowIdFor(orderId))}`,
         EXIT.notCompleted,
       );
     }
-    if (answer.outcome === 'refused') throw new CliError(`${command} refused: ${answer.message}`, EXIT.notCompleted);
+    if (answer.outcome === 'refused') {
+      await settle('refused', answer.message);
+      throw new CliError(`${command} refused: ${answer.message}`, EXIT.notCompleted);
+    }
     if (answer.outcome === 'pending') {
       ctx.io.out(
-        `order ${orderId}: ${command} accepted; the saga is still working on it after ${opts.waitSeconds} s (client.ts status ${orderId})`,
+        `order ${orderId}: ${cancel ? accepted : `${command} accepted`}; the saga is still working on it after ${opts.waitSeconds} s (client.ts status ${orderId})`,
       );
       return EXIT.ok;
     }
@@ -63,14 +135,13 @@ export async function update(
     return EXIT.ok;
   } catch (err) {
     // The run ended between the describe and the Signal: the server answers "not found" for it.
-    if (err instanceof WorkflowNotFoundError && found) throw await ended();
-    if (err instanceof WorkflowNotFoundError) throw noOrder(orderId);
+    if (err instanceof WorkflowNotFoundError && found) return runGone(await ended());
+    // No run at all (its history deleted, or purged by retention): the row still holds the order.
+    if (err instanceof WorkflowNotFoundError) return runGone('run is missing from Temporal');
     // The server refused the Signal (unreachable, or overloaded, say).
     if (err instanceof ServiceError)
-      throw new CliError(
-        `${command}: the server gave no answer for order ${orderId} (${err.cause?.message ?? err.message}); ` +
-          `see client.ts status ${orderId} before sending it again`,
-        EXIT.notCompleted,
+      return standsOrFails(
+        `the server gave no answer for order ${orderId} (${err.cause?.message ?? err.message}); see client.ts status ${orderId}`,
       );
     throw err;
   }

@@ -5,6 +5,7 @@
  * one (`order_reader`, READER_DATABASE_URL) for what only reads (db/roles.ts).
  */
 import type { Pool } from 'pg';
+import { decideCancel, recordResolve, settleRequest, type CancelDecision } from '../activities/order-requests';
 import { checkAgainstCatalogue } from '../activities/orders';
 import { checkInvariants, type CheckReport, type WorkflowLookup } from '../db/invariants';
 import { createPool } from '../db/pool';
@@ -46,6 +47,23 @@ export interface OrderStore {
   createProducts(p: NewProducts): Promise<void>;
   /** The last reconciliation run's findings, or undefined when none has run. */
   lastReconciliation(): Promise<Reconciliation | undefined>;
+  /** Decides a cancel against the pivot and records it before anyone is told (activities/order-requests.ts). */
+  decideCancel(req: { orderId: string; requestId: string; reason: string }): Promise<CancelDecision>;
+  /** Records a resolve as pending, before its Signal; false when the order has no row. */
+  recordResolve(req: {
+    orderId: string;
+    requestId: string;
+    action: string;
+    note?: string;
+    reference?: string;
+  }): Promise<{ recorded: boolean }>;
+  /** Writes the answer of a request still pending (refused by the run before it was checked). */
+  settleRequest(req: {
+    orderId: string;
+    requestId: string;
+    outcome: 'accepted' | 'refused';
+    message?: string;
+  }): Promise<void>;
   /** The sweeper's latest actions, newest first (`orderId` limits them to one order). */
   sweeperActions(opts: { limit: number; orderId?: string }): Promise<SweeperActionRow[]>;
   /** Every invariant over the database and the provider's ledger, in one snapshot (db/invariants.ts). */
@@ -133,6 +151,10 @@ export function orderStore(db: Pool): OrderStore {
         newRunId: r.new_run_id,
       }));
     },
+
+    decideCancel: (req) => decideCancel(db, { ...req, source: 'client' }),
+    recordResolve: (req) => recordResolve(db, req),
+    settleRequest: (req) => settleRequest(db, req),
 
     checkInvariants: (opts) => checkInvariants(db, opts),
 

@@ -16,7 +16,8 @@ import {
 } from '../workflows/messages';
 
 export type SagaRequest =
-  { command: 'cancel'; reason: string } | { command: 'resolve'; action: ResolveAction; note?: string };
+  | { command: 'cancel'; reason: string }
+  | { command: 'resolve'; action: ResolveAction; note?: string; reference?: string };
 
 /** Pauses between two reads of the answer: quick at first, then every 250 ms. */
 const POLL_MS = [10, 20, 50, 100, 200, 250];
@@ -57,7 +58,12 @@ export async function sendRequest(
     await bounded(
       req.command === 'cancel'
         ? handle.signal(cancelSignal, { requestId, reason: req.reason })
-        : handle.signal(resolveSignal, { requestId, action: req.action, ...(req.note ? { note: req.note } : {}) }),
+        : handle.signal(resolveSignal, {
+            requestId,
+            action: req.action,
+            ...(req.note ? { note: req.note } : {}),
+            ...(req.reference ? { reference: req.reference } : {}),
+          }),
     );
   } catch (err) {
     if (err === late) return { requestId, sent: false, answer: undefined, lastError: late };

@@ -16,6 +16,7 @@ import { Worker, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
 import type { Pool } from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { createActivities, type OrderActivities } from '../activities';
+import { checkInvariants } from '../db/invariants';
 import { workflowIdFor, type OrderInput, type OrderResult } from '../domain/order';
 import type { ProviderClient } from '../provider/client';
 import { orderSaga, stateQuery, type ResolveRequest, type SagaConfig, type SagaState } from '../workflows';
@@ -350,6 +351,39 @@ describe('compensations failing', () => {
       });
     },
   );
+});
+
+describe("an operator's word is checked against the ledger", () => {
+  it('mark-resolved of a refund the provider never made is refused with the figures; settled-elsewhere with a reference closes it, and the checker names it', async () => {
+    const { order, sku, stock, total } = await newOrder();
+    const { activities } = faultyActivities({
+      createShipment: () => ApplicationFailure.nonRetryable('rejected', 'ShipmentRejected'),
+      refundPayment: once(() => permanent('refundPayment')),
+    });
+    const result = await withSaga('refund-settled-elsewhere', order, activities, async ({ handle, result }) => {
+      await waitUntil(handle, (st) => st.awaiting === 'compensation');
+      const kept = await resolve(handle, { action: 'mark-resolved' }).catch((e: unknown) => e);
+      expect(kept).toBeInstanceOf(RequestRefusedError);
+      expect((kept as Error).message).toMatch(
+        /charged .* 0\.00 USD refunded: mark-resolved would close .* customer's money kept/,
+      );
+      const noReference = await resolve(handle, { action: 'settled-elsewhere' }).catch((e: unknown) => e);
+      expect((noReference as Error).message).toMatch(/^reference: /);
+      expect((await handle.query(stateQuery)).awaiting).toBe('compensation');
+      await resolve(handle, { action: 'settled-elsewhere', reference: 'wire-4711', note: 'refunded by bank transfer' });
+      return result();
+    });
+    expect(result.status).toBe('FAILED');
+    expect(result.reason).toMatch(/operator: settled-elsewhere, reference wire-4711/);
+    // The money went back outside the provider: its ledger shows the charge alone; the stock is back.
+    expect(await ledger(db, order.orderId)).toEqual({ charges: [{ status: 'succeeded', amount: total }], refunds: [] });
+    expect((await productRow(db, sku)).stock).toBe(stock);
+    const report = await checkInvariants(db, { deadlineMs: 86_400_000 });
+    expect(report.violations.filter((v) => v.orderIds.includes(order.orderId))).toEqual([]);
+    expect(report.exceptions).toContainEqual(
+      expect.objectContaining({ orderId: order.orderId, status: 'FAILED', reference: 'wire-4711' }),
+    );
+  });
 });
 
 describe('charges whose outcome is unknown: inquiry before deciding', () => {

@@ -21,7 +21,13 @@ export interface SagaState {
   awaiting?: 'charge-outcome' | 'compensation' | 'forward-step';
 }
 
-export const RESOLVE_ACTIONS = ['charge-succeeded', 'charge-failed', 'retry', 'mark-resolved'] as const;
+export const RESOLVE_ACTIONS = [
+  'charge-succeeded',
+  'charge-failed',
+  'retry',
+  'mark-resolved',
+  'settled-elsewhere',
+] as const;
 export type ResolveAction = (typeof RESOLVE_ACTIONS)[number];
 
 export const stateQuery = defineQuery<SagaState>('state');
@@ -34,7 +40,11 @@ export const stateQuery = defineQuery<SagaState>('state');
  * names its request with an ID and reads the saga's answer back with the `answer` query.
  */
 
-/** Cancel before the pivot (runs the compensations); refused after it. From the Web UI a bare reason string does. */
+/**
+ * Cancel before the pivot (runs the compensations); refused after it. The Signal only wakes the run:
+ * client.ts has decided and recorded the cancel in Postgres before sending it, and a run records one
+ * that came without a record (from the Web UI a bare reason string does) before acting on it.
+ */
 export interface CancelRequest {
   requestId: string;
   reason: string;
@@ -44,6 +54,8 @@ export const cancelSignal = defineSignal<[CancelRequest | string]>('cancel');
 export interface ResolveRequest {
   action: ResolveAction;
   note?: string;
+  /** settled-elsewhere: where the money or stock was settled outside the saga (a ticket, a transfer ID). */
+  reference?: string;
   /** Names the answer to read back; the Web UI may leave it out. */
   requestId?: string;
 }

@@ -37,6 +37,7 @@ import {
   type OrderResult,
   type OrderStatus,
 } from '../domain/order';
+import type { RecordedCancel } from '../activities/order-lock';
 import { currentDetails } from './details';
 import { acceptedUpdate, stateQuery, type Acceptance, type SagaState } from './messages';
 import {
@@ -58,6 +59,7 @@ import {
   PAST_PIVOT,
   orderOpts,
   pastPivotStatus,
+  recordedCancelIn,
   settled,
   settledStatus,
   statusOpts,
@@ -132,6 +134,8 @@ class OrderSaga {
   /** Backward recovery has begun, for this reason: the order will end FAILED or CANCELLED whatever comes. */
   private unwinding: string | undefined;
   private overdue = false;
+  /** The cancel recorded on the order row (Postgres decided it), as this run has learnt of it. */
+  private cancel: RecordedCancel | undefined;
   /** The cancels and resolves a person sent, and the answers to them. */
   private readonly inbox: SagaInbox;
   private settledElsewhere = false;
@@ -148,7 +152,7 @@ class OrderSaga {
     this.inbox = new SagaInbox({
       orderId: this.orderId,
       snapshot: () => this.snapshot(),
-      pivotStarted: () => this.pivotStarted,
+      cancel: () => this.cancel,
       unwinding: () => this.unwinding,
       settledElsewhere: () => this.settledElsewhere,
     });
@@ -177,6 +181,7 @@ class OrderSaga {
           await this.chargePayment();
         });
         // A cancel that arrived while a non-cancellable step ran still wins before the pivot.
+        await this.recordQueuedCancels();
         if (this.stopRequested()) throw new CancelledFailure(this.stopReason());
       } catch (err) {
         if (err instanceof RowPastPivot) return await this.fromPivot();
@@ -194,13 +199,16 @@ class OrderSaga {
     }
   }
 
-  /** The pivot, then forward only. A rejected shipment (nothing shipped) is the last backward way. */
+  /**
+   * The pivot, then forward only. A rejected shipment (nothing shipped) is the last backward way; so is
+   * a cancel recorded on the row before the shipment, which the shipment's write refuses.
+   */
   private async fromPivot(): Promise<OrderResult> {
-    this.inbox.refuseCancel(`order ${this.orderId} has reached the shipment (the pivot); it can only move forward`);
     try {
       await this.createShipment();
     } catch (err) {
       if (failureType(err) === 'OrderSettled') throw err;
+      if (this.learnCancel(err)) return await this.backward(this.stopReason(), true, 'OrderCancelled');
       return await this.backward(failureMessage(err), false, failureType(err) ?? 'SagaFailed');
     }
     return await this.afterPivot();
@@ -222,6 +230,7 @@ class OrderSaga {
       CancellationScope.nonCancellable(() => actLocalFirst(orderOpts, 'createOrder', summary, this.order)),
     );
     if (created.outcome === 'settled') throw settled(created.status);
+    if (created.cancel) this.cancel = created.cancel; // a cancel recorded before this run took the order over
     this.register('releaseInventory', () =>
       act(compensationOpts(this.cfg.compensationRetryMaxMs), 'releaseInventory', `compensate: release ${this.lines}`, {
         orderId: this.orderId,
@@ -280,6 +289,8 @@ class OrderSaga {
             if (failureType(err) === 'OrderSettled') throw err;
             // A rejection (or a row that forbids shipping) means the shipment was not created: no pivot.
             if (failureType(err) === 'ShipmentRejected') throw err;
+            // A cancel recorded before the shipment: the write refused it, nothing shipped.
+            if (recordedCancelIn(err)) throw err;
             if (failureType(err) === 'OrderStateConflict') {
               const row = conflictStatus(err);
               // An escalation this run did not make (its waiting run was reset or terminated): the
@@ -335,6 +346,7 @@ class OrderSaga {
   private afterPivot(): Promise<OrderResult> {
     return CancellationScope.nonCancellable(async () => {
       this.state.pivotPassed = true;
+      await this.recordQueuedCancels(); // sent while the shipment ran: the row refuses them now
       this.compensations.length = 0;
       this.mirror('SHIPPED'); // the shipment's own transaction moved the row
       const confirmed = await this.sendConfirmation();
@@ -385,14 +397,17 @@ class OrderSaga {
       throw err;
     }
     if (failureType(err) === 'OrderSettled' && this.compensations.length === 0) throw err;
-    const cancelled = isCancellation(err);
+    this.learnCancel(err);
+    await CancellationScope.nonCancellable(() => this.recordQueuedCancels());
+    // Stopped by a cancel, the deadline or a Temporal cancellation, or refused because a cancel is recorded.
+    const cancelled = isCancellation(err) || recordedCancelIn(err) !== undefined;
     const reason = cancelled ? this.stopReason() : failureMessage(err);
     const ahead = await CancellationScope.nonCancellable(() => this.catchUp(err));
     if (ahead === 'forward') return undefined;
-    const stopped = cancelled || this.inbox.cancelReason !== undefined;
+    const stopped = cancelled || this.cancel !== undefined;
     const why = !stopped
       ? (failureType(err) ?? 'SagaFailed')
-      : this.inbox.cancelReason !== undefined
+      : this.cancel !== undefined
         ? 'OrderCancelled'
         : this.overdue
           ? 'DeadlineExceeded'
@@ -460,7 +475,11 @@ class OrderSaga {
         if (settledAs) break; // shipped and settled elsewhere: nothing here may be undone
         const ahead = pastPivotStatus(err);
         if (ahead) throw new RowPastPivot(ahead);
-        const action = await this.escalate('compensation', `compensation ${c.name} failed: ${failureMessage(err)}`);
+        const action = await this.escalate(
+          'compensation',
+          `compensation ${c.name} failed: ${failureMessage(err)}`,
+          c.name,
+        );
         if (action === 'retry') continue;
       }
       this.compensations.pop();
@@ -478,6 +497,7 @@ class OrderSaga {
    */
   private async catchUp(err: unknown): Promise<'forward' | 'backward'> {
     for (let e = err; ;) {
+      this.learnCancel(e);
       let status = conflictStatus(e);
       if (failureType(e) !== 'OrderStateConflict' || status === undefined) return 'backward';
       // Escalated at or after the pivot (or shipped): never backward, whatever was asked.
@@ -586,6 +606,7 @@ class OrderSaga {
       markCharged: true,
     };
     for (let round = 1; ; round++) {
+      await CancellationScope.nonCancellable(() => this.recordQueuedCancels());
       if (this.stopCharging()) throw new CancelledFailure(this.stopReason());
       this.state.attempts.charge = round;
       try {
@@ -600,6 +621,7 @@ class OrderSaga {
         );
         return r.status ?? 'CHARGED';
       } catch (err) {
+        this.learnCancel(err);
         if (FINAL_CHARGE_ANSWERS.includes(failureType(err) ?? '')) throw err;
         log.warn('charge timed out or failed; inquiring before deciding', {
           orderId: this.orderId,
@@ -620,7 +642,7 @@ class OrderSaga {
       // not_found: nothing was charged yet. Pause, unless a cancel or the deadline comes first.
       const pauseMs = Math.min(this.cfg.inquiryMaxMs, 1000 * 2 ** (round - 1));
       await CancellationScope.nonCancellable(() =>
-        condition(() => this.stopCharging(), pauseMs, {
+        condition(() => this.stopCharging() || this.inbox.hasQueuedCancel(), pauseMs, {
           summary: `the provider never took charge request ${round}; request ${round + 1} in ${duration(pauseMs)} unless cancelled`,
         }),
       );
@@ -691,7 +713,7 @@ class OrderSaga {
 
   /** A cancel, the deadline or a Temporal cancellation has asked the saga to stop before the pivot. */
   private stopRequested(): boolean {
-    return this.inbox.cancelReason !== undefined || this.preScope.consideredCancelled;
+    return this.cancel !== undefined || this.preScope.consideredCancelled;
   }
   /** After a cancel or the deadline, no new charge request goes out. */
   private stopCharging(): boolean {
@@ -699,9 +721,34 @@ class OrderSaga {
   }
   private stopReason(): string {
     return (
-      this.inbox.cancelReason ??
-      (this.overdue ? 'saga deadline passed' : 'cancelled by a Temporal cancellation request')
+      this.cancel?.reason ?? (this.overdue ? 'saga deadline passed' : 'cancelled by a Temporal cancellation request')
     );
+  }
+
+  /**
+   * Records in Postgres each cancel that came as a Signal (a Signal only wakes the run; one from
+   * client.ts is recorded already, and recording it again returns its first answer), and learns the
+   * decision: accepted (the order will not ship) or refused. No command when nothing was sent.
+   */
+  private async recordQueuedCancels(): Promise<void> {
+    for (let q = this.inbox.nextCancel(); q !== undefined; q = this.inbox.nextCancel()) {
+      const { requestId, reason } = q;
+      const decision = await act(statusOpts, 'recordCancel', `record the cancel ${requestId} of ${this.orderId}`, {
+        orderId: this.orderId,
+        requestId,
+        reason,
+      });
+      if (decision.cancel) this.cancel ??= decision.cancel;
+      this.inbox.cancelDecided(requestId, decision.outcome === 'refused' ? (decision.message ?? 'refused') : undefined);
+      this.refresh();
+    }
+  }
+
+  /** Learns of a cancel recorded on the row from a refused write; true when there is one. */
+  private learnCancel(err: unknown): boolean {
+    const cancel = recordedCancelIn(err);
+    if (cancel) this.cancel ??= cancel;
+    return cancel !== undefined;
   }
 
   // ---- Status, escalation, bookkeeping -------------------------------------------------------
@@ -710,8 +757,9 @@ class OrderSaga {
   private async step<T>(name: string, fn: () => Promise<T>): Promise<T> {
     // Steps before the pivot run their activities non-cancellably; a stop takes effect between steps.
     // createOrder runs even then: the run must own the row to settle it.
-    if (!this.pivotStarted && this.stopRequested() && name !== 'createOrder') {
-      throw new CancelledFailure(this.stopReason());
+    if (!this.pivotStarted && name !== 'createOrder') {
+      await CancellationScope.nonCancellable(() => this.recordQueuedCancels());
+      if (this.stopRequested()) throw new CancelledFailure(this.stopReason());
     }
     this.state.step = name;
     this.state.attempts[name] = (this.state.attempts[name] ?? 0) + 1;
@@ -762,6 +810,7 @@ class OrderSaga {
   private async escalate(
     awaiting: NonNullable<SagaState['awaiting']>,
     reason: string,
+    compensation?: string,
   ): Promise<Resolution['action'] | 'cancelled'> {
     const previous = this.state.status;
     this.state.awaiting = awaiting;
@@ -783,13 +832,18 @@ class OrderSaga {
     const cancellable = awaiting === 'charge-outcome';
     let request: Resolution | undefined;
     for (;;) {
-      await condition(() => this.inbox.resolution !== undefined || (cancellable && this.stopRequested()));
+      await condition(
+        () =>
+          this.inbox.resolution !== undefined || this.inbox.hasQueuedCancel() || (cancellable && this.stopRequested()),
+      );
+      if (this.inbox.resolution === undefined && this.inbox.hasQueuedCancel()) {
+        // Postgres decides it: accepted only while the order may still be cancelled (an unknown charge).
+        await CancellationScope.nonCancellable(() => this.recordQueuedCancels());
+        if (!(cancellable && this.stopRequested())) continue;
+      }
       if (this.inbox.resolution === undefined) break; // cancelled
       request = this.inbox.resolution;
-      const refused =
-        request.action === 'charge-succeeded' || request.action === 'charge-failed'
-          ? await this.checkResolveWithProvider(request.action)
-          : undefined;
+      const refused = await this.checkResolution(request, awaiting, compensation);
       this.inbox.answerResolve(refused);
       if (!refused) break;
       request = undefined;
@@ -800,9 +854,9 @@ class OrderSaga {
       this.refresh();
       return 'cancelled';
     }
-    const { action, note } = request;
-    log.warn('operator resolved', { orderId: this.orderId, action, note });
-    this.state.reason = `${reason} (operator: ${action}${note ? `, ${note}` : ''})`;
+    const { action, note, reference } = request;
+    log.warn('operator resolved', { orderId: this.orderId, action, note, reference });
+    this.state.reason = `${reason} (operator: ${action}${reference ? `, reference ${reference}` : ''}${note ? `, ${note}` : ''})`;
     this.refresh();
     if (previous !== 'NEEDS_ATTENTION') {
       // Back to where the row stood when it escalated, which may be further than this run knows.
@@ -883,23 +937,29 @@ class OrderSaga {
     return { orderId, accepted: false, status: state.status, reason: this.unwinding ?? state.reason };
   }
 
-  /** Why the provider's ledger contradicts the operator's word on the charge, or undefined when it agrees. */
-  private async checkResolveWithProvider(action: 'charge-succeeded' | 'charge-failed'): Promise<string | undefined> {
-    const key = chargeKeyFor(this.orderId);
-    let answer;
+  /**
+   * Checks an operator's resolve against the ledger (the provider's for the money, the reservations for
+   * the stock) and records it in Postgres: the refusal, with the figures, or undefined when it agrees.
+   */
+  private async checkResolution(
+    request: Resolution,
+    awaiting: NonNullable<SagaState['awaiting']>,
+    compensation: string | undefined,
+  ): Promise<string | undefined> {
+    const { requestId, action, note, reference } = request;
     try {
-      answer = await this.inquire(`resolve ${action}: ask the provider about ${key}`);
+      const r = await act(inquiryOpts, 'checkResolution', `resolve ${action}: check it against the ledger`, {
+        orderId: this.orderId,
+        requestId,
+        action,
+        awaiting,
+        ...(note !== undefined ? { note } : {}),
+        ...(reference !== undefined ? { reference } : {}),
+        ...(compensation !== undefined ? { compensation } : {}),
+      });
+      return r.refused;
     } catch (err) {
-      return `cannot confirm ${action} with the provider: ${failureMessage(err)}`;
+      return `cannot check ${action} against the ledger: ${failureMessage(err)}`;
     }
-    const refunded = (answer.refundedCents ?? 0) > 0;
-    const says = `the provider says charge ${key} is ${answer.status}${refunded ? ` and refunded (${answer.refundedCents} cents)` : ''}`;
-    const paid = answer.status === 'succeeded' && !refunded;
-    if (action === 'charge-succeeded' && !paid) return `${says}; not charge-succeeded`;
-    if (action === 'charge-failed' && (paid || answer.status === 'processing')) {
-      const next = paid ? 'resolve charge-succeeded' : 'wait until it decides, then resolve again';
-      return `${says}; not charge-failed (${next})`;
-    }
-    return undefined;
   }
 }

@@ -14,6 +14,7 @@ import {
   type LocalActivityOptions,
 } from '@temporalio/workflow';
 import type { OrderActivities } from '../activities';
+import type { RecordedCancel } from '../activities/order-lock';
 import { CHARGE_ATTEMPT_TIMEOUT_MS } from '../domain/charge-timing';
 import { TERMINAL_STATUSES, type OrderStatus } from '../domain/order';
 
@@ -187,6 +188,15 @@ export function pastPivotStatus(err: unknown): OrderStatus | undefined {
         return d.status;
       return undefined;
     }
+  }
+  return undefined;
+}
+
+/** The cancel recorded on the order row, as a refused write names it (OrderStateConflict's details). */
+export function recordedCancelIn(err: unknown): RecordedCancel | undefined {
+  for (let e: unknown = err; e instanceof Error; e = (e as { cause?: unknown }).cause) {
+    if (e instanceof ApplicationFailure && e.type === 'OrderStateConflict')
+      return ((e.details?.[0] ?? {}) as { cancel?: RecordedCancel | null }).cancel ?? undefined;
   }
   return undefined;
 }

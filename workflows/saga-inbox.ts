@@ -1,10 +1,12 @@
 /**
  * The saga's inbox: the cancel and resolve Signals a person sends, and the answers read back with the
- * `answer` query (workflows/messages.ts says why they are Signals). The handlers only record a
- * request, or refuse it at once when the saga's state rules it out; the saga's main path acts on what
- * was recorded and gives the answer. Nothing here issues a command: on replay a Signal can meet the
- * workflow's code at another point among the activity completions of its workflow task than it did in
- * the run (docs/decisions.md), and a command from a handler would then be out of place.
+ * `answer` query (workflows/messages.ts says why they are Signals). A cancel is decided in Postgres,
+ * not here (activities/order-requests.ts): the handler queues it for the main path, which records it
+ * there (client.ts has already, for its own) and learns the decision; the handler refuses at once only
+ * what this run itself knows the row refuses (shipped, ended, compensating). A resolve is queued for
+ * the main path, which checks it against the ledger. Nothing here issues a command: on replay a Signal
+ * can meet the workflow's code at another point among the activity completions of its workflow task
+ * than it did in the run (docs/decisions.md), and a command from a handler would then be out of place.
  */
 import { setHandler } from '@temporalio/workflow';
 import {
@@ -22,11 +24,12 @@ import { isFinal, PAST_PIVOT } from './saga-activities';
 /** Answers kept for the `answer` query. */
 const ANSWERS_KEPT = 50;
 
-/** What the inbox reads of the saga to accept or refuse a request. */
+/** What the inbox reads of the saga to answer or refuse a request. */
 export interface SagaView {
   readonly orderId: string;
   snapshot(): SagaState;
-  pivotStarted(): boolean;
+  /** The cancel recorded on the order row, as this run knows it. */
+  cancel(): { requestId: string; reason: string } | undefined;
   /** Backward recovery has begun, for this reason. */
   unwinding(): string | undefined;
   /** Another run had already settled the order. */
@@ -37,13 +40,20 @@ export interface Resolution {
   requestId: string;
   action: ResolveAction;
   note?: string;
+  reference?: string;
+}
+
+/** A cancel Signal waiting for the main path to record it in Postgres. */
+export interface QueuedCancel {
+  requestId: string;
+  reason: string;
 }
 
 export class SagaInbox {
-  /** A cancel was recorded: the main path acts on it, or refuses it (`refuseCancel`). */
-  cancelReason: string | undefined;
-  private cancelRequestId: string | undefined;
-  private cancelRefused: string | undefined;
+  /** Cancels sent as Signals, not yet recorded by the main path (`nextCancel`, then `cancelDecided`). */
+  private readonly queued: QueuedCancel[] = [];
+  /** Cancels Postgres accepted: their answer follows the order (accepted once it ends CANCELLED). */
+  private readonly acceptedCancels = new Set<string>();
   /** The resolve waiting for the main path, which answers it with `answerResolve` (until then it is pending). */
   resolution: Resolution | undefined;
   private readonly answers = new Map<string, { refused?: string }>();
@@ -58,9 +68,24 @@ export class SagaInbox {
     setHandler(resolveSignal, (req) => this.resolve(req));
   }
 
-  /** The main path's no to a recorded cancel (the row is past the pivot). */
-  refuseCancel(message: string): void {
-    if (this.cancelReason !== undefined && this.cancelRefused === undefined) this.cancelRefused = message;
+  /** Is a cancel Signal waiting to be recorded? (The main path wakes on it.) */
+  hasQueuedCancel(): boolean {
+    return this.queued.length > 0;
+  }
+
+  /** The next cancel Signal to record in Postgres, if any. */
+  nextCancel(): QueuedCancel | undefined {
+    return this.queued[0];
+  }
+
+  /** Postgres's decision on the cancel `nextCancel` gave: its answer from now on. */
+  cancelDecided(requestId: string, refused?: string): void {
+    this.queued.splice(
+      this.queued.findIndex((q) => q.requestId === requestId),
+      1,
+    );
+    if (refused !== undefined) this.answered(requestId, refused);
+    else this.acceptedCancels.add(requestId);
   }
 
   /** The main path's answer to the recorded resolve: applied, or refused and why. */
@@ -90,12 +115,11 @@ export class SagaInbox {
     const accepted = (): RequestAnswer => ({ requestId, outcome: 'accepted', state: saga.snapshot() });
     if (given)
       return given.refused !== undefined ? { requestId, outcome: 'refused', message: given.refused } : accepted();
-    if (requestId === this.cancelRequestId) {
-      if (this.cancelRefused !== undefined) return { requestId, outcome: 'refused', message: this.cancelRefused };
+    if (this.acceptedCancels.has(requestId) || requestId === saga.cancel()?.requestId) {
       const { orderId } = saga;
       const { status } = saga.snapshot();
-      // Accepted means the order ends CANCELLED (or is compensating for it, waiting for a person).
-      // An order another run had settled, or that ended otherwise, tells the customer so.
+      // Accepted in Postgres: the order will not ship. It ends CANCELLED (or waits for a person while
+      // compensating); one another run had settled, or that ended otherwise, tells the customer so.
       if (status === 'CANCELLED') return accepted();
       if (saga.settledElsewhere())
         return {
@@ -112,67 +136,85 @@ export class SagaInbox {
       if (status === 'NEEDS_ATTENTION' && saga.unwinding() !== undefined) return accepted();
       return { requestId, outcome: 'pending' };
     }
+    if (this.queued.some((q) => q.requestId === requestId)) return { requestId, outcome: 'pending' };
     if (requestId === this.resolution?.requestId)
       return saga.settledElsewhere() ? accepted() : { requestId, outcome: 'pending' };
     return undefined;
   }
 
-  /** Records the cancel, or refuses it now. */
+  /** Queues the cancel for the main path to record, or refuses it now. */
   private cancel(req: CancelRequest | string): void {
     const { requestId: sent, reason } = typeof req === 'string' ? { requestId: undefined, reason: req } : (req ?? {});
     const requestId = this.requestIdOf(sent);
-    if (this.answers.has(requestId) || requestId === this.cancelRequestId) return; // the same request again
+    // The same request again
+    if (this.answers.has(requestId) || this.acceptedCancels.has(requestId)) return;
+    if (this.queued.some((q) => q.requestId === requestId)) return;
     try {
       this.validateCancel(reason);
     } catch (err) {
       return this.answered(requestId, (err as Error).message);
     }
-    this.cancelReason = reason || 'cancelled';
-    this.cancelRequestId = requestId;
+    // Compensating for a cancel already recorded on the order: this one is the same promise.
+    if (this.saga.unwinding() !== undefined && this.saga.cancel() !== undefined) {
+      this.acceptedCancels.add(requestId);
+      return;
+    }
+    this.queued.push({ requestId, reason: reason || 'cancelled' });
   }
 
-  /** A cancel without a reason (a Signal from the Web UI with no input) is one: `cancelled`. */
+  /**
+   * A cancel without a reason (a Signal from the Web UI with no input) is one: `cancelled`. Refused
+   * here only where this run knows the row refuses it too: past the pivot, ended, compensating.
+   */
   private validateCancel(reason: unknown): asserts reason is string | undefined | null {
     const { orderId } = this.saga;
-    const { status } = this.saga.snapshot();
-    const unwinding = this.saga.unwinding();
+    const { status, pivotPassed } = this.saga.snapshot();
     if (reason !== undefined && reason !== null && (typeof reason !== 'string' || reason.length > 500))
       throw new Error('reason must be a string of at most 500 characters');
-    if (this.saga.pivotStarted() || PAST_PIVOT.includes(status))
+    if (pivotPassed || PAST_PIVOT.includes(status))
       throw new Error(`order ${orderId} has reached the shipment (the pivot); it can only move forward`);
     if (isFinal(status)) throw new Error(`order ${orderId} is already ${status}`);
-    if (this.cancelReason !== undefined) throw new Error(`order ${orderId} is already being cancelled`);
-    if (unwinding !== undefined)
+    const unwinding = this.saga.unwinding();
+    if (unwinding !== undefined && this.saga.cancel() === undefined)
       throw new Error(`order ${orderId} is already being compensated (${unwinding}); there is nothing left to cancel`);
   }
 
   /** Records the resolve, or refuses it now. */
   private resolve(req: ResolveRequest): void {
-    const { action, note, requestId: sent } = req ?? {};
+    const { action, note, reference, requestId: sent } = req ?? {};
     const requestId = this.requestIdOf(sent);
     if (this.answers.has(requestId) || requestId === this.resolution?.requestId) return; // the same request again
     try {
-      this.validateResolve(action, note);
+      this.validateResolve(action, note, reference);
     } catch (err) {
       return this.answered(requestId, (err as Error).message);
     }
-    this.resolution = { requestId, action, ...(note !== undefined ? { note } : {}) };
+    this.resolution = {
+      requestId,
+      action,
+      ...(note !== undefined ? { note } : {}),
+      ...(reference !== undefined ? { reference } : {}),
+    };
   }
 
-  private validateResolve(action: unknown, note: unknown): void {
+  private validateResolve(action: unknown, note: unknown, reference: unknown): void {
     const { orderId } = this.saga;
     const { status, awaiting } = this.saga.snapshot();
     if (note !== undefined && (typeof note !== 'string' || note.length > 500))
       throw new Error('note must be a string of at most 500 characters');
+    if (reference !== undefined && (typeof reference !== 'string' || reference.length > 200))
+      throw new Error('reference must be a string of at most 200 characters');
     if (this.resolution !== undefined) throw new Error('another resolve is being applied');
     const allowed: Record<NonNullable<SagaState['awaiting']>, ResolveAction[]> = {
       'charge-outcome': ['charge-succeeded', 'charge-failed'],
-      compensation: ['retry', 'mark-resolved'],
+      compensation: ['retry', 'mark-resolved', 'settled-elsewhere'],
       'forward-step': ['retry', 'mark-resolved'],
     };
     if (!awaiting) throw new Error(`order ${orderId} is ${status}; there is nothing to resolve`);
     if (!allowed[awaiting].includes(action as ResolveAction)) {
       throw new Error(`action must be one of ${allowed[awaiting].join(', ')} while awaiting ${awaiting}`);
     }
+    if (action === 'settled-elsewhere' && (typeof reference !== 'string' || !reference.trim()))
+      throw new Error('reference: settled-elsewhere needs a reference to where it was settled (--reference)');
   }
 }

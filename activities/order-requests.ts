@@ -1,0 +1,236 @@
+/**
+ * Cancels and resolves as promises kept in Postgres (migrations/0009_order_requests.sql): whatever
+ * happens to a run's history, the order row says what was accepted.
+ *
+ * A cancel is decided here, against the pivot, in the row the shipment writes: accepted only while the
+ * order has not shipped (nor escalated at the pivot), and then recorded on the order, so the shipment's
+ * guarded write refuses it whichever run tries. client.ts decides a cancel here before it tells anyone
+ * (`decideCancel`); a run records a Signal that came without a record (the Web UI, the Temporal CLI)
+ * with the `recordCancel` activity. A resolve is recorded by client.ts as pending; the run checks it
+ * against the ledger (`checkResolution`) before it moves money or closes the order.
+ */
+import { log } from '@temporalio/activity';
+import type { Pool, PoolClient } from 'pg';
+import { withTransaction } from '../db/pool';
+import { chargeKeyFor, formatMoney, type OrderStatus } from '../domain/order';
+import type { ProviderClient } from '../provider/client';
+import { readOrder, recordedCancel, type RecordedCancel } from './order-lock';
+
+/** Who recorded a request first: client.ts before its Signal, or a run for a Signal without a record. */
+export type RequestSource = 'client' | 'signal';
+
+export interface CancelDecision {
+  outcome: 'accepted' | 'refused';
+  /** Why it was refused, or a note on an accepted one (already being cancelled). */
+  message?: string;
+  /** The cancel recorded on the order (the first accepted one), when there is one. */
+  cancel?: RecordedCancel;
+}
+
+/** Statuses an accepted cancel may not meet: the order has shipped. */
+const SHIPPED: readonly OrderStatus[] = ['SHIPPED', 'COMPLETED'];
+/** An escalation from these stands at the pivot (the shipment may have been made by hand): no cancel. */
+const AT_PIVOT: readonly (OrderStatus | null)[] = ['CHARGED', 'SHIPPED'];
+
+/** Why the order, as it stands, refuses a cancel; undefined when it takes one. */
+export function cancelRefusal(
+  orderId: string,
+  row: { status: OrderStatus; attention_from: OrderStatus | null },
+): string | undefined {
+  const { status } = row;
+  if (['COMPLETED', 'FAILED', 'CANCELLED'].includes(status) && !SHIPPED.includes(status))
+    return `order ${orderId} is already ${status}`;
+  if (SHIPPED.includes(status) || (status === 'NEEDS_ATTENTION' && AT_PIVOT.includes(row.attention_from)))
+    return `order ${orderId} has reached the shipment (the pivot); it can only move forward`;
+  if (status === 'COMPENSATING' || (status === 'NEEDS_ATTENTION' && row.attention_from === 'COMPENSATING'))
+    return `order ${orderId} is already being compensated; there is nothing left to cancel`;
+  return undefined;
+}
+
+/**
+ * Decides a cancel in one transaction on the order row (locked, as the shipment locks it): the same
+ * request again gets its first answer; else accepted (and recorded on the order) or refused, and the
+ * request is recorded either way. An order with no row yet is refused, nothing written.
+ */
+export async function decideCancel(
+  db: Pool,
+  req: { orderId: string; requestId: string; reason: string; source: RequestSource },
+): Promise<CancelDecision> {
+  return withTransaction(db, async (c) => {
+    const row = await readOrder(c, req.orderId, true);
+    if (!row) return { outcome: 'refused', message: `order ${req.orderId} has no order row (yet)` };
+    const prior = await priorRequest(c, req.orderId, req.requestId);
+    const cancel = recordedCancel(row);
+    if (prior) return decisionOf(prior, cancel);
+    const refused = cancel ? undefined : cancelRefusal(req.orderId, row);
+    const outcome = refused === undefined ? 'accepted' : 'refused';
+    const message =
+      refused ?? (cancel ? `order ${req.orderId} is already being cancelled (${cancel.reason})` : undefined);
+    await c.query({
+      text: `INSERT INTO order_requests (order_id, request_id, kind, source, reason, outcome, message, decided_at)
+             VALUES ($1, $2, 'cancel', $3, $4, $5, $6, now())`,
+      values: [req.orderId, req.requestId, req.source, req.reason, outcome, message ?? null],
+    });
+    if (outcome === 'refused') return { outcome, message: refused };
+    if (cancel) return { outcome, ...(message ? { message } : {}), cancel };
+    await c.query({
+      text: 'UPDATE orders SET cancel_request_id = $2, cancel_reason = $3, updated_at = now() WHERE order_id = $1',
+      values: [req.orderId, req.requestId, req.reason],
+    });
+    return { outcome, cancel: { requestId: req.requestId, reason: req.reason } };
+  });
+}
+
+interface RequestRow {
+  kind: 'cancel' | 'resolve';
+  outcome: 'pending' | 'accepted' | 'refused';
+  message: string | null;
+}
+
+async function priorRequest(c: PoolClient, orderId: string, requestId: string): Promise<RequestRow | undefined> {
+  const { rows } = await c.query<RequestRow>({
+    text: 'SELECT kind, outcome, message FROM order_requests WHERE order_id = $1 AND request_id = $2',
+    values: [orderId, requestId],
+  });
+  return rows[0];
+}
+
+function decisionOf(prior: RequestRow, cancel: RecordedCancel | undefined): CancelDecision {
+  if (prior.kind !== 'cancel' || prior.outcome !== 'accepted')
+    return { outcome: 'refused', message: prior.message ?? 'this request ID was used for another request' };
+  return { outcome: 'accepted', ...(prior.message ? { message: prior.message } : {}), ...(cancel ? { cancel } : {}) };
+}
+
+/** A resolve as client.ts records it before its Signal: pending until a run checks it. The same request ID again is a no-op. */
+export async function recordResolve(
+  db: Pool,
+  req: { orderId: string; requestId: string; action: string; note?: string; reference?: string },
+): Promise<{ recorded: boolean }> {
+  const res = await db.query({
+    text: `INSERT INTO order_requests (order_id, request_id, kind, source, action, note, reference, outcome)
+           SELECT $1, $2, 'resolve', 'client', $3, $4, $5, 'pending' WHERE EXISTS (SELECT 1 FROM orders WHERE order_id = $1)
+           ON CONFLICT (order_id, request_id) DO NOTHING`,
+    values: [req.orderId, req.requestId, req.action, req.note ?? null, req.reference ?? null],
+  });
+  return { recorded: res.rowCount === 1 };
+}
+
+/** Writes the answer to a request still pending (a refusal the run gave before checking it, say). */
+export async function settleRequest(
+  db: Pool,
+  req: { orderId: string; requestId: string; outcome: 'accepted' | 'refused'; message?: string },
+): Promise<void> {
+  await db.query({
+    text: `UPDATE order_requests SET outcome = $3, message = $4, decided_at = now()
+           WHERE order_id = $1 AND request_id = $2 AND outcome = 'pending'`,
+    values: [req.orderId, req.requestId, req.outcome, req.message ?? null],
+  });
+}
+
+/** What a run asks `checkResolution` about: the operator's request and what the saga waits for. */
+export interface ResolutionCheck {
+  orderId: string;
+  requestId: string;
+  action: string;
+  note?: string;
+  reference?: string;
+  awaiting: 'charge-outcome' | 'compensation' | 'forward-step';
+  /** The compensation that failed, when awaiting one. */
+  compensation?: string;
+}
+
+export function orderRequestActivities({ db, provider }: { db: Pool; provider: ProviderClient }) {
+  /** Why the ledger (the provider's, the reservations) contradicts the operator's word; undefined when it agrees. */
+  const contradiction = async (req: ResolutionCheck): Promise<string | undefined> => {
+    const key = chargeKeyFor(req.orderId);
+    const charge = async (): Promise<Awaited<ReturnType<ProviderClient['getCharge']>> | string> => {
+      try {
+        return await provider.getCharge(key);
+      } catch (err) {
+        return `cannot confirm ${req.action} with the provider: ${(err as Error).message}`;
+      }
+    };
+    if (req.action === 'charge-succeeded' || req.action === 'charge-failed') {
+      const c = await charge();
+      if (typeof c === 'string') return c;
+      const status = !c ? 'not_found' : c.status;
+      const refunded = c && c.status !== 'closed' ? c.refundedCents : 0;
+      const says = `the provider says charge ${key} is ${status}${refunded > 0 ? ` and refunded (${refunded} cents)` : ''}`;
+      const paid = status === 'succeeded' && refunded === 0;
+      if (req.action === 'charge-succeeded' && !paid) return `${says}; not charge-succeeded`;
+      if (req.action === 'charge-failed' && (paid || status === 'processing')) {
+        const next = paid ? 'resolve charge-succeeded' : 'wait until it decides, then resolve again';
+        return `${says}; not charge-failed (${next})`;
+      }
+      return undefined;
+    }
+    if (req.action !== 'mark-resolved' || req.awaiting !== 'compensation') return undefined;
+    // Marking a compensation done closes the order: only when the money and the stock are back.
+    const elsewhere = `; if it was settled outside the saga, say so: --action settled-elsewhere --reference <ref>`;
+    if (req.compensation === 'refundPayment') {
+      const c = await charge();
+      if (typeof c === 'string') return c;
+      if (!c || c.status === 'closed' || c.status === 'failed') return undefined;
+      if (c.status === 'processing')
+        return `the provider says charge ${key} is still processing; mark-resolved would close order ${req.orderId} before it decides (retry later)`;
+      if (c.refundedCents >= c.amountCents) return undefined;
+      return (
+        `the provider holds ${formatMoney(c.amountCents, c.currency)} charged under ${key} and ${formatMoney(c.refundedCents, c.currency)} refunded: ` +
+        `mark-resolved would close order ${req.orderId} with ${formatMoney(c.amountCents - c.refundedCents, c.currency)} of the customer's money kept; ` +
+        `refund it (retry) or at the provider first${elsewhere}`
+      );
+    }
+    if (req.compensation === 'releaseInventory') {
+      const { rows } = await db.query<{ sku: string; qty: number }>({
+        text: `SELECT sku, qty FROM reservations WHERE order_id = $1 AND status = 'HELD' ORDER BY sku`,
+        values: [req.orderId],
+      });
+      if (rows.length === 0) return undefined;
+      const held = rows.map((r) => `${r.qty}×${r.sku}`).join(', ');
+      return `order ${req.orderId} still holds ${held}: mark-resolved would close it with the stock held; retry the release${elsewhere}`;
+    }
+    return undefined;
+  };
+
+  return {
+    /** Records a cancel that came as a Signal without a record (the Web UI, the Temporal CLI), deciding it as client.ts would. */
+    async recordCancel(req: { orderId: string; requestId: string; reason: string }): Promise<CancelDecision> {
+      const decision = await decideCancel(db, { ...req, source: 'signal' });
+      log.warn(`cancel sent as a Signal: ${decision.outcome}`, { orderId: req.orderId, requestId: req.requestId });
+      return decision;
+    },
+
+    /**
+     * Checks an operator's resolve against the ledger and records the answer (a resolve client.ts
+     * recorded is updated; one that came as a bare Signal is recorded now). Returns the refusal and
+     * its figures, or nothing when the ledger agrees. A request already answered keeps its answer.
+     */
+    async checkResolution(req: ResolutionCheck): Promise<{ refused?: string }> {
+      const prior = await db.query<RequestRow>({
+        text: 'SELECT kind, outcome, message FROM order_requests WHERE order_id = $1 AND request_id = $2',
+        values: [req.orderId, req.requestId],
+      });
+      const known = prior.rows[0];
+      if (known && known.outcome !== 'pending')
+        return known.outcome === 'refused' ? { refused: known.message ?? 'refused' } : {};
+      const refused = await contradiction(req);
+      await db.query({
+        text: `INSERT INTO order_requests (order_id, request_id, kind, source, action, note, reference, outcome, message, decided_at)
+               VALUES ($1, $2, 'resolve', 'signal', $3, $4, $5, $6, $7, now())
+               ON CONFLICT (order_id, request_id) DO UPDATE SET outcome = EXCLUDED.outcome, message = EXCLUDED.message, decided_at = now()
+               WHERE order_requests.outcome = 'pending'`,
+        values: [
+          req.orderId,
+          req.requestId,
+          req.action,
+          req.note ?? null,
+          req.reference ?? null,
+          refused === undefined ? 'accepted' : 'refused',
+          refused ?? null,
+        ],
+      });
+      if (refused) log.warn('resolve refused: the ledger disagrees', { orderId: req.orderId, refused });
+      return refused === undefined ? {} : { refused };
+    },
+  };
+}
