@@ -41,7 +41,9 @@ async function check(opts: { json?: boolean; dataOnly?: boolean }, ctx: CliConte
             taskQueue: cfg.taskQueue,
             openOrderIds: await store.openOrderIds(),
             keys: keysAtHand(),
-          }).catch((err: Error) => unreachableReport(`asking Temporal at ${cfg.temporalAddress} failed: ${err.message}`))
+          }).catch((err: Error) =>
+            unreachableReport(`asking Temporal at ${cfg.temporalAddress} failed: ${err.message}`),
+          )
         : unreachableReport(unreachable);
     }
     if (opts.json) io.out(JSON.stringify({ ...report, ...(machinery ? { machinery } : {}) }));
@@ -55,7 +57,7 @@ async function check(opts: { json?: boolean; dataOnly?: boolean }, ctx: CliConte
 export function register(cli: Command, ctx: CliContext): void {
   cli
     .command('check')
-    .summary("invariant check of the data, and of the Schedules, workers and payload keys")
+    .summary('invariant check of the data, and of the Schedules, workers and payload keys')
     .description(
       `Reads the application database and the provider's ledger in one snapshot, through the read-only role (READER_DATABASE_URL; else DATABASE_URL), and reports every violation with its order IDs. The rules (the last one asks Temporal):
 ${Object.values(RULES)
@@ -70,6 +72,8 @@ Then the machinery, asking Temporal:
 Exit code 0 when the data is clean and the machinery is in place; 1 when there are violations, or a machinery problem (each line says what is wrong), or Temporal cannot be reached (then the data is still checked, without the Temporal rule, and the machinery is a problem: nothing keeps the orders moving). --data-only checks the data alone, as on a copy of the database.`,
     )
     .option('--data-only', 'check the data only: not the Schedules, the workers or the payload keys')
-    .addOption(jsonOption('print JSON instead of text: the report, with `machinery: { ok, checks }` unless --data-only'))
+    .addOption(
+      jsonOption('print JSON instead of text: the report, with `machinery: { ok, checks }` unless --data-only'),
+    )
     .action(async (opts) => ctx.done(await check(opts, ctx)));
 }

@@ -109,14 +109,16 @@ export function scheduleVerdict(
     const age = now - (last.closedAtMs ?? now);
     runs = `last run completed at ${iso(last.closedAtMs ?? now)}`;
     if (window !== undefined && age > window)
-      problems.push(`its last run completed at ${iso(last.closedAtMs ?? now)}, more than ${RUN_WITHIN_INTERVALS} intervals ago`);
+      problems.push(
+        `its last run completed at ${iso(last.closedAtMs ?? now)}, more than ${RUN_WITHIN_INTERVALS} intervals ago`,
+      );
   } else if (window !== undefined && now - f.createdAtMs > window) {
     problems.push(
       `no run has completed since it was created at ${iso(f.createdAtMs)}, more than ${RUN_WITHIN_INTERVALS} intervals ago`,
     );
     runs = '';
   } else runs = `created at ${iso(f.createdAtMs)}; no run has completed yet`;
-  if (problems.length) return { name, ok: false, detail: `${every}: ${problems.join('; ')}` };
+  if (problems.length) return { name, ok: false, detail: problems.join('; ') };
   return { name, ok: true, detail: `${every}, ${runs}` };
 }
 
@@ -204,7 +206,9 @@ async function workerFacts(client: Client, taskQueue: string): Promise<WorkerFac
   const current = r.versioningInfo?.currentDeploymentVersion;
   return {
     taskQueue,
-    ...(current?.buildId ? { current: { deploymentName: current.deploymentName ?? '', buildId: current.buildId } } : {}),
+    ...(current?.buildId
+      ? { current: { deploymentName: current.deploymentName ?? '', buildId: current.buildId } }
+      : {}),
     pollers: (r.pollers ?? []).map((p) => {
       const o = p.deploymentOptions;
       return {
@@ -223,7 +227,7 @@ async function workerFacts(client: Client, taskQueue: string): Promise<WorkerFac
 type HistoryEvent = temporal.api.history.v1.IHistoryEvent;
 
 /** Every payload this codec sealed, anywhere in the event (inputs, results, signals, failures, headers). */
-function sealedPayloads(value: unknown, out: Payload[] = []): Payload[] {
+export function sealedPayloads(value: unknown, out: Payload[] = []): Payload[] {
   if (!value || typeof value !== 'object' || ArrayBuffer.isView(value)) return out;
   const p = value as Payload;
   if (p.metadata && typeof p.metadata === 'object' && 'encoding' in p.metadata) {
@@ -322,14 +326,11 @@ export async function checkMachinery(client: Client, input: MachineryInput): Pro
   const now = input.now ?? Date.now;
   const checks: MachineryCheck[] = [];
   for (const s of APP_SCHEDULES)
-    checks.push(scheduleVerdict(await scheduleFacts(client, s.scheduleId), { ...s, taskQueue: input.taskQueue }, now()));
+    checks.push(
+      scheduleVerdict(await scheduleFacts(client, s.scheduleId), { ...s, taskQueue: input.taskQueue }, now()),
+    );
   checks.push(workerVerdict(await workerFacts(client, input.taskQueue), now()));
-  checks.push(
-    ...payloadVerdicts(
-      await eachBounded(input.openOrderIds, 8, (id) => readOrder(client, id)),
-      input.keys,
-    ),
-  );
+  checks.push(...payloadVerdicts(await eachBounded(input.openOrderIds, 8, (id) => readOrder(client, id)), input.keys));
   return { ok: checks.every((c) => c.ok), checks };
 }
 
