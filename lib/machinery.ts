@@ -322,15 +322,26 @@ export interface MachineryInput {
   now?: () => number;
 }
 
+/**
+ * Every check, each on its own: a call that fails for one (a Schedule the credentials may not read,
+ * say) is that check's problem, and the others are still asked.
+ */
 export async function checkMachinery(client: Client, input: MachineryInput): Promise<MachineryReport> {
   const now = input.now ?? Date.now;
+  const asked = async (name: string, fn: () => Promise<MachineryCheck[]>): Promise<MachineryCheck[]> =>
+    fn().catch((err: Error) => [{ name, ok: false, detail: `Temporal did not answer: ${err.message}` }]);
   const checks: MachineryCheck[] = [];
   for (const s of APP_SCHEDULES)
     checks.push(
-      scheduleVerdict(await scheduleFacts(client, s.scheduleId), { ...s, taskQueue: input.taskQueue }, now()),
+      ...(await asked(`schedule ${s.scheduleId}`, async () => [
+        scheduleVerdict(await scheduleFacts(client, s.scheduleId), { ...s, taskQueue: input.taskQueue }, now()),
+      ])),
     );
-  checks.push(workerVerdict(await workerFacts(client, input.taskQueue), now()));
-  checks.push(...payloadVerdicts(await eachBounded(input.openOrderIds, 8, (id) => readOrder(client, id)), input.keys));
+  checks.push(
+    ...(await asked('worker', async () => [workerVerdict(await workerFacts(client, input.taskQueue), now())])),
+  );
+  const orders = await eachBounded(input.openOrderIds, 8, (id) => readOrder(client, id));
+  checks.push(...payloadVerdicts(orders, input.keys));
   return { ok: checks.every((c) => c.ok), checks };
 }
 
