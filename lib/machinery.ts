@@ -96,29 +96,24 @@ export function scheduleVerdict(
     problems.push(`starts ${f.workflowType ?? 'no workflow'}, not ${expected.workflowType}`);
   if (f.taskQueue !== expected.taskQueue)
     problems.push(`starts on task queue ${f.taskQueue ?? '(none)'}, which is not the workers' ${expected.taskQueue}`);
+  // The last finished run is judged; one still running is neither good nor bad news yet.
   const last = f.runs.find((r) => r.status !== 'RUNNING');
-  const every = f.everyMs === undefined ? 'on a calendar' : `every ${formatEvery(f.everyMs)}`;
+  const closedAt = last?.closedAtMs ?? now;
   const window = f.everyMs === undefined ? undefined : RUN_WITHIN_INTERVALS * f.everyMs;
-  let runs: string;
-  if (last && last.status !== 'COMPLETED') {
+  const ago = `more than ${RUN_WITHIN_INTERVALS} intervals ago`;
+  if (last && last.status !== 'COMPLETED')
     problems.push(
-      `its last run ${last.workflowId} ended ${last.status}${last.closedAtMs ? ` at ${iso(last.closedAtMs)}` : ''}`,
+      `its last run ${last.workflowId} ended ${last.status}${last.closedAtMs ? ` at ${iso(closedAt)}` : ''}`,
     );
-    runs = '';
-  } else if (last) {
-    const age = now - (last.closedAtMs ?? now);
-    runs = `last run completed at ${iso(last.closedAtMs ?? now)}`;
-    if (window !== undefined && age > window)
-      problems.push(
-        `its last run completed at ${iso(last.closedAtMs ?? now)}, more than ${RUN_WITHIN_INTERVALS} intervals ago`,
-      );
-  } else if (window !== undefined && now - f.createdAtMs > window) {
-    problems.push(
-      `no run has completed since it was created at ${iso(f.createdAtMs)}, more than ${RUN_WITHIN_INTERVALS} intervals ago`,
-    );
-    runs = '';
-  } else runs = `created at ${iso(f.createdAtMs)}; no run has completed yet`;
+  else if (last && window !== undefined && now - closedAt > window)
+    problems.push(`its last run completed at ${iso(closedAt)}, ${ago}`);
+  else if (!last && window !== undefined && now - f.createdAtMs > window)
+    problems.push(`no run has completed since it was created at ${iso(f.createdAtMs)}, ${ago}`);
   if (problems.length) return { name, ok: false, detail: problems.join('; ') };
+  const every = f.everyMs === undefined ? 'on a calendar' : `every ${formatEvery(f.everyMs)}`;
+  const runs = last
+    ? `last run completed at ${iso(closedAt)}`
+    : `created at ${iso(f.createdAtMs)}; no run has completed yet`;
   return { name, ok: true, detail: `${every}, ${runs}` };
 }
 
