@@ -174,20 +174,26 @@ export function workerVerdict(f: WorkerFacts, now: number): MachineryCheck {
   const of = (p: PollerFacts) => (p.version ? versionName(p.version) : 'unversioned');
   const wanted = f.current ? versionName(f.current) : 'unversioned';
   const matching = live.filter((p) => of(p) === wanted);
-  const what = f.current ? `the current build ${wanted}` : 'unversioned workers (no build is current)';
-  if (matching.length)
+  const where = `task queue ${f.taskQueue}`;
+  if (matching.length) {
+    const who = `(${[...new Set(matching.map((p) => p.identity))].join(', ')})`;
     return {
       name: 'worker',
       ok: true,
-      detail: `${matching.length} poller(s) of ${what} on task queue ${f.taskQueue} (${[...new Set(matching.map((p) => p.identity))].join(', ')})`,
+      detail: f.current
+        ? `${matching.length} poller(s) of the current build ${wanted} on ${where} ${who}`
+        : `${matching.length} unversioned poller(s) on ${where}, no build current ${who}`,
     };
+  }
   const others = [...new Set(live.map(of))];
+  const polling = others.length ? ` (polling: ${others.join(', ')}; docs/versioning.md)` : '';
+  const within = `in the last ${POLLED_WITHIN_MS / 1000} s`;
   return {
     name: 'worker',
     ok: false,
-    detail: `no worker of ${what} polls task queue ${f.taskQueue} in the last ${POLLED_WITHIN_MS / 1000} s${
-      others.length ? ` (polling: ${others.join(', ')}; docs/versioning.md)` : ''
-    }: new and pinned sagas of that build wait`,
+    detail: f.current
+      ? `no worker of the current build ${wanted} polled ${where} ${within}${polling}: new sagas, and those pinned to it, wait`
+      : `no unversioned worker polled ${where} ${within}, and no build is current${polling}: new sagas wait`,
   };
 }
 

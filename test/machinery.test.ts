@@ -122,7 +122,9 @@ describe('workerVerdict', () => {
   it('only another build polls: a problem naming who does', () => {
     const v = workerVerdict({ taskQueue: 'orders', current, pollers: [poller(old), poller(undefined)] }, NOW);
     expect(v.ok).toBe(false);
-    expect(v.detail).toContain('no worker of the current build order-saga:0.1.0+abc polls task queue orders');
+    expect(v.detail).toContain(
+      'no worker of the current build order-saga:0.1.0+abc polled task queue orders in the last 90 s',
+    );
     expect(v.detail).toContain('polling: order-saga:0.1.0+old, unversioned');
   });
 
@@ -134,10 +136,15 @@ describe('workerVerdict', () => {
   });
 
   it('no build current: unversioned workers are the ones that get new sagas', () => {
-    expect(workerVerdict({ taskQueue: 'orders', pollers: [poller(undefined)] }, NOW).ok).toBe(true);
+    expect(workerVerdict({ taskQueue: 'orders', pollers: [poller(undefined)] }, NOW)).toMatchObject({
+      ok: true,
+      detail: '1 unversioned poller(s) on task queue orders, no build current (w1)',
+    });
     const v = workerVerdict({ taskQueue: 'orders', pollers: [poller(current)] }, NOW);
     expect(v.ok).toBe(false);
-    expect(v.detail).toContain('no worker of unversioned workers (no build is current) polls task queue orders');
+    expect(v.detail).toBe(
+      'no unversioned worker polled task queue orders in the last 90 s, and no build is current (polling: order-saga:0.1.0+abc; docs/versioning.md): new sagas wait',
+    );
     expect(workerVerdict({ taskQueue: 'orders', pollers: [] }, NOW).detail).not.toContain('polling:');
   });
 });
