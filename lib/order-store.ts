@@ -9,7 +9,7 @@ import { decideCancel, recordResolve, settleRequest, type CancelDecision } from 
 import { checkAgainstCatalogue } from '../activities/orders';
 import { checkInvariants, type CheckReport, type WorkflowLookup } from '../db/invariants';
 import { createPool } from '../db/pool';
-import type { OrderInput } from '../domain/order';
+import { TERMINAL_STATUSES, type OrderInput } from '../domain/order';
 import type { AppConfig } from './config';
 
 /** Which database role a store connects as. */
@@ -68,6 +68,8 @@ export interface OrderStore {
   sweeperActions(opts: { limit: number; orderId?: string }): Promise<SweeperActionRow[]>;
   /** Every invariant over the database and the provider's ledger, in one snapshot (db/invariants.ts). */
   checkInvariants(opts: { deadlineMs: number; workflows?: WorkflowLookup }): Promise<CheckReport>;
+  /** The IDs of the orders that are not terminal, oldest first. */
+  openOrderIds(): Promise<string[]>;
   /** Ends the pool. */
   close(): Promise<void>;
 }
@@ -157,6 +159,14 @@ export function orderStore(db: Pool): OrderStore {
     settleRequest: (req) => settleRequest(db, req),
 
     checkInvariants: (opts) => checkInvariants(db, opts),
+
+    async openOrderIds() {
+      const { rows } = await db.query<{ order_id: string }>({
+        text: 'SELECT order_id FROM orders WHERE NOT (status = ANY($1)) ORDER BY created_at, order_id',
+        values: [TERMINAL_STATUSES],
+      });
+      return rows.map((r) => r.order_id);
+    },
 
     close: () => db.end(),
   };

@@ -8,6 +8,26 @@ import type { Duration } from '@temporalio/common';
 export const RECONCILE_SCHEDULE_ID = 'reconcile';
 export const SWEEP_SCHEDULE_ID = 'sweep';
 
+/** One of the application's Schedules: the workflow it starts and how often by default. */
+export interface AppSchedule {
+  scheduleId: string;
+  workflowType: string;
+  /** npm start's interval, unless its variable says otherwise. */
+  defaultEvery: string;
+  everyVariable: string;
+}
+
+/** Both Schedules, as npm start creates them and `client.ts check` expects them. */
+export const APP_SCHEDULES: readonly AppSchedule[] = [
+  { scheduleId: SWEEP_SCHEDULE_ID, workflowType: 'sweeperWorkflow', defaultEvery: '1m', everyVariable: 'SWEEP_EVERY' },
+  {
+    scheduleId: RECONCILE_SCHEDULE_ID,
+    workflowType: 'reconcileWorkflow',
+    defaultEvery: '1h',
+    everyVariable: 'RECONCILE_EVERY',
+  },
+];
+
 export interface ScheduleRequest {
   scheduleId: string;
   workflowType: string;

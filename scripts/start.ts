@@ -9,7 +9,9 @@
  *      (the bundler's module statistics are not for this screen; its errors are), and loaded by every
  *      worker process from .data/workflow-bundle.js (WORKFLOW_BUNDLE) instead of each bundling again;
  *   4. the workers' build (BUILD_ID, else lib/deployments.ts makes one) made the current version of
- *      the Worker Deployment `order-saga` once they poll: new sagas go to it, each pinned to it.
+ *      the Worker Deployment `order-saga` once they poll: new sagas go to it, each pinned to it;
+ *   5. both Schedules of lib/schedules.ts, created or updated: `sweep` (SWEEP_EVERY, 1m) and
+ *      `reconcile` (RECONCILE_EVERY, 1h).
  * Ctrl-C stops them all, children first.
  */
 import { spawnSync, type ChildProcess } from 'node:child_process';
@@ -32,7 +34,7 @@ import {
 } from '../platform/payload-codec';
 import { startTsProcess, stopProcess } from '../platform/processes';
 import { tracingWorkflowModules } from '../platform/tracing';
-import { SWEEP_SCHEDULE_ID, upsertSchedule } from '../lib/schedules';
+import { APP_SCHEDULES, upsertSchedule } from '../lib/schedules';
 import {
   DEPLOYMENT_NAME,
   makeVersionCurrent,
@@ -313,24 +315,17 @@ async function main(): Promise<void> {
       }
     }
 
-    // ---- The sweeper, on its Schedule: no open order is left without a live run or a person told ----
-    const sweepEvery = env.SWEEP_EVERY ?? '1m';
+    // ---- The Schedules: the sweeper (no open order is left without a live run or a person told) and the reconciliation ----
+    const schedules = APP_SCHEDULES.map((s) => ({ ...s, every: env[s.everyVariable] ?? s.defaultEvery }));
     {
       const connection = await Connection.connect({ address: temporalAddress });
       try {
         const client = new Client({ connection, namespace, dataConverter });
-        await upsertSchedule(client, {
-          scheduleId: SWEEP_SCHEDULE_ID,
-          workflowType: 'sweeperWorkflow',
-          taskQueue: cfg.taskQueue,
-          every: sweepEvery,
-        });
+        for (const s of schedules) await upsertSchedule(client, { ...s, taskQueue: cfg.taskQueue });
       } finally {
         await connection.close();
       }
     }
-    say(`sweeper: Schedule "${SWEEP_SCHEDULE_ID}" every ${sweepEvery} (client.ts sweeps shows what it did)`);
-
     const runtime = {
       TEMPORAL_ADDRESS: temporalAddress,
       TEMPORAL_NAMESPACE: namespace,
@@ -356,6 +351,9 @@ async function main(): Promise<void> {
       `Workers:   ${opts.workers} process${opts.workers > 1 ? 'es' : ''} (metrics ${opts.workers > 1 ? `ports ${metricsPort}–${metricsPort + opts.workers - 1}` : `port ${metricsPort}`})`,
     );
     say(`Build:     ${versionLine}`);
+    say(
+      `Schedules: ${schedules.map((s) => `${s.scheduleId} every ${s.every}`).join(', ')} (client.ts sweeps, findings; client.ts check says whether they run)`,
+    );
     say(
       `Payloads:  encrypted with key ${keys.current}; the Web UI decodes through ${codecServer.url} (the Temporal CLI too: --codec-endpoint ${codecServer.url} --codec-auth "Bearer $CODEC_SERVER_TOKEN", the token in ${path.relative(ROOT, RUNTIME_FILE)})`,
     );
