@@ -374,7 +374,15 @@ describe("an operator's word is checked against the ledger", () => {
       return result();
     });
     expect(result.status).toBe('FAILED');
-    expect(result.reason).toMatch(/operator: settled-elsewhere, reference wire-4711/);
+    // Each word the operator gave is recorded with the answer it got.
+    const words = await db.query<{ action: string; outcome: string; reference: string | null }>({
+      text: `SELECT action, outcome, reference FROM order_requests WHERE order_id = $1 AND kind = 'resolve' ORDER BY at`,
+      values: [order.orderId],
+    });
+    expect(words.rows).toEqual([
+      { action: 'mark-resolved', outcome: 'refused', reference: null },
+      { action: 'settled-elsewhere', outcome: 'accepted', reference: 'wire-4711' },
+    ]);
     // The money went back outside the provider: its ledger shows the charge alone; the stock is back.
     expect(await ledger(db, order.orderId)).toEqual({ charges: [{ status: 'succeeded', amount: total }], refunds: [] });
     expect((await productRow(db, sku)).stock).toBe(stock);

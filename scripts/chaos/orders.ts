@@ -20,6 +20,10 @@ export const MEDDLES = [
   'start-again-other', // the same with other input
   'place-again', // `client.ts place` of the same order file again
   'terminate', // the Web UI's Terminate of the running run at a random moment: the sweeper must heal it
+  'delete-after-cancel', // `client.ts cancel` accepted, then `temporal workflow delete` of the run
+  'unreadable-signal', // a cancel Signal no key can open (`--input-meta encoding=binary/encrypted`), then Terminate
+  'pause-activity', // `temporal activity pause` of a running step, unpaused a while later
+  'override-no-build', // a pinned versioning override to a build no worker runs
 ] as const;
 export type Meddle = (typeof MEDDLES)[number] | 'none';
 

@@ -6,7 +6,11 @@
  *     a refund an operator makes by hand goes through the provider's API with the saga's own key;
  *   - someone presses the Web UI's Reset (the same ResetWorkflowExecution call) on open and closed runs;
  *   - someone starts a closed order's workflow ID again (as `temporal workflow start` would), with the
- *     same input and with other input, and places the same order file again with `client.ts place`.
+ *     same input and with other input, and places the same order file again with `client.ts place`;
+ *   - someone presses what Temporal lets them press and the sweeper must see through: deletes the
+ *     history of an order whose cancel was accepted, sends a cancel Signal no key can open and
+ *     terminates the run, pauses a running activity (and unpauses it a while later), and pins a run
+ *     to a build no worker runs.
  * Each action is counted as sent, accepted or refused; an outcome that breaks a promise is recorded
  * as a violation with its order ID.
  */
@@ -19,6 +23,7 @@ import { WorkflowFailedError, WorkflowNotFoundError, type Client } from '@tempor
 import { WorkflowIdReusePolicy } from '@temporalio/common';
 import { temporal } from '@temporalio/proto';
 import { runCli } from '../../client';
+import { SWEEP_SCHEDULE_ID, upsertSchedule } from '../../lib/schedules';
 import { chargeKeyFor, refundKeyFor, workflowIdFor, type OrderInput, type OrderResult } from '../../domain/order';
 import type { AppConfig } from '../../lib/config';
 import { createProviderClient } from '../../provider/client';
@@ -203,6 +208,10 @@ export class People {
       await this.reset(id, (await this.running(wid)) ? 'reset an open run' : 'reset a closed run');
     }
     if (meddle === 'terminate') return this.terminate(o, limitMs);
+    if (meddle === 'delete-after-cancel') return this.deleteAfterCancel(o, limitMs);
+    if (meddle === 'unreadable-signal') return this.unreadableSignal(o, limitMs);
+    if (meddle === 'pause-activity') await this.pauseActivity(o);
+    if (meddle === 'override-no-build') await this.overrideNoBuild(o);
     if (!(await this.closed(wid, limitMs))) return false;
     if (meddle === 'reset-closed') {
       await this.reset(id, 'reset a closed run');
@@ -244,8 +253,16 @@ export class People {
         () => false, // it had ended
       );
     this.count('terminate', terminated ? 'accepted' : 'refused');
+    return this.healedBySweeper(id, terminated, limitMs);
+  }
+
+  /**
+   * Waits for the order's row to be settled by the run the sweeper starts, and that run to close;
+   * `stopped`: a person stopped its run (the sweeper must have healed it: its heal is timed).
+   */
+  private async healedBySweeper(id: string, stopped: boolean, limitMs: number): Promise<boolean> {
+    const wid = workflowIdFor(id);
     const at = Date.now();
-    // Wait for the order's row to be settled (by the run the sweeper starts), and that run to close.
     for (const until = at + limitMs; Date.now() < until; await sleep(500)) {
       let settled: boolean;
       try {
@@ -261,11 +278,169 @@ export class People {
         continue; // Postgres or the Temporal server is being restarted by the soak: look again
       }
       if (settled) {
-        if (terminated) this.terminated.set(id, at);
+        if (stopped) this.terminated.set(id, at);
         return true;
       }
     }
     return false;
+  }
+
+  /** Watches the order until its charge step runs (at most 20 s); its state then. */
+  private async untilCharging(id: string): Promise<SagaState | undefined> {
+    let s: SagaState | undefined;
+    for (const until = Date.now() + 20_000; Date.now() < until; await sleep(100)) {
+      s = await this.state(id);
+      if (!s || s.step === 'chargePayment' || s.stepsDone.includes('chargePayment')) break;
+    }
+    return s;
+  }
+
+  /**
+   * `client.ts cancel` in the charge, then `temporal workflow delete` of the run (what retention or a
+   * lost server file also do): the cancel was recorded in Postgres, so the run the sweeper starts from
+   * the row must honour it (the audit holds every accepted cancel to CANCELLED).
+   */
+  private async deleteAfterCancel(o: ChaosOrder, limitMs: number): Promise<boolean> {
+    const id = o.input.orderId;
+    await this.untilCharging(id);
+    const action = 'delete the history after an accepted cancel';
+    this.count(action, 'sent');
+    const r = await this.cli(['cancel', id, '--reason', 'chaos: cancelled, then the history was deleted']);
+    if (r.code !== 0) {
+      this.count(action, 'refused'); // too late (past the pivot): nothing to delete for
+      return this.closed(workflowIdFor(id), limitMs);
+    }
+    this.cancelAccepted.add(id);
+    this.meddled.add(id);
+    const deleted = await this.client.workflowService
+      .deleteWorkflowExecution({
+        namespace: this.client.options.namespace,
+        workflowExecution: { workflowId: workflowIdFor(id) },
+      })
+      .then(
+        () => true,
+        () => false,
+      );
+    this.count(action, deleted ? 'accepted' : 'refused');
+    return this.healedBySweeper(id, deleted, limitMs);
+  }
+
+  /**
+   * A cancel Signal whose payload no key opens (as `temporal workflow signal --input-meta
+   * encoding=binary/encrypted` sends it), then Terminate: the sweeper must restart the order from its
+   * row without reading that payload, and go on with the others.
+   */
+  private async unreadableSignal(o: ChaosOrder, limitMs: number): Promise<boolean> {
+    const id = o.input.orderId;
+    await this.untilCharging(id);
+    const action = 'an unreadable cancel Signal, then Terminate';
+    this.count(action, 'sent');
+    this.meddled.add(id);
+    const execution = { workflowId: workflowIdFor(id) };
+    const sent = await this.client.workflowService
+      .signalWorkflowExecution({
+        namespace: this.client.options.namespace,
+        workflowExecution: execution,
+        signalName: 'cancel',
+        identity: 'chaos: a person with the Temporal CLI',
+        requestId: randomUUID(),
+        input: {
+          payloads: [
+            {
+              metadata: {
+                encoding: Buffer.from('binary/encrypted'),
+                'encryption-key-id': Buffer.from('a-key-nobody-has'),
+              },
+              data: Buffer.from('not a sealed payload'),
+            },
+          ],
+        },
+      })
+      .then(
+        () => true,
+        () => false,
+      );
+    const terminated =
+      sent &&
+      (await this.client.workflow
+        .getHandle(workflowIdFor(id))
+        .terminate('chaos: a person pressed Terminate after an unreadable Signal')
+        .then(
+          () => true,
+          () => false,
+        ));
+    this.count(action, terminated ? 'accepted' : 'refused');
+    return this.healedBySweeper(id, terminated, limitMs);
+  }
+
+  /**
+   * `temporal activity pause` of the run's first pending activity, unpaused 2 to 8 s later (an
+   * operator who paused it and came back). The sweeper must not unpause it; the order then ends.
+   */
+  private async pauseActivity(o: ChaosOrder): Promise<void> {
+    const id = o.input.orderId;
+    const action = 'pause an activity, unpause it later';
+    const execution = { workflowId: workflowIdFor(id) };
+    let activityId: string | undefined;
+    for (const until = Date.now() + 20_000; !activityId && Date.now() < until; await sleep(50)) {
+      const d = await this.client.workflow
+        .getHandle(execution.workflowId)
+        .describe()
+        .catch(() => undefined);
+      if (!d || d.status.name !== 'RUNNING') return;
+      activityId = d.raw.pendingActivities?.[0]?.activityId ?? undefined;
+    }
+    if (!activityId) return;
+    this.count(action, 'sent');
+    const request = {
+      namespace: this.client.options.namespace,
+      execution,
+      identity: 'chaos: an operator',
+      id: activityId,
+    };
+    const paused = await this.client.workflowService
+      .pauseActivity({ ...request, reason: 'chaos: looking into it' })
+      .then(
+        () => true,
+        () => false, // it completed meanwhile
+      );
+    this.count(action, paused ? 'accepted' : 'refused');
+    if (!paused) return;
+    this.meddled.add(id);
+    await sleep(2_000 + o.when * 6_000);
+    await this.client.workflowService.unpauseActivity(request).catch(() => undefined);
+  }
+
+  /**
+   * The Web UI's versioning override: the run pinned to a build no worker runs. Nothing moves it but
+   * the sweeper, which must see the run stalled and heal it (remove the override, or start it again).
+   */
+  private async overrideNoBuild(o: ChaosOrder): Promise<void> {
+    const id = o.input.orderId;
+    await this.untilCharging(id);
+    const action = 'pin the run to a build with no workers';
+    this.count(action, 'sent');
+    this.meddled.add(id);
+    const ok = await this.client.workflowService
+      .updateWorkflowExecutionOptions({
+        namespace: this.client.options.namespace,
+        workflowExecution: { workflowId: workflowIdFor(id) },
+        workflowExecutionOptions: {
+          versioningOverride: {
+            pinned: {
+              behavior:
+                temporal.api.workflow.v1.VersioningOverride.PinnedOverrideBehavior.PINNED_OVERRIDE_BEHAVIOR_PINNED,
+              version: { deploymentName: this.stack.version.deploymentName, buildId: 'chaos-no-such-build' },
+            },
+          },
+        },
+        updateMask: { paths: ['versioning_override'] },
+      })
+      .then(
+        () => true,
+        () => false,
+      );
+    this.count(action, ok ? 'accepted' : 'refused');
   }
 
   private async cancel(o: ChaosOrder): Promise<void> {
@@ -422,6 +597,44 @@ export class People {
       input.orderId,
       `client.ts place exited ${r.code}: ${r.out || r.err}`,
     );
+  }
+
+  /**
+   * An operator pauses the `sweep` Schedule (`temporal schedule toggle --pause`) for `ms`, and the
+   * soak's own sweeps stop as long: `client.ts check` must name the paused Schedule meanwhile (exit 1),
+   * and the orders stranded meanwhile must still be healed once it runs again.
+   */
+  async pauseSweepSchedule(pauseSweeps: (ms: number) => void, ms: number): Promise<void> {
+    const action = 'pause the sweep Schedule (check must name it)';
+    this.count(action, 'sent');
+    // The Schedule as npm start creates it, on the soak's queue (every hour: the soak's loop sweeps).
+    await upsertSchedule(this.client, {
+      scheduleId: SWEEP_SCHEDULE_ID,
+      workflowType: 'sweeperWorkflow',
+      taskQueue: this.stack.taskQueue,
+      every: '1h',
+    });
+    const handle = this.client.schedule.getHandle(SWEEP_SCHEDULE_ID);
+    await handle.pause('chaos: an operator paused the sweeper');
+    pauseSweeps(ms);
+    try {
+      const r = await this.cli(['check']);
+      const named = r.code === 1 && /PROBLEM schedule sweep: paused/.test(r.out + r.err);
+      this.count(action, named ? 'accepted' : 'refused');
+      if (!named)
+        this.violation(
+          'client.ts check names a paused sweep Schedule',
+          SWEEP_SCHEDULE_ID,
+          `check exited ${r.code}: ${(r.out + r.err)
+            .split('\n')
+            .filter((l) => /schedule/.test(l))
+            .join(' | ')}`,
+        );
+      await sleep(ms);
+    } finally {
+      await handle.unpause('chaos: the operator unpaused the sweeper').catch(() => undefined);
+      await handle.delete().catch(() => undefined);
+    }
   }
 
   // ---- Operators ---------------------------------------------------------------------------------

@@ -21,6 +21,8 @@ export interface SweepCounts {
 
 /** A sweeper loop that is running; stop() waits for its sweep in progress and returns the counts. */
 export interface Sweeper {
+  /** No sweep for `ms` (as while an operator has the `sweep` Schedule paused). */
+  pauseFor(ms: number): void;
   stop(): Promise<SweepCounts>;
 }
 
@@ -28,8 +30,13 @@ export interface Sweeper {
 export function sweepEvery(stack: ChaosStack, everyMs: number): Sweeper {
   const out: SweepCounts = { runs: 0, restarts: 0, resets: 0, persons: 0, restartedAt: new Map<string, number>() };
   let stopped = false;
+  let pausedUntil = 0;
   const loop = (async () => {
     for (let n = 0; !stopped; n++) {
+      if (Date.now() < pausedUntil) {
+        await sleep(Math.min(everyMs, pausedUntil - Date.now()));
+        continue;
+      }
       try {
         const report: SweepReport = await stack.env.client.workflow.execute(sweeperWorkflow, {
           taskQueue: stack.taskQueue,
@@ -53,6 +60,9 @@ export function sweepEvery(stack: ChaosStack, everyMs: number): Sweeper {
     }
   })();
   return {
+    pauseFor: (ms) => {
+      pausedUntil = Date.now() + ms;
+    },
     stop: async () => {
       stopped = true;
       await loop;

@@ -60,6 +60,7 @@ export async function loadAndMeddle(
       outage.ms = options.outageMs;
       for (const target of FAULT_TARGETS) await stack.admin.set({ kind: 'outage', target, forMs: options.outageMs });
     }),
+    at(0.35, () => people.pauseSweepSchedule((ms) => sweeper.pauseFor(ms), 20_000)),
     at(0.45, async () => void (await stack.restartPostgres())),
     at(0.7, async () => void (await stack.restartProvider())),
     // On the real server, the server process itself is stopped and started again mid-load.
