@@ -14,7 +14,7 @@ import type { Pool, PoolClient } from 'pg';
 import { withTransaction } from '../db/pool';
 import { chargeKeyFor, formatMoney, type OrderStatus } from '../domain/order';
 import type { ProviderClient } from '../provider/client';
-import { readOrder, recordedCancel, type RecordedCancel } from './order-lock';
+import { isTerminal, readOrder, recordedCancel, type RecordedCancel } from './order-lock';
 
 /** Who recorded a request first: client.ts before its Signal, or a run for a Signal without a record. */
 export type RequestSource = 'client' | 'signal';
@@ -38,8 +38,7 @@ export function cancelRefusal(
   row: { status: OrderStatus; attention_from: OrderStatus | null },
 ): string | undefined {
   const { status } = row;
-  if (['COMPLETED', 'FAILED', 'CANCELLED'].includes(status) && !SHIPPED.includes(status))
-    return `order ${orderId} is already ${status}`;
+  if (isTerminal(status) && !SHIPPED.includes(status)) return `order ${orderId} is already ${status}`;
   if (SHIPPED.includes(status) || (status === 'NEEDS_ATTENTION' && AT_PIVOT.includes(row.attention_from)))
     return `order ${orderId} has reached the shipment (the pivot); it can only move forward`;
   if (status === 'COMPENSATING' || (status === 'NEEDS_ATTENTION' && row.attention_from === 'COMPENSATING'))
@@ -62,7 +61,8 @@ export async function decideCancel(
     const prior = await priorRequest(c, req.orderId, req.requestId);
     const cancel = recordedCancel(row);
     if (prior) return decisionOf(prior, cancel);
-    const refused = cancel ? undefined : cancelRefusal(req.orderId, row);
+    // An order being cancelled takes another cancel as the same promise, until it has ended.
+    const refused = cancel && !isTerminal(row.status) ? undefined : cancelRefusal(req.orderId, row);
     const outcome = refused === undefined ? 'accepted' : 'refused';
     const message =
       refused ?? (cancel ? `order ${req.orderId} is already being cancelled (${cancel.reason})` : undefined);

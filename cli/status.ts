@@ -48,9 +48,35 @@ async function status(orderId: string, opts: { json?: boolean }, ctx: CliContext
     printState(ctx, !!opts.json, state);
     return EXIT.ok;
   } catch (err) {
-    if (err instanceof WorkflowNotFoundError) throw noOrder(orderId);
+    if (err instanceof WorkflowNotFoundError) return rowOnly(orderId, !!opts.json, ctx);
     throw err;
   }
+}
+
+/**
+ * No run in Temporal (its history deleted, purged by retention, or lost with the server): the order
+ * row still says where the order stands, and an open one waits for the sweeper to start it again.
+ */
+async function rowOnly(orderId: string, json: boolean, ctx: CliContext): Promise<number> {
+  const store = ctx.openStore('reader');
+  if (!store) throw noOrder(orderId);
+  let row;
+  try {
+    row = await store.orderRow(orderId);
+  } finally {
+    await store.close();
+  }
+  if (!row) throw noOrder(orderId);
+  const open = !['COMPLETED', 'FAILED', 'CANCELLED'].includes(row.status);
+  const run = `no run in Temporal (workflow ${workflowIdFor(orderId)} is missing: deleted, purged or lost)`;
+  const next = open ? '; the sweeper starts its saga again from this row' : '';
+  if (json) ctx.io.out(JSON.stringify({ ...row, run: 'missing' }));
+  else {
+    ctx.io.out(`order ${orderId}: ${row.status}${row.reason ? ` (${row.reason})` : ''}, from the order row`);
+    if (row.cancel) ctx.io.out(`  cancel recorded: ${row.cancel.reason} (request ${row.cancel.requestId})`);
+    ctx.io.out(`  ${run}${next}`);
+  }
+  return EXIT.ok;
 }
 
 export function register(cli: Command, ctx: CliContext): void {
@@ -58,7 +84,7 @@ export function register(cli: Command, ctx: CliContext): void {
     .command('status')
     .summary("the saga's state and its Web UI link")
     .description(
-      `The saga's status, current step, steps done, compensation stack, unknowns and attempts (its "state" query; for a closed run, read from its history and result, so no worker of its build is needed), and its Web UI URL. Exit code 1 when there is no such order.`,
+      `The saga's status, current step, steps done, compensation stack, unknowns and attempts (its "state" query; for a closed run, read from its history and result, so no worker of its build is needed), and its Web UI URL. When Temporal has no run of the order (its history deleted or lost), the order row's status, and any cancel recorded on it. Exit code 1 when there is no such order.`,
     )
     .argument(...orderIdArgument)
     .addOption(jsonOption())

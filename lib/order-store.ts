@@ -31,6 +31,15 @@ export interface SweeperActionRow {
   newRunId: string | null;
 }
 
+/** What `client.ts status` shows of an order whose run Temporal no longer has. */
+export interface OrderRowView {
+  orderId: string;
+  status: string;
+  reason: string | null;
+  cancel?: { requestId: string; reason: string };
+  updatedAt: string;
+}
+
 export interface NewProducts {
   skus: string[];
   name: string;
@@ -47,6 +56,8 @@ export interface OrderStore {
   createProducts(p: NewProducts): Promise<void>;
   /** The last reconciliation run's findings, or undefined when none has run. */
   lastReconciliation(): Promise<Reconciliation | undefined>;
+  /** The order row's status, reason and recorded cancel, or undefined when there is no such order. */
+  orderRow(orderId: string): Promise<OrderRowView | undefined>;
   /** Decides a cancel against the pivot and records it before anyone is told (activities/order-requests.ts). */
   decideCancel(req: { orderId: string; requestId: string; reason: string }): Promise<CancelDecision>;
   /** Records a resolve as pending, before its Signal; false when the order has no row. */
@@ -152,6 +163,28 @@ export function orderStore(db: Pool): OrderStore {
         runId: r.run_id,
         newRunId: r.new_run_id,
       }));
+    },
+
+    async orderRow(orderId) {
+      const { rows } = await db.query<{
+        status: string;
+        reason: string | null;
+        cancel_request_id: string | null;
+        cancel_reason: string | null;
+        updated_at: Date;
+      }>({
+        text: 'SELECT status, reason, cancel_request_id, cancel_reason, updated_at FROM orders WHERE order_id = $1',
+        values: [orderId],
+      });
+      const r = rows[0];
+      if (!r) return undefined;
+      return {
+        orderId,
+        status: r.status,
+        reason: r.reason,
+        ...(r.cancel_request_id ? { cancel: { requestId: r.cancel_request_id, reason: r.cancel_reason ?? '' } } : {}),
+        updatedAt: r.updated_at.toISOString(),
+      };
     },
 
     decideCancel: (req) => decideCancel(db, { ...req, source: 'client' }),

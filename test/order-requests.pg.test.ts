@@ -105,6 +105,15 @@ describe('a cancel is decided in Postgres, against the pivot', () => {
     });
     expect(row.rows[0]).toEqual({ cancel_request_id: null });
     expect(await cancel(`missing-${uid()}`)).toMatchObject({ outcome: 'refused', message: /no order row/ });
+    // Once cancelled and ended, a cancel sent again is refused: there is nothing left to cancel.
+    const { order: ended } = await orderAt('RESERVED');
+    await cancel(ended.orderId, 'first');
+    await runActivity(acts.releaseInventory, { orderId: ended.orderId });
+    await runActivity(acts.setOrderStatus, { orderId: ended.orderId, status: 'CANCELLED', reason: 'customer asked' });
+    expect(await cancel(ended.orderId)).toEqual({
+      outcome: 'refused',
+      message: `order ${ended.orderId} is already CANCELLED`,
+    });
   });
 
   it('once recorded, no charge request goes out and the shipment is refused, whoever writes it', async () => {
