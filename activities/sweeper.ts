@@ -500,6 +500,12 @@ async function lastEventMs(client: Client, workflowId: string, runId: string): P
   return millis(res.history?.events?.[0]?.eventTime) ?? 0;
 }
 
+/**
+ * A poller last seen longer ago than this is gone: a live worker polls again as soon as a long poll
+ * (about a minute) ends, while the server lists a stopped one for five minutes.
+ */
+const POLLER_GONE_MS = 120_000;
+
 /** The versions polling a task queue's workflow tasks (`name:build`, or `''` for an unversioned worker). */
 async function pollersOf(client: Client, queue: string): Promise<string[]> {
   const res = await client.workflowService.describeTaskQueue({
@@ -507,7 +513,8 @@ async function pollersOf(client: Client, queue: string): Promise<string[]> {
     taskQueue: { name: queue, kind: TaskQueueKind.TASK_QUEUE_KIND_NORMAL },
     taskQueueType: TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
   });
-  return (res.pollers ?? []).map((p) => {
+  const live = (res.pollers ?? []).filter((p) => Date.now() - (millis(p.lastAccessTime) ?? 0) < POLLER_GONE_MS);
+  return live.map((p) => {
     const d = p.deploymentOptions;
     return d?.workerVersioningMode === WorkerVersioningMode.WORKER_VERSIONING_MODE_VERSIONED && d.buildId
       ? `${d.deploymentName}:${d.buildId}`
