@@ -146,7 +146,8 @@ export function sweeperActivities({
              VALUES ($1, $2, $3, $4, $5, $6)`,
       values: [a.orderId, a.action, a.cause, a.reason, a.runId ?? null, a.newRunId ?? null],
     });
-    const alert = a.action === 'person' || a.action === 'alert';
+    // A person's attention, and every run found not moving even when healed, is an alert line.
+    const alert = a.action === 'person' || a.action === 'alert' || STALL_CAUSES.includes(a.cause);
     (alert ? log.error : log.warn)(`${alert ? 'ALERT ' : ''}sweeper ${a.action}`, { ...a });
     if (a.action === 'restart') stats.healed++;
     if (a.action === 'reset') stats.resets++;
