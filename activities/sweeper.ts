@@ -376,7 +376,8 @@ export function sweeperActivities({
     if (pinned?.buildId) run.override = { pinnedTo: `${pinned.deploymentName}:${pinned.buildId}` };
     else if (override?.pinnedVersion) run.override = { pinnedTo: override.pinnedVersion };
     else if (override) run.override = { autoUpgrade: true };
-    if (facts.ageMs > s.o.stallAfterMs) {
+    // With nothing pending the run waits on a timer or a message: no clock changes its case.
+    if (facts.ageMs > s.o.stallAfterMs && (run.workflowTask || run.activities.length > 0)) {
       at.step = 'read its last event';
       const last = await lastEventMs(s.client, workflowId, desc.runId);
       const beats = (raw.pendingActivities ?? []).map((a) => millis(a.lastHeartbeatTime) ?? 0);
@@ -385,7 +386,10 @@ export function sweeperActivities({
         at.step = 'describe its task queue';
         const queue = info?.taskQueue ?? tc!.taskQueue;
         let polled = s.pollers.get(queue);
-        if (!polled) s.pollers.set(queue, (polled = pollersOf(s.client, queue)));
+        if (!polled) {
+          s.pollers.set(queue, (polled = pollersOf(s.client, queue)));
+          polled.catch(() => s.pollers.delete(queue)); // asked again for the next order
+        }
         facts.pollers = await polled;
       }
     }
