@@ -3,7 +3,7 @@
  * dev server with the real activities, Postgres and provider (the stall bound is made small here):
  * - an activity retrying past the bound goes to a person with its last failure; once an operator
  *   pauses it, a person is told who paused it and since when, with the order's money and stock; the
- *   sweeper never unpauses it, and tells once;
+ *   sweeper never unpauses it, tells once, and `client.ts sweeps --stalled` and `views` name the order;
  * - a versioning override of a pinned run (a versioned worker, its version current) to a build nobody
  *   polls is removed, and the run completes;
  * - an order whose run's payload cannot be decoded goes to a person, and the sweep goes on to restart
@@ -15,10 +15,12 @@ import { temporal } from '@temporalio/proto';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { Worker } from '@temporalio/worker';
 import type { Pool } from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { runCli } from '../client';
 import { createActivities, type OrderActivities } from '../activities';
 import { SweeperStats, type SweepOptions, type SweepReport } from '../activities/sweeper';
 import { workflowIdFor, type OrderInput } from '../domain/order';
+import { readConfig } from '../lib/config';
 import { DEPLOYMENT_NAME, makeVersionCurrent } from '../lib/deployments';
 import { orderStore } from '../lib/order-store';
 import { dataConverterFor, parseKeyList } from '../platform/payload-codec';
@@ -203,6 +205,16 @@ describe('an activity that keeps failing past the bound', () => {
       cause: 'activity-paused',
       action: 'person',
     });
+    // Where a person finds it: client.ts sweeps --stalled, and a view of client.ts views.
+    const cfg = readConfig({ TEMPORAL_ADDRESS: env.address, READER_DATABASE_URL: inject('roleUrls').reader });
+    const said: string[] = [];
+    const io = { out: (l: string) => void said.push(l), err: (l: string) => void said.push(l) };
+    expect(await runCli(['sweeps', '--stalled'], cfg, io)).toBe(0);
+    expect(said.join('\n')).toMatch(new RegExp(`CHARGED +\\S+ +person +${order.orderId} \\[activity-paused\\]: `));
+    said.length = 0;
+    expect(await runCli(['views'], cfg, io)).toBe(0);
+    expect(said.join('\n')).toMatch(new RegExp(`stalled: .*${order.orderId} \\(activity-paused\\)`));
+    expect(said.join('\n')).toContain(`'${workflowIdFor(order.orderId)}'`);
 
     // The operator's decision: the carrier is back, the activity unpaused; the saga completes.
     failing.delete(order.orderId);
