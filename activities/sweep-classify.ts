@@ -115,15 +115,17 @@ export type SweepCase =
   /** What the sweeper must not or cannot heal: a person is told, with the diagnosis. */
   | { case: 'person'; cause: SweepCause; why: string };
 
-const minutes = (ms: number): string => `${Math.round(ms / 60_000)} min`;
-const RUN_CLOSED = (status: string): string => status.toLowerCase().replace(/_/g, ' ');
+/** A duration as a person reads it: seconds under two minutes, else minutes. */
+const duration = (ms: number): string =>
+  ms < 120_000 ? `${Math.round(ms / 1000)} s` : `${Math.round(ms / 60_000)} min`;
+/** A run's status as words: `TIMED_OUT` → `timed out`. */
+const spoken = (status: string): string => status.toLowerCase().replace(/_/g, ' ');
 
 /** The order's situation, as one case. */
 export function classifyOrder(o: OrderFacts, b: SweepBounds): SweepCase {
   const run = o.run;
   if (!run) return restartOrPerson(o, b, 'missing', 'it has no workflow');
-  if (run.status !== 'RUNNING')
-    return restartOrPerson(o, b, 'closed', `its run ${run.runId} is ${RUN_CLOSED(run.status)}`);
+  if (run.status !== 'RUNNING') return restartOrPerson(o, b, 'closed', `its run ${run.runId} is ${spoken(run.status)}`);
 
   const task = run.workflowTask;
   // A workflow task that fails again and again is a bug whatever the clock says: act on it now.
@@ -139,7 +141,7 @@ export function classifyOrder(o: OrderFacts, b: SweepBounds): SweepCase {
 
   const stalled = run.sinceProgressMs !== undefined && run.sinceProgressMs > b.stallAfterMs;
   if (stalled) {
-    const idle = `no progress for ${minutes(run.sinceProgressMs!)}`;
+    const idle = `no progress for ${duration(run.sinceProgressMs!)}`;
     // Nobody takes its workflow task: the version its tasks go to has no workers.
     if (task?.state === 'scheduled' && o.pollers) {
       const unpolled = unpolledCase(o, run, o.pollers, b, idle);
@@ -168,11 +170,11 @@ export function classifyOrder(o: OrderFacts, b: SweepBounds): SweepCase {
   }
   if (o.status === 'NEEDS_ATTENTION' || o.status === 'UNKNOWN_PAYMENT') {
     if (o.status === 'NEEDS_ATTENTION' && o.ageMs > b.attentionAgeMs && !o.record.alertedWithinAttentionAge)
-      return { case: 'alert', cause: 'attention', why: `in NEEDS_ATTENTION for ${minutes(o.ageMs)}` };
+      return { case: 'alert', cause: 'attention', why: `in NEEDS_ATTENTION for ${duration(o.ageMs)}` };
     return { case: 'leave', why: `it waits on purpose (${o.status})` };
   }
   if (!stalled) return { case: 'leave', why: 'it is moving' };
-  const idle = `no progress for ${minutes(run.sinceProgressMs!)}`;
+  const idle = `no progress for ${duration(run.sinceProgressMs!)}`;
   const retrying = run.activities.find((a) => a.attempt > 1);
   if (retrying)
     return {
