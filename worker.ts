@@ -227,7 +227,7 @@ function inventoryRegistry(metrics: InventoryMetrics): Registry {
   return registry;
 }
 
-/** The sweeper's counters and its stranded-order gauge, read from `stats` at each scrape. */
+/** The sweeper's counters and its stranded- and stalled-order gauges, read from `stats` at each scrape. */
 function sweeperMetrics(registry: Registry, stats: SweeperStats): void {
   const counter = (name: string, help: string, pick: (s: SweeperStats) => number): unknown =>
     new Counter({
@@ -245,7 +245,25 @@ function sweeperMetrics(registry: Registry, stats: SweeperStats): void {
     'Runs the sweeper reset after their workflow task kept failing.',
     (s) => s.resets,
   );
+  counter(
+    'order_saga_sweeper_overrides_removed_total',
+    'Versioning overrides the sweeper removed (they sent a run to a version nobody polls).',
+    (s) => s.overridesRemoved,
+  );
   counter('order_saga_sweeper_to_person_total', 'Orders the sweeper handed to a person.', (s) => s.handedToPerson);
+  counter(
+    'order_saga_sweeper_unreadable_total',
+    'Orders the sweeper could not read (an undecodable payload, a history or description it could not fetch).',
+    (s) => s.unreadable,
+  );
+  new Gauge({
+    name: 'order_saga_stalled_orders',
+    help: 'Open orders whose run was running but not moving, at the last sweep.',
+    registers: [registry],
+    collect() {
+      this.set(stats.stalled);
+    },
+  });
   new Gauge({
     name: 'order_saga_oldest_stranded_order_seconds',
     help: 'Age of the oldest open order with no live run, at the last sweep (0: none).',

@@ -1,25 +1,48 @@
 /**
  * The sweeper: no order is ever stranded. Run by the `sweep` Schedule (workflows/sweeper.ts), it
- * looks at every open order (not terminal) and the latest run of its workflow `order:<id>`:
- * - the run is closed (terminated, failed, timed out, canceled) or missing: it starts the saga again
- *   with the order's own input, read from the row (the order row is the lock, so the new run catches
- *   up from where the row stands); at most `maxRestarts` times per order, then a person;
- * - the run is open but its workflow task keeps failing (a nondeterminism error, a bug): it resets the
- *   run to its last completed workflow task, once; if it fails again, a person. A failure of the SDK's
- *   Update-ordering bug is the exception: a reset would replay it, so the run is terminated and started
- *   again from the row (a restart, bounded as above);
- * - the order has been in NEEDS_ATTENTION longer than `attentionAgeMs`: an alert.
- * It never compensates or charges: every effect is the saga's. Each action is a row in
- * `sweeper_actions`, an ALERT or info log line and a counter (`SweeperStats`).
+ * looks at every open order (not terminal) and the latest run of its workflow `order:<id>`, gathers
+ * what it knows of each (the row, its own record, the run's description and pending tasks, the time
+ * since the run's last event, the task queue's pollers), lets activities/sweep-classify.ts pick one
+ * case, and runs that case's handler:
+ * - restart: the run is closed or missing; the saga starts again with the order's own input, read
+ *   from the row (the row is the lock: the new run catches up from where it stands);
+ * - replace: the run cannot go on (its workflow task fails on the SDK's Update-ordering bug, or the
+ *   version its tasks go to has no workers); it is terminated and the saga starts again from the row;
+ * - reset: its workflow task fails, or times out, again and again; once, to its last completed task;
+ * - remove-override: a versioning override sends its tasks to a version nobody polls;
+ * - alert: NEEDS_ATTENTION for longer than the attention age;
+ * - person: everything it must not or cannot heal (an activity an operator paused, one retrying past
+ *   the bound, a bound reached, a stall it cannot explain, an order it cannot read), with the reason.
+ * Each order is swept on its own: one it cannot read is handed to a person and the sweep goes on; a
+ * sweep that cannot reach Temporal at all fails as a whole and is retried. It never compensates or
+ * charges: every effect is the saga's. Each action is a row in `sweeper_actions`, an ALERT or warn
+ * log line and a counter (`SweeperStats`).
  */
 import { randomUUID } from 'node:crypto';
 import { heartbeat, log } from '@temporalio/activity';
-import { WorkflowExecutionAlreadyStartedError, WorkflowNotFoundError, type Client } from '@temporalio/client';
+import {
+  isGrpcServiceError,
+  WorkflowExecutionAlreadyStartedError,
+  WorkflowNotFoundError,
+  type Client,
+  type WorkflowExecutionDescription,
+} from '@temporalio/client';
+import type { google } from '@temporalio/proto';
 import { temporal } from '@temporalio/proto';
 import type { Pool } from 'pg';
 import { decodeHistoryPayload } from '../platform/payload-codec';
-import { SDK_UPDATE_BUG, taskFailureMessage } from '../platform/task-failures';
+import { taskFailureMessage } from '../platform/task-failures';
 import { TERMINAL_STATUSES, workflowIdFor, type OrderInput, type OrderStatus } from '../domain/order';
+import {
+  classifyOrder,
+  STALL_CAUSES,
+  type OrderFacts,
+  type PendingActivityFacts,
+  type RunFacts,
+  type SweepBounds,
+  type SweepCase,
+  type SweepCause,
+} from './sweep-classify';
 
 /** How the sweeper reaches Temporal: a client (made on first use) and the saga's task queue. */
 export interface SweeperTemporal {
@@ -31,21 +54,20 @@ export interface SweeperTemporal {
 export class SweeperStats {
   healed = 0;
   resets = 0;
+  overridesRemoved = 0;
   handedToPerson = 0;
   alerts = 0;
+  /** Orders it could not read (an undecodable payload, a history or description it could not fetch). */
+  unreadable = 0;
   /** Age of the oldest open order with no live run at the last sweep, in ms (0: none). */
   oldestStrandedMs = 0;
+  /** Open orders whose run had stopped moving, at the last sweep. */
+  stalled = 0;
 }
 
-export interface SweepOptions {
+export interface SweepOptions extends SweepBounds {
   /** An order younger than this (since its row last changed) is left alone: its run may be starting. */
   graceMs: number;
-  /** Restarts per order before a person is told instead. */
-  maxRestarts: number;
-  /** A workflow task failing this many attempts in a row counts as failing for good. */
-  failedTaskAttempts: number;
-  /** An order in NEEDS_ATTENTION longer than this is alerted (again after as long). */
-  attentionAgeMs: number;
   /** Only these orders (an operator healing one order now); every open order when absent. */
   orderIds?: string[];
 }
@@ -55,11 +77,13 @@ export const DEFAULT_SWEEP: SweepOptions = {
   maxRestarts: 3,
   failedTaskAttempts: 3,
   attentionAgeMs: 3_600_000,
+  stallAfterMs: 300_000,
 };
 
 export interface SweepAction {
   orderId: string;
-  action: 'restart' | 'reset' | 'person' | 'alert';
+  action: 'restart' | 'reset' | 'remove-override' | 'person' | 'alert';
+  cause: SweepCause;
   reason: string;
   runId?: string;
   newRunId?: string;
@@ -67,7 +91,12 @@ export interface SweepAction {
 
 export interface SweepReport {
   open: number;
+  /** Open orders with no live run. */
   stranded: number;
+  /** Open orders whose run is running but not moving. */
+  stalled: number;
+  /** Orders it could not read, each handed to a person. */
+  unreadable: number;
   actions: SweepAction[];
 }
 
@@ -81,7 +110,26 @@ interface OpenOrderRow {
   age_ms: string;
 }
 
-const { EventType } = temporal.api.enums.v1;
+const { EventType, PendingWorkflowTaskState, TaskQueueKind, TaskQueueType, WorkerVersioningMode } =
+  temporal.api.enums.v1;
+
+/** What the handlers of one sweep share. */
+interface Sweep {
+  client: Client;
+  o: SweepOptions;
+  report: SweepReport;
+  oldestStranded: number;
+  /** The versions polling each task queue, asked once per sweep. */
+  pollers: Map<string, Promise<string[]>>;
+}
+
+/** One order being swept; `step` names what it was doing, for the reason when that fails. */
+interface OrderAtHand {
+  row: OpenOrderRow;
+  workflowId: string;
+  desc?: WorkflowExecutionDescription;
+  step: string;
+}
 
 export function sweeperActivities({
   db,
@@ -92,35 +140,260 @@ export function sweeperActivities({
   temporal?: SweeperTemporal;
   stats?: SweeperStats;
 }) {
-  const count = async (orderId: string, action: SweepAction['action'], sinceMs?: number): Promise<number> => {
-    const { rows } = await db.query<{ n: string }>({
-      text: `SELECT count(*) AS n FROM sweeper_actions WHERE order_id = $1 AND action = $2
-               AND ($3::bigint IS NULL OR at > now() - ($3::bigint * interval '1 millisecond'))`,
-      values: [orderId, action, sinceMs ?? null],
-    });
-    return Number(rows[0]!.n);
-  };
   const record = async (a: SweepAction): Promise<SweepAction> => {
     await db.query({
-      text: 'INSERT INTO sweeper_actions (order_id, action, reason, run_id, new_run_id) VALUES ($1, $2, $3, $4, $5)',
-      values: [a.orderId, a.action, a.reason, a.runId ?? null, a.newRunId ?? null],
+      text: `INSERT INTO sweeper_actions (order_id, action, cause, reason, run_id, new_run_id)
+             VALUES ($1, $2, $3, $4, $5, $6)`,
+      values: [a.orderId, a.action, a.cause, a.reason, a.runId ?? null, a.newRunId ?? null],
     });
-    const line = a.action === 'person' || a.action === 'alert' ? log.error : log.warn;
-    line(`${a.action === 'person' || a.action === 'alert' ? 'ALERT ' : ''}sweeper ${a.action}`, { ...a });
+    // A person's attention, and every run found not moving even when healed, is an alert line.
+    const alert = a.action === 'person' || a.action === 'alert' || STALL_CAUSES.includes(a.cause);
+    (alert ? log.error : log.warn)(`${alert ? 'ALERT ' : ''}sweeper ${a.action}`, { ...a });
     if (a.action === 'restart') stats.healed++;
     if (a.action === 'reset') stats.resets++;
+    if (a.action === 'remove-override') stats.overridesRemoved++;
     if (a.action === 'person') stats.handedToPerson++;
     if (a.action === 'alert') stats.alerts++;
     return a;
   };
-  /** Once per order and cause: a person is told (again only after another restart or reset). */
-  const handToPerson = async (orderId: string, reason: string, runId?: string): Promise<SweepAction | undefined> => {
-    const { rows } = await db.query<{ action: string }>({
-      text: `SELECT action FROM sweeper_actions WHERE order_id = $1 AND action <> 'alert' ORDER BY at DESC, id DESC LIMIT 1`,
+
+  /** What the sweeper did to this order before: restarts, resets, and an alert within the attention age. */
+  const recordOf = async (orderId: string, attentionAgeMs: number): Promise<OrderFacts['record']> => {
+    const { rows } = await db.query<{ restarts: string; resets: string; alerts: string }>({
+      text: `SELECT count(*) FILTER (WHERE action = 'restart') AS restarts,
+                    count(*) FILTER (WHERE action = 'reset') AS resets,
+                    count(*) FILTER (WHERE action = 'alert' AND at > now() - ($2::bigint * interval '1 millisecond')) AS alerts
+               FROM sweeper_actions WHERE order_id = $1`,
+      values: [orderId, attentionAgeMs],
+    });
+    const r = rows[0]!;
+    return { restarts: Number(r.restarts), resets: Number(r.resets), alertedWithinAttentionAge: Number(r.alerts) > 0 };
+  };
+
+  /**
+   * A person is told once per order, cause and run: again only after another action on the order
+   * (a restart, a reset) or for another cause or run.
+   */
+  const handToPerson = async (
+    orderId: string,
+    cause: SweepCause,
+    reason: string,
+    runId?: string,
+  ): Promise<SweepAction | undefined> => {
+    const { rows } = await db.query<{ action: string; cause: string | null; run_id: string | null }>({
+      text: `SELECT action, cause, run_id FROM sweeper_actions WHERE order_id = $1 AND action <> 'alert'
+              ORDER BY at DESC, id DESC LIMIT 1`,
       values: [orderId],
     });
-    if (rows[0]?.action === 'person') return undefined; // already told, nothing new since
-    return record({ orderId, action: 'person', reason, ...(runId ? { runId } : {}) });
+    const last = rows[0];
+    if (last?.action === 'person' && (last.cause ?? cause) === cause && (last.run_id ?? '') === (runId ?? ''))
+      return undefined; // already told, nothing new since
+    return record({
+      orderId,
+      action: 'person',
+      cause,
+      reason: `${reason}; ${await holdings(db, orderId)}`,
+      ...(runId ? { runId } : {}),
+    });
+  };
+
+  /** Starts the saga again from the row, in place of the run `desc` (closed, or terminated by this sweep). */
+  const startFromRow = async (
+    s: Sweep,
+    at: OrderAtHand,
+    c: { cause: SweepCause; why: string },
+  ): Promise<SweepAction | undefined> => {
+    const { row, workflowId, desc } = at;
+    const orderId = row.order_id;
+    if (!tc) throw new Error('sweepOrders: this worker has no Temporal client for the sweeper');
+    const input: OrderInput = {
+      orderId,
+      customerId: row.customer_id,
+      currency: row.currency as OrderInput['currency'],
+      paymentMethod: row.payment_method,
+      items: row.items.map((i) => ({ sku: i.sku, qty: i.qty, unitPriceCents: i.unitPriceCents })),
+    };
+    // The run's saga config (its second argument) is the one thing it knew beyond the row.
+    at.step = "decode its last run's start payload (the saga config)";
+    const config = desc ? await startConfig(s.client, workflowId, desc.runId) : undefined;
+    // Not workflows/saga-start.ts's sagaStartOptions: activities/ lies below workflows/, and a restart
+    // differs from a placement on purpose: the closed run's ID again (ALLOW_DUPLICATE), its config,
+    // a summary and details that say why; the new run sets its search attributes itself. A cancel or
+    // resolve accepted before is in the row, where the new run reads it.
+    at.step = 'start its saga again';
+    try {
+      const handle = await s.client.workflow.start('orderSaga', {
+        taskQueue: tc.taskQueue,
+        workflowId,
+        args: config === undefined ? [input] : [input, config],
+        workflowIdReusePolicy: 'ALLOW_DUPLICATE',
+        staticSummary: `order ${orderId}, restarted by the sweeper: ${c.why}`,
+        staticDetails: `The sweeper started this run because the order was ${row.status} while ${c.why}. It catches up from the order row.`,
+      });
+      return record({
+        orderId,
+        action: 'restart',
+        cause: c.cause,
+        reason: `${row.status} while ${c.why}`,
+        ...(desc ? { runId: desc.runId } : {}),
+        newRunId: handle.firstExecutionRunId,
+      });
+    } catch (err) {
+      if (err instanceof WorkflowExecutionAlreadyStartedError) return undefined; // someone started it meanwhile
+      throw err;
+    }
+  };
+
+  /** Is the row still open? The run may have settled it after the open rows were read. */
+  const stillOpen = async (orderId: string): Promise<boolean> => {
+    const now = await db.query<{ status: OrderStatus }>({
+      text: 'SELECT status FROM orders WHERE order_id = $1',
+      values: [orderId],
+    });
+    return !!now.rowCount && !TERMINAL_STATUSES.includes(now.rows[0]!.status);
+  };
+
+  /** One handler per case of sweep-classify.ts. */
+  const handlers: {
+    [K in SweepCase['case']]: (
+      s: Sweep,
+      at: OrderAtHand,
+      c: Extract<SweepCase, { case: K }>,
+    ) => Promise<SweepAction | undefined>;
+  } = {
+    leave: () => Promise.resolve(undefined),
+
+    async restart(s, at, c) {
+      // Its last local activity commits just before the run closes: the row decides, read again now.
+      if (!(await stillOpen(at.row.order_id))) return undefined;
+      s.report.stranded++;
+      s.oldestStranded = Math.max(s.oldestStranded, Number(at.row.age_ms));
+      return startFromRow(s, at, c);
+    },
+
+    async replace(s, at, c) {
+      if (!(await stillOpen(at.row.order_id))) return undefined;
+      const runId = at.desc!.runId;
+      at.step = 'terminate its run';
+      try {
+        await s.client.workflow
+          .getHandle(at.workflowId, runId)
+          .terminate(`sweeper: ${c.why}; restarting from the order row`);
+      } catch (err) {
+        if (err instanceof WorkflowNotFoundError) return undefined; // it closed meanwhile: the next sweep sees it
+        throw err;
+      }
+      s.report.stranded++;
+      s.oldestStranded = Math.max(s.oldestStranded, Number(at.row.age_ms));
+      return startFromRow(s, at, { cause: c.cause, why: `${c.why}, so the sweeper terminated its run ${runId}` });
+    },
+
+    async reset(s, at, c) {
+      const runId = at.desc!.runId;
+      at.step = 'reset its run';
+      const reset = (await s.client.workflowService.resetWorkflowExecution({
+        namespace: s.client.options.namespace,
+        workflowExecution: { workflowId: at.workflowId, runId },
+        workflowTaskFinishEventId: c.toEventId as never, // an int64: protobufjs takes a number
+        requestId: randomUUID(),
+        reason: `sweeper: ${c.why}; reset to event ${c.toEventId}`,
+      })) as temporal.api.workflowservice.v1.IResetWorkflowExecutionResponse;
+      return record({
+        orderId: at.row.order_id,
+        action: 'reset',
+        cause: c.cause,
+        reason: `${c.why}; reset to event ${c.toEventId}`,
+        runId,
+        ...(reset.runId ? { newRunId: reset.runId } : {}),
+      });
+    },
+
+    async 'remove-override'(s, at, c) {
+      const runId = at.desc!.runId;
+      at.step = 'remove its versioning override';
+      await s.client.workflowService.updateWorkflowExecutionOptions({
+        namespace: s.client.options.namespace,
+        workflowExecution: { workflowId: at.workflowId, runId },
+        workflowExecutionOptions: {},
+        updateMask: { paths: ['versioning_override'] },
+      });
+      return record({
+        orderId: at.row.order_id,
+        action: 'remove-override',
+        cause: c.cause,
+        reason: `${c.why}; override removed`,
+        runId,
+      });
+    },
+
+    async alert(_s, at, c) {
+      return record({
+        orderId: at.row.order_id,
+        action: 'alert',
+        cause: c.cause,
+        reason: c.why,
+        ...(at.desc ? { runId: at.desc.runId } : {}),
+      });
+    },
+
+    async person(_s, at, c) {
+      return handToPerson(at.row.order_id, c.cause, c.why, at.desc?.runId);
+    },
+  };
+
+  /** Everything the classifier is given about one order; Temporal is asked only what the case needs. */
+  const factsOf = async (s: Sweep, at: OrderAtHand): Promise<OrderFacts> => {
+    const { row, workflowId, desc } = at;
+    const facts: OrderFacts = {
+      status: row.status,
+      ageMs: Number(row.age_ms),
+      record: await recordOf(row.order_id, s.o.attentionAgeMs),
+    };
+    if (!desc) return facts;
+    const raw = desc.raw;
+    const info = raw.workflowExecutionInfo;
+    const run: RunFacts = { runId: desc.runId, status: desc.status.name, activities: [] };
+    facts.run = run;
+    if (run.status !== 'RUNNING') return facts;
+    const task = raw.pendingWorkflowTask;
+    if (task) {
+      run.workflowTask = {
+        state: task.state === PendingWorkflowTaskState.PENDING_WORKFLOW_TASK_STATE_STARTED ? 'started' : 'scheduled',
+        attempt: task.attempt ?? 1,
+      };
+      if (run.workflowTask.attempt >= s.o.failedTaskAttempts) {
+        at.step = 'read its history';
+        Object.assign(run.workflowTask, await lastTasks(s.client, workflowId, desc.runId));
+      }
+    }
+    at.step = "decode its pending activities' failures";
+    for (const a of raw.pendingActivities ?? []) run.activities.push(await activityFacts(s.client, a));
+    const versioning = info?.versioningInfo;
+    const own = versioning?.deploymentVersion;
+    if (own?.buildId) run.build = `${own.deploymentName}:${own.buildId}`;
+    const override = versioning?.versioningOverride;
+    const pinned = override?.pinned?.version;
+    if (pinned?.buildId) run.override = { pinnedTo: `${pinned.deploymentName}:${pinned.buildId}` };
+    else if (override?.pinnedVersion) run.override = { pinnedTo: override.pinnedVersion };
+    else if (override) run.override = { autoUpgrade: true };
+    // With nothing pending the run waits on a timer or a message: no clock changes its case.
+    if (facts.ageMs > s.o.stallAfterMs && (run.workflowTask || run.activities.length > 0)) {
+      at.step = 'read its last event';
+      const last = await lastEventMs(s.client, workflowId, desc.runId);
+      const beats = (raw.pendingActivities ?? []).map((a) => millis(a.lastHeartbeatTime) ?? 0);
+      run.sinceProgressMs = Date.now() - Math.max(last, ...beats);
+      if (run.sinceProgressMs > s.o.stallAfterMs && run.workflowTask?.state === 'scheduled') {
+        at.step = 'describe its task queue';
+        const queue = info?.taskQueue ?? tc!.taskQueue;
+        let polled = s.pollers.get(queue);
+        if (!polled) {
+          s.pollers.set(queue, (polled = pollersOf(s.client, queue)));
+          polled.catch(() => s.pollers.delete(queue)); // asked again for the next order
+        }
+        facts.pollers = await polled;
+      }
+    }
+    return facts;
   };
 
   return {
@@ -137,269 +410,201 @@ export function sweeperActivities({
                  ORDER BY updated_at`,
         values: [TERMINAL_STATUSES, o.graceMs, o.orderIds ?? null],
       });
-      const actions: SweepAction[] = [];
-      let stranded = 0;
-      let oldest = 0;
+      const s: Sweep = {
+        client,
+        o,
+        report: { open: rows.length, stranded: 0, stalled: 0, unreadable: 0, actions: [] },
+        oldestStranded: 0,
+        pollers: new Map(),
+      };
       for (const [i, row] of rows.entries()) {
         heartbeat({ done: i, of: rows.length });
-        const orderId = row.order_id;
-        const workflowId = workflowIdFor(orderId);
-        let desc: Awaited<ReturnType<ReturnType<Client['workflow']['getHandle']>['describe']>> | undefined;
+        const at: OrderAtHand = { row, workflowId: workflowIdFor(row.order_id), step: 'describe its run' };
+        let action: SweepAction | undefined;
         try {
-          desc = await client.workflow.getHandle(workflowId).describe();
-        } catch (err) {
-          if (!(err instanceof WorkflowNotFoundError)) throw err;
-        }
-        const running = desc?.status.name === 'RUNNING';
-        /** Set when this sweep closed a failing run itself, to start it again below. */
-        let healing: string | undefined;
-        if (running && desc) {
-          // Open: is its workflow task failing for good?
-          const pending = desc.raw.pendingWorkflowTask;
-          if (pending && (pending.attempt ?? 0) >= o.failedTaskAttempts) {
-            const runId = desc.runId;
-            const { eventId, lastFailed, message } = await lastCompletedTask(client, workflowId, runId);
-            // Timed-out tasks (workers coming and going) are not a bug: only a task that failed counts.
-            if (!lastFailed) continue;
-            if (SDK_UPDATE_BUG.test(message)) {
-              // A reset would replay the same events and fail the same way: a new run from the row heals it.
-              if ((await count(orderId, 'restart')) >= o.maxRestarts) {
-                const told = await handToPerson(
-                  orderId,
-                  `its workflow task fails on the SDK's Update-ordering bug, and it was restarted ${o.maxRestarts} times`,
-                  runId,
-                );
-                if (told) actions.push(told);
-                continue;
-              }
-              try {
-                await client.workflow
-                  .getHandle(workflowId, runId)
-                  .terminate(
-                    `sweeper: its workflow task fails on the SDK's Update-ordering bug (sdk-core#1146); restarting from the order row`,
-                  );
-              } catch (err) {
-                if (!(err instanceof WorkflowNotFoundError)) throw err;
-                continue; // it closed meanwhile: the next sweep sees it as it is
-              }
-              healing = `its run ${runId} failed every workflow task on the SDK's Update-ordering bug (sdk-core#1146), so the sweeper terminated it`;
-            } else {
-              if ((await count(orderId, 'reset')) >= 1) {
-                const told = await handToPerson(
-                  orderId,
-                  `its workflow task keeps failing (attempt ${pending.attempt}) after the sweeper's reset`,
-                  runId,
-                );
-                if (told) actions.push(told);
-                continue;
-              }
-              if (eventId === undefined) {
-                const told = await handToPerson(
-                  orderId,
-                  'its workflow task keeps failing and it has no task to reset to',
-                  runId,
-                );
-                if (told) actions.push(told);
-                continue;
-              }
-              const reset = (await client.workflowService.resetWorkflowExecution({
-                namespace: client.options.namespace,
-                workflowExecution: { workflowId, runId },
-                workflowTaskFinishEventId: eventId as never, // an int64: protobufjs takes a number
-                requestId: randomUUID(),
-                reason: `sweeper: workflow task failing (attempt ${pending.attempt}); reset to event ${eventId}`,
-              })) as temporal.api.workflowservice.v1.IResetWorkflowExecutionResponse;
-              actions.push(
-                await record({
-                  orderId,
-                  action: 'reset',
-                  reason: `workflow task failing (attempt ${pending.attempt}); reset to event ${eventId}`,
-                  runId,
-                  ...(reset.runId ? { newRunId: reset.runId } : {}),
-                }),
-              );
-              continue;
-            }
-          } else {
-            if (row.status === 'NEEDS_ATTENTION' && Number(row.age_ms) > o.attentionAgeMs) {
-              if ((await count(orderId, 'alert', o.attentionAgeMs)) === 0) {
-                actions.push(
-                  await record({
-                    orderId,
-                    action: 'alert',
-                    reason: `in NEEDS_ATTENTION for ${Math.round(Number(row.age_ms) / 60_000)} min`,
-                    runId: desc.runId,
-                  }),
-                );
-              }
-            }
-            continue;
+          try {
+            at.desc = await client.workflow.getHandle(at.workflowId).describe();
+          } catch (err) {
+            if (!(err instanceof WorkflowNotFoundError)) throw err;
           }
-        }
-        // Closed or missing. The run may have settled the order after the rows above were read (its
-        // last local activity commits just before the run closes): the row decides, read again now.
-        const now = await db.query<{ status: OrderStatus }>({
-          text: 'SELECT status FROM orders WHERE order_id = $1',
-          values: [orderId],
-        });
-        if (!healing && (!now.rowCount || TERMINAL_STATUSES.includes(now.rows[0]!.status))) continue;
-        // Stranded.
-        stranded++;
-        oldest = Math.max(oldest, Number(row.age_ms));
-        const why =
-          healing ??
-          (desc
-            ? `its run ${desc.runId} is ${desc.status.name.toLowerCase().replace(/_/g, ' ')}`
-            : 'it has no workflow');
-        if ((await count(orderId, 'restart')) >= o.maxRestarts) {
-          const told = await handToPerson(orderId, `${why}, and it was restarted ${o.maxRestarts} times`, desc?.runId);
-          if (told) actions.push(told);
-          continue;
-        }
-        const input: OrderInput = {
-          orderId,
-          customerId: row.customer_id,
-          currency: row.currency as OrderInput['currency'],
-          paymentMethod: row.payment_method,
-          items: row.items.map((i) => ({ sku: i.sku, qty: i.qty, unitPriceCents: i.unitPriceCents })),
-        };
-        // What the closed run knew beyond the row: its saga config, and a cancel it had not refused.
-        const before = desc ? await closedRun(client, workflowId, desc.runId) : {};
-        // Not workflows/saga-start.ts's sagaStartOptions: activities/ lies below workflows/, and a restart
-        // differs from a placement on purpose: the closed run's ID again (ALLOW_DUPLICATE), its config,
-        // a summary and details that say why; the new run sets its search attributes itself.
-        try {
-          const handle = await client.workflow.start('orderSaga', {
-            taskQueue: tc.taskQueue,
-            workflowId,
-            args: before.config === undefined ? [input] : [input, before.config],
-            workflowIdReusePolicy: 'ALLOW_DUPLICATE',
-            staticSummary: `order ${orderId}, restarted by the sweeper: ${why}`,
-            staticDetails: `The sweeper started this run because the order was ${row.status} while ${why}. It catches up from the order row.`,
-          });
-          // A cancel the closed run was sent and did not refuse is the customer's: the new run gets it
-          // too, under the same request ID (a client still reading the answer reads the new run's), and
-          // decides it from the row (it refuses it there if the row is past the pivot). The restart is
-          // recorded first: a cancel that cannot be delivered is then said in its record, not lost.
-          const cancel = before.cancel;
-          const restart = await record({
-            orderId,
-            action: 'restart',
-            reason: `${row.status} while ${why}${cancel ? `; its cancel (${cancel.reason}) carried over` : ''}`,
-            ...(desc ? { runId: desc.runId } : {}),
-            newRunId: handle.firstExecutionRunId,
-          });
-          actions.push(restart);
-          if (cancel !== undefined) {
-            let lastErr: Error | undefined;
-            for (let attempt = 1; attempt <= 3; attempt++) {
-              try {
-                await handle.signal('cancel', cancel);
-                lastErr = undefined;
-                break;
-              } catch (err) {
-                lastErr = err as Error;
-                await new Promise((r) => setTimeout(r, 500 * attempt));
-              }
-            }
-            if (lastErr) {
-              actions.push(
-                await record({
-                  orderId,
-                  action: 'person',
-                  reason: `restarted, but its cancel (${cancel.reason}) could not be carried over: ${lastErr.message}`,
-                  newRunId: handle.firstExecutionRunId,
-                }),
-              );
-            }
-          }
+          const c = classifyOrder(await factsOf(s, at), o);
+          if ('cause' in c && STALL_CAUSES.includes(c.cause)) s.report.stalled++;
+          action = await (
+            handlers[c.case] as (s: Sweep, at: OrderAtHand, c: SweepCase) => Promise<SweepAction | undefined>
+          )(s, at, c);
         } catch (err) {
-          if (!(err instanceof WorkflowExecutionAlreadyStartedError)) throw err; // someone started it meanwhile
+          // Temporal out of reach: the whole sweep fails and is retried; nobody is told of that.
+          if (await unreachable(client, err)) throw err;
+          s.report.unreadable++;
+          stats.unreadable++;
+          const message = err instanceof Error ? `${err.name}: ${err.message}` : String(err);
+          action = await handToPerson(
+            row.order_id,
+            'unreadable',
+            `the sweeper could not ${at.step}: ${message}`,
+            at.desc?.runId,
+          );
         }
+        if (action) s.report.actions.push(action);
       }
-      stats.oldestStrandedMs = oldest;
+      stats.oldestStrandedMs = s.oldestStranded;
+      stats.stalled = s.report.stalled;
+      const { report } = s;
       // Every minute in npm start: quiet unless it found something.
-      (actions.length || stranded ? log.info : log.debug)('sweep done', {
-        open: rows.length,
-        stranded,
-        actions: actions.length,
-      });
-      return { open: rows.length, stranded, actions };
+      (report.actions.length || report.stranded || report.stalled || report.unreadable ? log.info : log.debug)(
+        'sweep done',
+        {
+          open: report.open,
+          stranded: report.stranded,
+          stalled: report.stalled,
+          unreadable: report.unreadable,
+          actions: report.actions.length,
+        },
+      );
+      return report;
     },
   };
 }
 
-/**
- * The last WorkflowTaskCompleted event of a run (where a reset takes a failing run back to), whether
- * its last workflow task ended failed (not timed out), and that failure's message.
- */
-async function lastCompletedTask(
+const millis = (t: google.protobuf.ITimestamp | null | undefined): number | undefined =>
+  t?.seconds == null ? undefined : Number(t.seconds) * 1000 + Math.floor((t.nanos ?? 0) / 1e6);
+const iso = (t: google.protobuf.ITimestamp | null | undefined): string | undefined => {
+  const ms = millis(t);
+  return ms === undefined ? undefined : new Date(ms).toISOString();
+};
+
+/** A pending activity as the classifier sees it: its pause (who, when, why) and its last failure, decoded. */
+async function activityFacts(
   client: Client,
-  workflowId: string,
-  runId: string,
-): Promise<{ eventId?: number; lastFailed: boolean; message: string }> {
-  const history = await client.workflow.getHandle(workflowId, runId).fetchHistory();
-  let eventId: number | undefined;
-  let lastFailed = false;
-  let failure: temporal.api.failure.v1.IFailure | null | undefined;
-  for (const e of history.events ?? []) {
-    if (e.eventType === EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED) eventId = Number(e.eventId);
-    if (e.eventType === EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED) {
-      lastFailed = true;
-      failure = e.workflowTaskFailedEventAttributes?.failure;
-    }
-    if (
-      e.eventType === EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED ||
-      e.eventType === EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT
-    )
-      lastFailed = false;
+  a: temporal.api.workflow.v1.IPendingActivityInfo,
+): Promise<PendingActivityFacts> {
+  const out: PendingActivityFacts = {
+    type: a.activityType?.name ?? '',
+    attempt: a.attempt ?? 1,
+    lastFailure: await taskFailureMessage(client.options.loadedDataConverter, a.lastFailure),
+  };
+  if (a.paused) {
+    const by = a.pauseInfo?.manual ?? a.pauseInfo?.rule;
+    const at = iso(a.pauseInfo?.pauseTime);
+    out.paused = {
+      ...(by?.identity ? { by: by.identity } : {}),
+      ...(by?.reason ? { reason: by.reason } : {}),
+      ...(at ? { at } : {}),
+    };
   }
-  const message = lastFailed ? await taskFailureMessage(client.options.loadedDataConverter, failure) : '';
-  return { ...(eventId !== undefined ? { eventId } : {}), lastFailed, message };
+  return out;
+}
+
+/** The time of a run's last event, in ms since the epoch: one event, read from the end. */
+async function lastEventMs(client: Client, workflowId: string, runId: string): Promise<number> {
+  const res = await client.workflowService.getWorkflowExecutionHistoryReverse({
+    namespace: client.options.namespace,
+    execution: { workflowId, runId },
+    maximumPageSize: 1,
+  });
+  return millis(res.history?.events?.[0]?.eventTime) ?? 0;
 }
 
 /**
- * From a closed run's history: the saga config it was started with (its second argument), and the
- * first `cancel` Signal it did not refuse. Whether it refused one is asked with the `answer` query,
- * which a worker answers by replaying the run (at most 5 s each); a run that cannot answer (it fails
- * on replay, say) counts as not having refused it. Requests sent without an ID are named as the
- * saga names them (`signal-1`, `signal-2`, … over cancels and resolves).
+ * A poller last seen longer ago than this is gone: a live worker polls again as soon as a long poll
+ * (about a minute) ends, while the server lists a stopped one for five minutes.
  */
-async function closedRun(
+const POLLER_GONE_MS = 120_000;
+
+/** The versions polling a task queue's workflow tasks (`name:build`, or `''` for an unversioned worker). */
+async function pollersOf(client: Client, queue: string): Promise<string[]> {
+  const res = await client.workflowService.describeTaskQueue({
+    namespace: client.options.namespace,
+    taskQueue: { name: queue, kind: TaskQueueKind.TASK_QUEUE_KIND_NORMAL },
+    taskQueueType: TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+  });
+  const live = (res.pollers ?? []).filter((p) => Date.now() - (millis(p.lastAccessTime) ?? 0) < POLLER_GONE_MS);
+  return live.map((p) => {
+    const d = p.deploymentOptions;
+    return d?.workerVersioningMode === WorkerVersioningMode.WORKER_VERSIONING_MODE_VERSIONED && d.buildId
+      ? `${d.deploymentName}:${d.buildId}`
+      : '';
+  });
+}
+
+/**
+ * How a run's pending workflow task's last attempts ended (failed or timed out, the failure's
+ * message), and its last WorkflowTaskCompleted event (where a reset takes it back to).
+ */
+async function lastTasks(
   client: Client,
   workflowId: string,
   runId: string,
-): Promise<{ config?: unknown; cancel?: { requestId: string; reason: string } }> {
-  const handle = client.workflow.getHandle(workflowId, runId);
-  const history = await handle.fetchHistory();
-  const decode = (p: temporal.api.common.v1.IPayload | null | undefined): Promise<unknown> =>
-    decodeHistoryPayload(client.options.loadedDataConverter, p);
-  const out: { config?: unknown; cancel?: { requestId: string; reason: string } } = {};
-  const cancels: { requestId: string; reason: string }[] = [];
-  let unnamed = 0;
+): Promise<Pick<RunFacts['workflowTask'] & object, 'lastAttempts' | 'failure' | 'resetTo'>> {
+  const history = await client.workflow.getHandle(workflowId, runId).fetchHistory();
+  let resetTo: number | undefined;
+  let lastAttempts: 'failed' | 'timed-out' | undefined;
+  let failure: temporal.api.failure.v1.IFailure | null | undefined;
   for (const e of history.events ?? []) {
-    const started = e.workflowExecutionStartedEventAttributes;
-    if (started) {
-      const config = await decode(started.input?.payloads?.[1]);
-      if (config !== undefined && config !== null) out.config = config;
+    if (e.eventType === EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED) {
+      resetTo = Number(e.eventId);
+      lastAttempts = undefined;
     }
-    const signal = e.workflowExecutionSignaledEventAttributes;
-    if (signal?.signalName !== 'cancel' && signal?.signalName !== 'resolve') continue;
-    const req = (await decode(signal.input?.payloads?.[0])) as { requestId?: unknown; reason?: unknown } | string;
-    const sent = typeof req === 'object' && req !== null ? req.requestId : undefined;
-    const requestId = typeof sent === 'string' && sent ? sent.slice(0, 200) : `signal-${++unnamed}`;
-    if (signal.signalName !== 'cancel') continue;
-    const reason = typeof req === 'string' ? req : req?.reason;
-    cancels.push({ requestId, reason: typeof reason === 'string' && reason ? reason : 'cancelled' });
+    if (e.eventType === EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT) lastAttempts = 'timed-out';
+    if (e.eventType === EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED) {
+      lastAttempts = 'failed';
+      failure = e.workflowTaskFailedEventAttributes?.failure;
+    }
   }
-  for (const cancel of cancels.slice(0, 5)) {
-    const answer = (await Promise.race([
-      handle.query('answer', cancel.requestId).catch(() => undefined),
-      new Promise((r) => setTimeout(r, 5_000)),
-    ])) as { outcome?: string } | undefined;
-    if (answer?.outcome === 'refused') continue;
-    out.cancel = cancel;
-    break;
+  return {
+    ...(resetTo !== undefined ? { resetTo } : {}),
+    ...(lastAttempts ? { lastAttempts } : {}),
+    ...(lastAttempts === 'failed'
+      ? { failure: await taskFailureMessage(client.options.loadedDataConverter, failure) }
+      : {}),
+  };
+}
+
+/** The saga config a run was started with (its second argument), from its first event. */
+async function startConfig(client: Client, workflowId: string, runId: string): Promise<unknown> {
+  const res = await client.workflowService.getWorkflowExecutionHistory({
+    namespace: client.options.namespace,
+    execution: { workflowId, runId },
+    maximumPageSize: 1,
+  });
+  const started = res.history?.events?.[0]?.workflowExecutionStartedEventAttributes;
+  const config = await decodeHistoryPayload(client.options.loadedDataConverter, started?.input?.payloads?.[1]);
+  return config === null ? undefined : config;
+}
+
+/** The order's money and stock as its row says, for a person's message. */
+async function holdings(db: Pool, orderId: string): Promise<string> {
+  const { rows } = await db.query<{ status: string; total_cents: string; currency: string; held: string | null }>({
+    text: `SELECT o.status, o.total_cents, o.currency,
+                  (SELECT string_agg(r.sku || ' x' || r.qty, ', ' ORDER BY r.sku) FROM reservations r
+                    WHERE r.order_id = o.order_id AND r.status = 'HELD') AS held
+             FROM orders o WHERE o.order_id = $1`,
+    values: [orderId],
+  });
+  const r = rows[0];
+  if (!r) return 'no order row';
+  const amount = `${(Number(r.total_cents) / 100).toFixed(2)} ${r.currency}`;
+  return `order ${r.status}, total ${amount}, stock held: ${r.held ?? 'none'}`;
+}
+
+/** gRPC status codes that say the server was not reached (or did not answer), not that the order is unreadable. */
+const TRANSPORT_CODES = new Set([1 /* CANCELLED */, 4 /* DEADLINE_EXCEEDED */, 14 /* UNAVAILABLE */]);
+
+/**
+ * Whether an order's failure is Temporal being out of reach rather than the order: a transport error
+ * (at any depth of its causes) and the server does not answer a cheap call either.
+ */
+async function unreachable(client: Client, err: unknown): Promise<boolean> {
+  let transport = false;
+  for (let e: unknown = err, depth = 0; e && depth < 5; e = (e as { cause?: unknown }).cause, depth++) {
+    if (isGrpcServiceError(e) && TRANSPORT_CODES.has(e.code)) transport = true;
+    if (/ECONNREFUSED|No connection established|failed to connect/i.test((e as Error).message ?? '')) transport = true;
   }
-  return out;
+  if (!transport) return false;
+  try {
+    await client.workflowService.getSystemInfo({});
+    return false;
+  } catch {
+    return true;
+  }
 }

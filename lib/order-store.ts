@@ -7,6 +7,7 @@
 import type { Pool } from 'pg';
 import { decideCancel, recordResolve, settleRequest, type CancelDecision } from '../activities/order-requests';
 import { checkAgainstCatalogue } from '../activities/orders';
+import { STALL_CAUSES } from '../activities/sweep-classify';
 import { checkInvariants, type CheckReport, type WorkflowLookup } from '../db/invariants';
 import { createPool } from '../db/pool';
 import { TERMINAL_STATUSES, type OrderInput } from '../domain/order';
@@ -21,11 +22,13 @@ export interface Reconciliation {
   findings: { rule: string; orderIds: string[]; detail: string }[];
 }
 
-/** One thing the sweeper did (migrations/0008_sweeper.sql). */
+/** One thing the sweeper did (migrations/0008_sweeper.sql, 0010_sweeper_stalls.sql). */
 export interface SweeperActionRow {
   at: string;
   orderId: string;
-  action: 'restart' | 'reset' | 'person' | 'alert';
+  action: 'restart' | 'reset' | 'remove-override' | 'person' | 'alert';
+  /** Why (activities/sweep-classify.ts's SweepCause); null on rows written before causes were kept. */
+  cause: string | null;
   reason: string;
   runId: string | null;
   newRunId: string | null;
@@ -38,6 +41,11 @@ export interface OrderRowView {
   reason: string | null;
   cancel?: { requestId: string; reason: string };
   updatedAt: string;
+}
+
+/** An open order the sweeper last found not moving, with what it did about it. */
+export interface StalledOrderRow extends SweeperActionRow {
+  status: string;
 }
 
 export interface NewProducts {
@@ -77,6 +85,8 @@ export interface OrderStore {
   }): Promise<void>;
   /** The sweeper's latest actions, newest first (`orderId` limits them to one order). */
   sweeperActions(opts: { limit: number; orderId?: string }): Promise<SweeperActionRow[]>;
+  /** Open orders whose latest sweeper action (alerts aside) was for a run that had stopped moving, oldest first. */
+  stalledOrders(): Promise<StalledOrderRow[]>;
   /** Every invariant over the database and the provider's ledger, in one snapshot (db/invariants.ts). */
   checkInvariants(opts: { deadlineMs: number; workflows?: WorkflowLookup }): Promise<CheckReport>;
   /** The IDs of the orders that are not terminal, oldest first. */
@@ -143,26 +153,25 @@ export function orderStore(db: Pool): OrderStore {
     },
 
     async sweeperActions({ limit, orderId }) {
-      const { rows } = await db.query<{
-        at: Date;
-        order_id: string;
-        action: SweeperActionRow['action'];
-        reason: string;
-        run_id: string | null;
-        new_run_id: string | null;
-      }>({
-        text: `SELECT at, order_id, action, reason, run_id, new_run_id FROM sweeper_actions
+      const { rows } = await db.query<SweeperActionDbRow>({
+        text: `SELECT at, order_id, action, cause, reason, run_id, new_run_id FROM sweeper_actions
                 WHERE ($2::text IS NULL OR order_id = $2) ORDER BY at DESC, id DESC LIMIT $1`,
         values: [limit, orderId ?? null],
       });
-      return rows.map((r) => ({
-        at: r.at.toISOString(),
-        orderId: r.order_id,
-        action: r.action,
-        reason: r.reason,
-        runId: r.run_id,
-        newRunId: r.new_run_id,
-      }));
+      return rows.map(actionRow);
+    },
+
+    async stalledOrders() {
+      const { rows } = await db.query<SweeperActionDbRow & { status: string }>({
+        text: `SELECT * FROM (
+                 SELECT DISTINCT ON (a.order_id) a.at, a.order_id, a.action, a.cause, a.reason, a.run_id, a.new_run_id, o.status
+                   FROM sweeper_actions a JOIN orders o ON o.order_id = a.order_id
+                  WHERE a.action <> 'alert' AND o.status <> ALL ($1::text[])
+                  ORDER BY a.order_id, a.at DESC, a.id DESC) latest
+                WHERE cause = ANY ($2::text[]) ORDER BY at`,
+        values: [TERMINAL_STATUSES, STALL_CAUSES],
+      });
+      return rows.map((r) => ({ ...actionRow(r), status: r.status }));
     },
 
     async orderRow(orderId) {
@@ -204,3 +213,23 @@ export function orderStore(db: Pool): OrderStore {
     close: () => db.end(),
   };
 }
+
+interface SweeperActionDbRow {
+  at: Date;
+  order_id: string;
+  action: SweeperActionRow['action'];
+  cause: string | null;
+  reason: string;
+  run_id: string | null;
+  new_run_id: string | null;
+}
+
+const actionRow = (r: SweeperActionDbRow): SweeperActionRow => ({
+  at: r.at.toISOString(),
+  orderId: r.order_id,
+  action: r.action,
+  cause: r.cause,
+  reason: r.reason,
+  runId: r.run_id,
+  newRunId: r.new_run_id,
+});

@@ -92,6 +92,7 @@ describe('client.ts command line', () => {
     [['schedule'], /Usage: npx tsx client.ts schedule/],
     [['schedule', 'weekly'], /unknown command 'weekly'/],
     [['schedule', 'reconcile', '--every', '30s'], /--every <duration>.*at least 60s/],
+    [['schedule', 'sweep', '--stall-after', 'soon'], /--stall-after <duration>.*at least 60s/],
     [['load'], /--orders <N>' not specified/],
     [
       ['load', '--orders', '10', '--concurrency', '501'],

@@ -188,7 +188,7 @@ describe('Terminate at every workflow task, then only the sweeper acts', () => {
             `${kind}, terminated after task ${k}`,
           ).toContain('restart');
         }
-        // A cancel the terminated run had accepted is carried to the new run: the order ends CANCELLED.
+        // A cancel the terminated run had accepted is in the row, where the new run reads it: the order ends CANCELLED.
         if (kind === 'cancelled') expect(end, `cancelled, terminated after task ${k}`).toBe('CANCELLED');
         // Money and stock agree with the end: charged and sold if completed, else nothing kept, stock back.
         const kept = await moneyKept(db, order.orderId);

@@ -7,12 +7,13 @@ const { sweepOrders } = proxyActivities<OrderActivities>({
   // It heartbeats per order: a worker that dies mid-sweep is noticed within this, and another goes on.
   heartbeatTimeout: '20s',
   retry: { initialInterval: '1s', backoffCoefficient: 2, maximumInterval: '30s', maximumAttempts: 5 },
-  summary: 'sweep: restart stranded orders, reset failing runs, tell a person the rest (never compensates)',
+  summary: 'sweep: restart stranded orders, heal stalled or failing runs, tell a person the rest (never compensates)',
 });
 
 /**
  * The sweeper, run by the `sweep` Schedule: no open order is left without a live run or a person who
- * has been told. Every effect on an order is its saga's; the sweeper only starts or resets runs.
+ * has been told. Every effect on an order is its saga's; the sweeper only starts, resets or terminates
+ * runs and removes versioning overrides.
  */
 export async function sweeperWorkflow(
   opts: Partial<SweepOptions> = {},

@@ -1,0 +1,202 @@
+/**
+ * The sweeper's decision table (activities/sweep-classify.ts), one case at a time, without a server:
+ * each test is an order's situation and the case the sweeper must pick for it.
+ */
+import { describe, expect, it } from 'vitest';
+import { classifyOrder, type OrderFacts, type RunFacts, type SweepBounds } from '../activities/sweep-classify';
+
+const bounds: SweepBounds = { maxRestarts: 3, failedTaskAttempts: 3, attentionAgeMs: 3_600_000, stallAfterMs: 300_000 };
+const MIN = 60_000;
+
+const run = (r: Partial<RunFacts> = {}): RunFacts => ({ runId: 'run-1', status: 'RUNNING', activities: [], ...r });
+const order = (o: Partial<OrderFacts> = {}): OrderFacts => ({
+  status: 'CHARGED',
+  ageMs: 10 * MIN,
+  record: { restarts: 0, resets: 0, alertedWithinAttentionAge: false },
+  run: run(),
+  ...o,
+});
+const classify = (o: Partial<OrderFacts>) => classifyOrder(order(o), bounds);
+
+describe('a closed or missing run', () => {
+  it('is started again from the row', () => {
+    expect(classify({ run: run({ status: 'TERMINATED' }) })).toMatchObject({
+      case: 'restart',
+      cause: 'closed',
+      why: 'its run run-1 is terminated',
+    });
+    expect(classify({ run: undefined })).toMatchObject({ case: 'restart', cause: 'missing' });
+  });
+
+  it('goes to a person after maxRestarts restarts', () => {
+    const c = classify({
+      run: run({ status: 'FAILED' }),
+      record: { restarts: 3, resets: 0, alertedWithinAttentionAge: false },
+    });
+    expect(c).toMatchObject({ case: 'person', cause: 'closed' });
+    expect(c.why).toMatch(/restarted 3 times/);
+  });
+});
+
+describe('a workflow task that keeps failing', () => {
+  const failing = {
+    state: 'scheduled' as const,
+    attempt: 3,
+    lastAttempts: 'failed' as const,
+    failure: 'boom',
+    resetTo: 7,
+  };
+
+  it('is reset once to its last completed workflow task, whatever the clock says', () => {
+    expect(classify({ run: run({ workflowTask: failing }) })).toMatchObject({
+      case: 'reset',
+      cause: 'task-failing',
+      toEventId: 7,
+    });
+  });
+
+  it('then goes to a person; so does one with no task to reset to', () => {
+    const reset = { restarts: 0, resets: 1, alertedWithinAttentionAge: false };
+    expect(classify({ run: run({ workflowTask: failing }), record: reset })).toMatchObject({
+      case: 'person',
+      cause: 'task-failing',
+    });
+    const { resetTo: _, ...noPoint } = failing;
+    expect(classify({ run: run({ workflowTask: noPoint }) })).toMatchObject({ case: 'person', cause: 'task-failing' });
+  });
+
+  it("on the SDK's Update-ordering bug is replaced by a new run from the row, not reset", () => {
+    const bug = { ...failing, failure: 'Update machine does not handle this event: X' };
+    expect(classify({ run: run({ workflowTask: bug }) })).toMatchObject({ case: 'replace', cause: 'sdk-update-bug' });
+    const many = { restarts: 3, resets: 0, alertedWithinAttentionAge: false };
+    expect(classify({ run: run({ workflowTask: bug }), record: many })).toMatchObject({
+      case: 'person',
+      cause: 'sdk-update-bug',
+    });
+  });
+
+  it('below the attempts bound is left alone', () => {
+    expect(classify({ run: run({ workflowTask: { ...failing, attempt: 2 } }) })).toMatchObject({ case: 'leave' });
+  });
+});
+
+describe('a running run that stopped moving', () => {
+  const stalled = (r: Partial<RunFacts>): RunFacts => run({ sinceProgressMs: 6 * MIN, ...r });
+  const unpicked = { state: 'scheduled' as const, attempt: 1 };
+
+  it('is moving while its last event is within the bound, or when it was not asked', () => {
+    expect(classify({ run: run({ sinceProgressMs: 4 * MIN, workflowTask: unpicked }), pollers: [] })).toEqual({
+      case: 'leave',
+      why: 'it is moving',
+    });
+    expect(classify({ run: run({ workflowTask: unpicked }) })).toMatchObject({ case: 'leave' });
+  });
+
+  it('pinned by an override to a version nobody polls, its own polled: the override is removed', () => {
+    const r = stalled({ workflowTask: unpicked, build: 'order-saga:a', override: { pinnedTo: 'order-saga:ghost' } });
+    const c = classify({ run: r, pollers: ['order-saga:a'] });
+    expect(c).toMatchObject({ case: 'remove-override', cause: 'override-unpolled' });
+    expect(c.why).toMatch(/version order-saga:ghost, which no worker polls/);
+    // An unversioned run under an override: its own are the unversioned workers.
+    const u = stalled({ workflowTask: unpicked, override: { pinnedTo: 'order-saga:ghost' } });
+    expect(classify({ run: u, pollers: [''] })).toMatchObject({ case: 'remove-override' });
+  });
+
+  it('pinned to a version nobody polls, its own build unpolled too: a new run from the row', () => {
+    const r = stalled({ workflowTask: unpicked, build: 'order-saga:old', override: { pinnedTo: 'order-saga:ghost' } });
+    expect(classify({ run: r, pollers: ['order-saga:new'] })).toMatchObject({
+      case: 'replace',
+      cause: 'build-unpolled',
+    });
+    const own = stalled({ workflowTask: unpicked, build: 'order-saga:old' });
+    expect(classify({ run: own, pollers: ['order-saga:new'] })).toMatchObject({
+      case: 'replace',
+      cause: 'build-unpolled',
+    });
+    // Bounded like every restart; and with nobody polling at all, a new run would not help either.
+    const many = { restarts: 3, resets: 0, alertedWithinAttentionAge: false };
+    expect(classify({ run: own, pollers: ['order-saga:new'], record: many })).toMatchObject({
+      case: 'person',
+      cause: 'build-unpolled',
+    });
+    expect(classify({ run: own, pollers: [] })).toMatchObject({ case: 'person', cause: 'build-unpolled' });
+  });
+
+  it('with workflow tasks timing out again and again: reset once, then a person', () => {
+    const timingOut = { state: 'scheduled' as const, attempt: 4, lastAttempts: 'timed-out' as const, resetTo: 5 };
+    const r = stalled({ workflowTask: timingOut, build: 'order-saga:a' });
+    expect(classify({ run: r, pollers: ['order-saga:a'] })).toMatchObject({
+      case: 'reset',
+      cause: 'task-timing-out',
+      toEventId: 5,
+    });
+    const reset = { restarts: 0, resets: 1, alertedWithinAttentionAge: false };
+    expect(classify({ run: r, pollers: ['order-saga:a'], record: reset })).toMatchObject({
+      case: 'person',
+      cause: 'task-timing-out',
+    });
+    // Timed out, but within the bound: workers come and go.
+    expect(classify({ run: { ...r, sinceProgressMs: MIN }, pollers: ['order-saga:a'] })).toMatchObject({
+      case: 'leave',
+    });
+  });
+
+  it('with an activity an operator paused: a person, told who and since when; never unpaused', () => {
+    const paused = {
+      type: 'refundPayment',
+      attempt: 4,
+      lastFailure: 'gateway down',
+      paused: { by: 'ops@example', at: '2026-01-01T00:00:00.000Z', reason: 'gateway' },
+    };
+    const c = classify({ status: 'COMPENSATING', run: stalled({ activities: [paused] }) });
+    expect(c).toMatchObject({ case: 'person', cause: 'activity-paused' });
+    expect(c.why).toMatch(/refundPayment is paused by ops@example since 2026-01-01T00:00:00.000Z \(gateway\)/);
+    // Even while the order waits on purpose.
+    expect(classify({ status: 'UNKNOWN_PAYMENT', run: stalled({ activities: [paused] }) })).toMatchObject({
+      cause: 'activity-paused',
+    });
+  });
+
+  it('with an activity retrying past the bound: a person, with its last failure', () => {
+    const retrying = { type: 'createShipment', attempt: 9, lastFailure: 'carrier 503' };
+    const c = classify({ status: 'CHARGED', run: stalled({ activities: [retrying] }) });
+    expect(c).toMatchObject({ case: 'person', cause: 'activity-retrying' });
+    expect(c.why).toMatch(/createShipment is retrying \(attempt 9\); last failure: carrier 503/);
+  });
+
+  it('with something pending that none of the above explains: a person, with what is pending', () => {
+    const c = classify({
+      run: stalled({ activities: [{ type: 'reserveInventorySerial', attempt: 1, lastFailure: '' }] }),
+    });
+    expect(c).toMatchObject({ case: 'person', cause: 'stalled' });
+    expect(c.why).toMatch(/pending: activity reserveInventorySerial \(attempt 1\)/);
+  });
+});
+
+describe('a run that waits on purpose', () => {
+  const quiet = run({ sinceProgressMs: 60 * MIN });
+
+  it('on an inquiry timer (UNKNOWN_PAYMENT), or with nothing pending, is not stalled', () => {
+    const inquiring = run({
+      sinceProgressMs: 60 * MIN,
+      activities: [{ type: 'inquireCharge', attempt: 5, lastFailure: 'unreachable' }],
+    });
+    expect(classify({ status: 'UNKNOWN_PAYMENT', run: inquiring })).toMatchObject({ case: 'leave' });
+    expect(classify({ status: 'CHARGED', run: quiet })).toEqual({
+      case: 'leave',
+      why: 'it waits on a timer or a message',
+    });
+  });
+
+  it('for a person (NEEDS_ATTENTION) is left, and alerted once past the attention age', () => {
+    expect(classify({ status: 'NEEDS_ATTENTION', ageMs: 30 * MIN, run: quiet })).toMatchObject({ case: 'leave' });
+    expect(classify({ status: 'NEEDS_ATTENTION', ageMs: 90 * MIN, run: quiet })).toMatchObject({
+      case: 'alert',
+      cause: 'attention',
+    });
+    const alerted = { restarts: 0, resets: 0, alertedWithinAttentionAge: true };
+    expect(classify({ status: 'NEEDS_ATTENTION', ageMs: 90 * MIN, run: quiet, record: alerted })).toMatchObject({
+      case: 'leave',
+    });
+  });
+});

@@ -1,0 +1,320 @@
+/**
+ * The sweeper and runs that are open but not moving, and orders it cannot read, on the real Temporal
+ * dev server with the real activities, Postgres and provider (the stall bound is made small here):
+ * - an activity retrying past the bound goes to a person with its last failure; once an operator
+ *   pauses it, a person is told who paused it and since when, with the order's money and stock; the
+ *   sweeper never unpauses it, tells once, and `client.ts sweeps --stalled` and `views` name the order;
+ * - a versioning override of a pinned run (a versioned worker, its version current) to a build nobody
+ *   polls is removed, and the run completes;
+ * - an order whose run's payload cannot be decoded goes to a person, and the sweep goes on to restart
+ *   another stranded order, which completes.
+ */
+import { randomBytes, randomUUID } from 'node:crypto';
+import { ApplicationFailure, Client } from '@temporalio/client';
+import { temporal } from '@temporalio/proto';
+import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import { Worker } from '@temporalio/worker';
+import type { Pool } from 'pg';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { runCli } from '../client';
+import { createActivities, type OrderActivities } from '../activities';
+import { SweeperStats, type SweepOptions, type SweepReport } from '../activities/sweeper';
+import { workflowIdFor, type OrderInput } from '../domain/order';
+import { readConfig } from '../lib/config';
+import { DEPLOYMENT_NAME, makeVersionCurrent } from '../lib/deployments';
+import { orderStore } from '../lib/order-store';
+import { dataConverterFor, parseKeyList } from '../platform/payload-codec';
+import { orderSaga, sweeperWorkflow } from '../workflows';
+import { createProduct, makeOrder, orderViolations, testProvider, uid } from './support/helpers';
+import { sagaTestEnv, type SagaTestEnv } from './support/saga-test-env';
+import { dataConverter } from './support/temporal-env';
+import { deploymentOptions } from '../worker';
+
+let env: TestWorkflowEnvironment;
+let db: Pool;
+let saga: SagaTestEnv | undefined;
+const taskQueue = `stall-${uid()}`;
+const stats = new SweeperStats();
+
+/** Orders whose shipment fails (the carrier is down), and those whose shipment waits until released. */
+const failing = new Set<string>();
+const holds = new Map<string, { released: Promise<void>; release: () => void; started: boolean }>();
+
+/** The real activities, with test-only faults of the carrier: the saga's own shipment step, failing or held up. */
+function testActivities(env: TestWorkflowEnvironment, db: Pool, queue: string): OrderActivities {
+  const real = createActivities({
+    db,
+    provider: testProvider(),
+    temporal: { client: () => Promise.resolve(env.client), taskQueue: queue },
+    sweeperStats: stats,
+  });
+  const held = async (step: string, orderId: string): Promise<void> => {
+    const hold = holds.get(`${step}:${orderId}`);
+    if (!hold) return;
+    holds.delete(`${step}:${orderId}`); // once: a later run's attempt goes through
+    hold.started = true;
+    await hold.released;
+  };
+  const createShipment: OrderActivities['createShipment'] = async (req) => {
+    if (failing.has(req.orderId)) throw ApplicationFailure.retryable('the carrier is down', 'CarrierDown');
+    await held('createShipment', req.orderId);
+    return real.createShipment(req);
+  };
+  const chargePayment: OrderActivities['chargePayment'] = async (req) => {
+    await held('chargePayment', req.orderId);
+    return real.chargePayment(req);
+  };
+  return { ...real, createShipment, chargePayment };
+}
+
+/** A versioned worker (as npm start runs them), its version current, for the override test. */
+const versionedQueue = `stall-v-${uid()}`;
+const version = { deploymentName: DEPLOYMENT_NAME, buildId: `stall-${uid()}` };
+let versioned: { worker: Worker; running: Promise<void> } | undefined;
+
+beforeAll(async () => {
+  saga = await sagaTestEnv({
+    server: 'dev',
+    taskQueue,
+    activities: ({ env, db }) => testActivities(env, db, taskQueue),
+  });
+  ({ env, db } = saga);
+  const worker = await Worker.create({
+    dataConverter: dataConverter(),
+    connection: env.nativeConnection,
+    taskQueue: versionedQueue,
+    workflowBundle: saga.bundle,
+    activities: testActivities(env, db, versionedQueue),
+    ...deploymentOptions({ buildId: version.buildId }),
+  });
+  versioned = { worker, running: worker.run() };
+  await makeVersionCurrent(env.connection, {
+    namespace: env.client.options.namespace,
+    version,
+    taskQueues: { workflow: versionedQueue, activity: [] },
+  });
+});
+
+afterAll(async () => {
+  for (const h of holds.values()) h.release();
+  versioned?.worker.shutdown();
+  try {
+    await versioned?.running;
+  } finally {
+    await saga?.stop();
+  }
+});
+
+const sleepMs = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+const STALL: Partial<SweepOptions> = { graceMs: 0, stallAfterMs: 1_000 };
+
+/** One sweep over these orders, as the Schedule runs it (the sweeper workflow on the worker). */
+const sweep = (orderIds: string[], opts: Partial<SweepOptions> = {}): Promise<SweepReport> =>
+  env.client.workflow.execute(sweeperWorkflow, {
+    taskQueue,
+    workflowId: `sweep-${uid()}`,
+    args: [{ ...STALL, ...opts, orderIds }],
+  });
+
+async function newOrder(kind: string): Promise<{ order: OrderInput; sku: string }> {
+  const p = await createProduct(db, { stock: 10, priceCents: 750 });
+  const order = makeOrder([{ sku: p.sku, qty: 2, unitPriceCents: p.priceCents }], { orderId: `st-${kind}-${uid()}` });
+  return { order, sku: p.sku };
+}
+
+const start = (order: OrderInput, queue = taskQueue) =>
+  env.client.workflow.start(orderSaga, {
+    taskQueue: queue,
+    workflowId: workflowIdFor(order.orderId),
+    args: [order, {}],
+  });
+
+/** Polls `check` until it holds (bounded), and says what it waited for when it never does. */
+async function until(what: string, check: () => Promise<boolean>, tries = 300): Promise<void> {
+  for (let i = 0; i < tries; i++) {
+    if (await check()) return;
+    await sleepMs(100);
+  }
+  throw new Error(`waited in vain for ${what}`);
+}
+
+/** Holds the step's activity of this order (a regular activity: no workflow task in flight) until released. */
+function hold(
+  step: 'chargePayment' | 'createShipment',
+  orderId: string,
+): { release: () => void; started: () => boolean } {
+  let release!: () => void;
+  const released = new Promise<void>((r) => (release = r));
+  const h = { released, release, started: false };
+  holds.set(`${step}:${orderId}`, h);
+  return { release, started: () => h.started };
+}
+
+async function rowStatus(orderId: string): Promise<string | undefined> {
+  const { rows } = await db.query<{ status: string }>({
+    text: 'SELECT status FROM orders WHERE order_id = $1',
+    values: [orderId],
+  });
+  return rows[0]?.status;
+}
+
+const pending = async (orderId: string) => (await env.client.workflow.getHandle(workflowIdFor(orderId)).describe()).raw;
+
+describe('an activity that keeps failing past the bound', () => {
+  it('goes to a person with its last failure; paused by an operator, a person is told who and since when, once, and it stays paused', async () => {
+    const { order, sku } = await newOrder('paused');
+    failing.add(order.orderId);
+    const handle = await start(order);
+    const shipment = async () =>
+      (await pending(order.orderId)).pendingActivities?.find((a) => a.activityType?.name === 'createShipment');
+    await until('the shipment retrying', async () => ((await shipment())?.attempt ?? 0) >= 2);
+    await sleepMs(1_200); // past the stall bound since the run's last event
+
+    const retrying = await sweep([order.orderId]);
+    expect(retrying.actions.map((a) => [a.action, a.cause])).toEqual([['person', 'activity-retrying']]);
+    expect(retrying.actions[0]!.reason).toMatch(
+      /createShipment is retrying \(attempt \d+\); last failure: the carrier is down/,
+    );
+    expect(retrying.stalled).toBe(1);
+
+    const activityId = (await shipment())!.activityId!;
+    await env.client.workflowService.pauseActivity({
+      namespace: env.client.options.namespace,
+      execution: { workflowId: workflowIdFor(order.orderId) },
+      id: activityId,
+      identity: 'ops-on-call',
+      reason: 'carrier incident',
+      requestId: randomUUID(),
+    });
+    await until('the shipment paused', async () => (await shipment())?.paused === true);
+
+    const paused = await sweep([order.orderId]);
+    expect(paused.actions.map((a) => [a.action, a.cause])).toEqual([['person', 'activity-paused']]);
+    const reason = paused.actions[0]!.reason;
+    expect(reason).toMatch(
+      /createShipment is paused by ops-on-call since \d{4}-\d\d-\d\dT[\d:.]+Z \(carrier incident\)/,
+    );
+    expect(reason).toMatch(new RegExp(`order CHARGED, total 15\\.00 USD, stock held: ${sku} x2`));
+    process.stdout.write(`stall test, told a person: ${reason}\n`);
+
+    // Told once; never unpaused; named among the stalled orders.
+    expect((await sweep([order.orderId])).actions).toEqual([]);
+    expect((await shipment())?.paused).toBe(true);
+    const stalled = await orderStore(db).stalledOrders();
+    expect(stalled.find((r) => r.orderId === order.orderId)).toMatchObject({
+      cause: 'activity-paused',
+      action: 'person',
+    });
+    // Where a person finds it: client.ts sweeps --stalled, and a view of client.ts views.
+    const cfg = readConfig({ TEMPORAL_ADDRESS: env.address, READER_DATABASE_URL: inject('roleUrls').reader });
+    const said: string[] = [];
+    const io = { out: (l: string) => void said.push(l), err: (l: string) => void said.push(l) };
+    expect(await runCli(['sweeps', '--stalled'], cfg, io)).toBe(0);
+    expect(said.join('\n')).toMatch(new RegExp(`CHARGED +\\S+ +person +${order.orderId} \\[activity-paused\\]: `));
+    said.length = 0;
+    expect(await runCli(['views'], cfg, io)).toBe(0);
+    expect(said.join('\n')).toMatch(new RegExp(`stalled: .*${order.orderId} \\(activity-paused\\)`));
+    expect(said.join('\n')).toContain(`'${workflowIdFor(order.orderId)}'`);
+
+    // The operator's decision: the carrier is back, the activity unpaused; the saga completes.
+    failing.delete(order.orderId);
+    await env.client.workflowService.unpauseActivity({
+      namespace: env.client.options.namespace,
+      execution: { workflowId: workflowIdFor(order.orderId) },
+      id: activityId,
+      identity: 'ops-on-call',
+    });
+    await handle.result();
+    expect(await rowStatus(order.orderId)).toBe('COMPLETED');
+    expect((await orderStore(db).stalledOrders()).map((r) => r.orderId)).not.toContain(order.orderId);
+    expect(await orderViolations(db, env.client, [order.orderId])).toEqual([]);
+  });
+});
+
+describe('a versioning override to a build nobody polls', () => {
+  it('is removed by the sweeper, and the run completes', async () => {
+    const { order } = await newOrder('override');
+    const held = hold('chargePayment', order.orderId);
+    const handle = await start(order, versionedQueue);
+    await until('the charge running', () => Promise.resolve(held.started()));
+    // What `temporal workflow update-options --versioning-override-behavior pinned` does.
+    await env.client.workflowService.updateWorkflowExecutionOptions({
+      namespace: env.client.options.namespace,
+      workflowExecution: { workflowId: workflowIdFor(order.orderId) },
+      workflowExecutionOptions: {
+        versioningOverride: {
+          pinned: {
+            behavior:
+              temporal.api.workflow.v1.VersioningOverride.PinnedOverrideBehavior.PINNED_OVERRIDE_BEHAVIOR_PINNED,
+            version: { deploymentName: DEPLOYMENT_NAME, buildId: `ghost-${uid()}` },
+          },
+        },
+      },
+      updateMask: { paths: ['versioning_override'] },
+    });
+    held.release();
+    // The charge completes; the next workflow task waits for the ghost build.
+    await until('a workflow task nobody takes', async () => {
+      const raw = await pending(order.orderId);
+      return !!raw.pendingWorkflowTask && !raw.pendingActivities?.length;
+    });
+    await sleepMs(1_200);
+    expect(await rowStatus(order.orderId)).toBe('CHARGED');
+
+    const report = await sweep([order.orderId]);
+    expect(report.actions.map((a) => [a.action, a.cause])).toEqual([['remove-override', 'override-unpolled']]);
+    expect(report.actions[0]!.reason).toMatch(/pins it to version order-saga:ghost-\w+, which no worker polls/);
+    await handle.result();
+    expect(await rowStatus(order.orderId)).toBe('COMPLETED');
+    expect(stats.overridesRemoved).toBeGreaterThanOrEqual(1);
+    expect(await orderViolations(db, env.client, [order.orderId])).toEqual([]);
+  });
+});
+
+describe('an order the sweeper cannot read', () => {
+  it('goes to a person with the reason, and the sweep goes on to restart another stranded order', async () => {
+    // A: its row open a minute, its run started with a payload key this worker does not have, then terminated.
+    const { order: a } = await newOrder('unreadable');
+    await db.query({
+      text: `INSERT INTO orders (order_id, customer_id, status, currency, total_cents, items, payment_method, workflow_id, updated_at)
+             VALUES ($1, $2, 'PENDING', $3, 1500, $4, $5, $6, now() - interval '1 minute')`,
+      values: [a.orderId, a.customerId, a.currency, JSON.stringify(a.items), a.paymentMethod, workflowIdFor(a.orderId)],
+    });
+    const foreign = new Client({
+      connection: env.connection,
+      namespace: env.client.options.namespace,
+      dataConverter: dataConverterFor(parseKeyList(`elsewhere-1:${randomBytes(32).toString('base64')}`, 'test')),
+    });
+    const aRun = await foreign.workflow.start('orderSaga', {
+      taskQueue: `nobody-${uid()}`,
+      workflowId: workflowIdFor(a.orderId),
+      args: [a, { deadlineMs: 3_600_000 }],
+    });
+    await aRun.terminate('stall test: a run whose payloads this worker cannot open');
+
+    // B: terminated in its charge, an ordinary stranded order (its held attempt is let go at the end).
+    const { order: b } = await newOrder('stranded');
+    const held = hold('chargePayment', b.orderId);
+    const bRun = await start(b);
+    await until('the charge running', () => Promise.resolve(held.started()));
+    await bRun.terminate('stall test: terminated in the charge');
+
+    const before = stats.unreadable;
+    const report = await sweep([a.orderId, b.orderId]);
+    expect(report.unreadable).toBe(1);
+    expect(stats.unreadable).toBe(before + 1);
+    const byOrder = Object.fromEntries(report.actions.map((x) => [x.orderId, x]));
+    expect(byOrder[a.orderId]).toMatchObject({ action: 'person', cause: 'unreadable' });
+    expect(byOrder[a.orderId]!.reason).toMatch(/could not decode its last run's start payload/);
+    expect(byOrder[b.orderId]).toMatchObject({ action: 'restart', cause: 'closed' });
+    process.stdout.write(`unreadable test, told a person: ${byOrder[a.orderId]!.reason}\n`);
+
+    await env.client.workflow.getHandle(workflowIdFor(b.orderId), byOrder[b.orderId]!.newRunId).result();
+    expect(await rowStatus(b.orderId)).toBe('COMPLETED');
+    held.release(); // the closed run's late attempt meets the row lock
+    expect(await orderViolations(db, env.client, [b.orderId])).toEqual([]);
+    // Told once: the next sweep says nothing new about A.
+    expect((await sweep([a.orderId])).actions).toEqual([]);
+    await db.query({ text: 'DELETE FROM orders WHERE order_id = $1', values: [a.orderId] }); // the planted row
+  });
+});
