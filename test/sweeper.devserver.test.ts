@@ -155,10 +155,19 @@ describe('Terminate at every workflow task, then only the sweeper acts', () => {
         }
         const handle = await start(order, config ?? {});
         if (kind === 'cancelled') {
+          // As client.ts cancels: decided and recorded on the order row first, then the Signal wakes the run.
+          for (let i = 0; i < 400 && (await rowStatus(order.orderId)) === undefined; i++) await sleepMs(5);
+          const requestId = `cancel-${uid()}`;
+          const decided = await store.decideCancel({
+            orderId: order.orderId,
+            requestId,
+            reason: 'customer changed their mind',
+          });
+          expect(decided.outcome, decided.message).toBe('accepted');
           await sendRequest(
             handle,
             { command: 'cancel', reason: 'customer changed their mind' },
-            { waitMs: 30_000, untilSeen: true },
+            { waitMs: 30_000, untilSeen: true, requestId },
           );
         }
         if (kind === 'escalated') {

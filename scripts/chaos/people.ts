@@ -374,7 +374,7 @@ export class People {
   }
 
   /**
-   * `temporal activity pause` of the run's first pending activity, unpaused 2 to 8 s later (an
+   * `temporal activity pause` of the run's first pending activity, unpaused 3 to 33 s later (an
    * operator who paused it and came back). The sweeper must not unpause it; the order then ends.
    */
   private async pauseActivity(o: ChaosOrder): Promise<void> {
@@ -407,7 +407,8 @@ export class People {
     this.count(action, paused ? 'accepted' : 'refused');
     if (!paused) return;
     this.meddled.add(id);
-    await sleep(2_000 + o.when * 6_000);
+    // Some come back before the sweeper's bound (15 s), some after: those it must have told a person of.
+    await sleep(3_000 + o.when * 30_000);
     await this.client.workflowService.unpauseActivity(request).catch(() => undefined);
   }
 

@@ -15,6 +15,12 @@ export interface SweepCounts {
   restarts: number;
   resets: number;
   persons: number;
+  /** Versioning overrides it removed from runs pinned to a build no worker runs. */
+  overridesRemoved: number;
+  /** What it did, by cause (stranded, a paused activity, an override, unreadable, …). */
+  byCause: Map<string, number>;
+  /** Orders it could not read (each handed to a person), summed over the sweeps. */
+  unreadable: number;
   /** When each order was first restarted by a sweep (to time the heal from its terminate). */
   restartedAt: Map<string, number>;
 }
@@ -28,7 +34,16 @@ export interface Sweeper {
 
 /** Runs the sweeper workflow on the soak's task queue every `everyMs` until stopped; counts what it did. */
 export function sweepEvery(stack: ChaosStack, everyMs: number): Sweeper {
-  const out: SweepCounts = { runs: 0, restarts: 0, resets: 0, persons: 0, restartedAt: new Map<string, number>() };
+  const out: SweepCounts = {
+    runs: 0,
+    restarts: 0,
+    resets: 0,
+    persons: 0,
+    overridesRemoved: 0,
+    byCause: new Map<string, number>(),
+    unreadable: 0,
+    restartedAt: new Map<string, number>(),
+  };
   let stopped = false;
   let pausedUntil = 0;
   const loop = (async () => {
@@ -41,10 +56,12 @@ export function sweepEvery(stack: ChaosStack, everyMs: number): Sweeper {
         const report: SweepReport = await stack.env.client.workflow.execute(sweeperWorkflow, {
           taskQueue: stack.taskQueue,
           workflowId: `chaos-sweep-${n}-${randomUUID().slice(0, 6)}`,
-          args: [{ graceMs: 2_000, attentionAgeMs: 10 * 60_000 }],
+          // Runs that stop moving for 15 s (a paused activity, a run pinned to a build no worker runs) are its too.
+          args: [{ graceMs: 2_000, attentionAgeMs: 10 * 60_000, stallAfterMs: 15_000 }],
           workflowExecutionTimeout: '2m',
         });
         out.runs++;
+        out.unreadable += report.unreadable;
         for (const a of report.actions) {
           if (a.action === 'restart') {
             out.restarts++;
@@ -52,6 +69,9 @@ export function sweepEvery(stack: ChaosStack, everyMs: number): Sweeper {
           }
           if (a.action === 'reset') out.resets++;
           if (a.action === 'person') out.persons++;
+          if (a.action === 'remove-override') out.overridesRemoved++;
+          const key = `${a.action} (${a.cause})`;
+          out.byCause.set(key, (out.byCause.get(key) ?? 0) + 1);
         }
       } catch (err) {
         say(`sweep ${n} failed: ${(err as Error).message}`); // a worker killed mid-sweep, say: the next one goes on

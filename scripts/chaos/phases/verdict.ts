@@ -306,7 +306,7 @@ async function printSummary(
   say(
     `sweeper:      ${swept.runs} sweeps; terminates sent ${people.actions.get('terminate')?.sent ?? 0}, of a running run ${people.actions.get('terminate')?.accepted ?? 0}; ` +
       `orders healed by a restart ${swept.restarts} (${heal.length} of the terminated${othersRestarted(people.terminated, swept)}); heal time p50 ${percentile(heal, 50)} ms, p99 ${percentile(heal, 99)} ms; ` +
-      `runs reset ${swept.resets}; handed to a person ${swept.persons}`,
+      `runs reset ${swept.resets}; overrides removed ${swept.overridesRemoved}; handed to a person ${swept.persons}; unreadable ${swept.unreadable}`,
   );
   say(
     `task failures of the SDK's Update-ordering bug (sdk-core#1146), counted apart: ${facts.sdkBugTaskFailures.size} order(s)${facts.sdkBugTaskFailures.size ? `, healed ${facts.sdkBugTaskFailures.size - sdkBugUnhealed.length} (${[...facts.sdkBugTaskFailures.keys()].join(', ')})` : ''}`,
