@@ -1,6 +1,6 @@
 /**
  * OpenTelemetry tracing, off unless OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT)
- * is set. On, a process exports its spans over OTLP/HTTP (JSON) to that collector, with the standard
+ * is set and not empty. On, a process exports its spans over OTLP/HTTP (JSON) to that collector, with the standard
  * OTEL_* variables honoured by the SDK (OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES, OTEL_TRACES_SAMPLER,
  * OTEL_BSP_*, OTEL_EXPORTER_OTLP_HEADERS…). What is traced:
  *  - Temporal: the client's calls (StartWorkflow:…), the workflow's run and the activities it
