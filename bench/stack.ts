@@ -36,9 +36,12 @@ export function startBenchProvider(
   });
 }
 
-/** The project's payload codec with a key of the bench's own, new each run. */
-export const benchDataConverter = (): ReturnType<typeof dataConverterFor> =>
-  dataConverterFor(parseKeyList(`bench-1:${randomBytes(32).toString('base64')}`, 'the bench key'));
+/** A key list (PAYLOAD_KEYS's form) of one key of the bench's own, new each call. */
+export const benchKeyList = (): string => `bench-1:${randomBytes(32).toString('base64')}`;
+
+/** The project's payload codec with `keys` (a new key of the bench's own unless given). */
+export const benchDataConverter = (keys = benchKeyList()): ReturnType<typeof dataConverterFor> =>
+  dataConverterFor(parseKeyList(keys, 'the bench key'));
 
 /** Every activity of the saga, on `db` and the bench provider at `providerUrl`. */
 export const benchActivities = (db: Pool, providerUrl: string): OrderActivities =>
