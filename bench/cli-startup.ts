@@ -12,13 +12,11 @@ import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { createPool } from '../db/pool';
 import { workflowIdFor, type OrderInput } from '../domain/order';
-import { readConfig } from '../lib/config';
 import { runProcess, stopProcess } from '../platform/processes';
 import { devServerExecutable, startDevServer } from '../servers/temporal-dev';
 import { CLI_BUNDLE } from '../scripts/build-cli';
-import { createOrderWorkers } from '../worker';
 import { median, progress } from './measure';
-import { BENCH_PROVIDER_KEY, benchDataConverter, benchKeyList, insertBenchProducts, startBenchProvider } from './stack';
+import { benchDataConverter, benchKeyList, insertBenchProducts, runBenchWorkers, startBenchProvider } from './stack';
 
 const ROOT = path.resolve(__dirname, '..');
 
@@ -58,24 +56,7 @@ export async function measureCliStartup(url: string, opts: { runs: number }): Pr
     const db = createPool(url, { max: 10 });
     stops.push(() => db.end());
     const taskQueue = `bench-cli-${process.pid}`;
-    const cfg = {
-      ...readConfig({}),
-      databaseUrl: url,
-      temporalAddress: env.address,
-      taskQueue,
-      providerUrl: provider.url,
-      providerApiKey: BENCH_PROVIDER_KEY,
-    };
-    const workers = await createOrderWorkers(cfg, env.nativeConnection, {
-      db,
-      dataConverter,
-      temporalClient: env.client,
-    });
-    const running = workers.run();
-    stops.push(async () => {
-      workers.shutdown();
-      await running;
-    });
+    stops.push(await runBenchWorkers(env, db, provider.url, taskQueue, { dataConverter }));
     const sku = await insertBenchProducts(db, `BENCH-CLI-${Date.now()}`, 1);
 
     // What the commands read: this stack, never a running npm start's (.data/runtime.json) nor tracing.

@@ -268,9 +268,9 @@ function reportEngines(engines: EngineSide[] | string, opts: EnginesOptions, sag
   say(enginesTable(sides, opts));
 }
 
-function reportSagaOverhead(o: SagaOverheadResult, orders: number, rounds: number): void {
+function reportSagaOverhead(o: SagaOverheadResult, orders: number, rounds: number, concurrency: number): void {
   say(
-    `\nSaga overhead (dev server, history in a SQLite file as npm start keeps it, ${orders} workflows × ${rounds} rounds, 20 in flight, rounds in ABBA order; the floors are the five essential steps as no-ops: all regular activities, and like for like, local or regular as the saga runs them):\n`,
+    `\nSaga overhead (dev server, history in a SQLite file as npm start keeps it, ${orders} workflows × ${rounds} rounds, ${concurrency} in flight, rounds in ABBA order; the floors are the five essential steps as no-ops: all regular activities, and like for like, local or regular as the saga runs them):\n`,
   );
   say('| workflow | per s | p50 ms | p99 ms | one order, idle stack (ms) | history events |');
   say('|---|---:|---:|---:|---:|---:|');
@@ -392,8 +392,9 @@ async function main(): Promise<void> {
         engines = (err as Error).message; // reported, and a failed target
       }
     }
+    const traceWarmUps = size(5, 5, 1);
     const trace: TraceResult | undefined = wanted('trace')
-      ? await traceOneOrder(pg.url, { warmUps: size(5, 5, 1) })
+      ? await traceOneOrder(pg.url, { warmUps: traceWarmUps })
       : undefined;
     const cli = wanted('cli') ? await measureCliStartup(pg.url, { runs: cliRuns }) : undefined;
     const machine = `${os.cpus().length} × ${os.cpus()[0]?.model.trim() ?? 'cpu'}, ${Math.round(os.totalmem() / 2 ** 30)} GiB, Node ${process.version}`;
@@ -454,7 +455,7 @@ async function main(): Promise<void> {
       printed.add('idle-latency');
     }
     if (sagaOverhead) {
-      reportSagaOverhead(sagaOverhead, sagaOrders, sagaRounds);
+      reportSagaOverhead(sagaOverhead, sagaOrders, sagaRounds, sagaConcurrency);
       printed.add('saga-overhead');
     }
     if (engines !== undefined) {
@@ -468,7 +469,7 @@ async function main(): Promise<void> {
       writeFileSync(svg, renderWaterfall(trace, `One order, traced: ${trace.spans.length} spans — ${machine}`));
       say(`\nwrote bench/results/latest-trace.svg`);
       say(
-        `\nOne order, traced (dev server with the latency settings, after 5 warm-up orders; trace ${trace.traceId}; one sample):\n`,
+        `\nOne order, traced (dev server with the latency settings, after ${traceWarmUps} warm-up orders; trace ${trace.traceId}; one sample):\n`,
       );
       say(formatTimeTable(trace));
       say(`\nlargest span: ${trace.largest.name}, ${trace.largest.durationMs} ms`);
