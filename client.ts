@@ -1,7 +1,8 @@
 /**
  * The order saga's command line: the entry over cli/, one file per command (its options, checks and
  * help next to its code), all sharing one context built once per run (cli/context.ts). The database
- * is reached only through lib/order-store.ts. `npx tsx client.ts --help` lists the commands.
+ * is reached only through lib/order-store.ts. `bin/client --help` lists the commands (bin/client
+ * runs this file's build, scripts/build-cli.ts; `npx tsx client.ts` runs the sources).
  * Exit codes: 0 success (place: the order COMPLETED), 1 the order ended otherwise or the command
  * failed, 2 invalid input (nothing started, nothing written), 3 duplicate order ID.
  */
@@ -32,10 +33,13 @@ export { RECONCILE_SCHEDULE_ID, SWEEP_SCHEDULE_ID } from './lib/schedules';
 /** The commands, in the order --help lists them. */
 const COMMANDS = [place, status, cancel, resolve, list, stats, check, schedule, sweeps, findings, load, keys, views];
 
+/** How the usage lines name the program unless told otherwise: the sources, run by tsx. */
+const PROGRAM = 'npx tsx client.ts';
+
 /** The command line: its help and output, then each command (cli/) with its options, checks and help; `ctx.done` receives the exit code. */
-function program(ctx: CliContext): Command {
+function program(ctx: CliContext, name: string): Command {
   const { io } = ctx;
-  const cli = new Command('npx tsx client.ts')
+  const cli = new Command(name)
     .description("The order saga's command line: place orders, follow and steer their sagas, check the data.")
     .exitOverride()
     .configureHelp({ helpWidth: 100 })
@@ -64,17 +68,19 @@ failed or was refused; 2 invalid input (named on stderr; nothing started, nothin
 
 /**
  * Runs one command; returns its exit code. `shared.client`: a Temporal client to use instead of
- * connecting (callers that run many commands in one process).
+ * connecting (callers that run many commands in one process); `shared.name`: the program's name in
+ * the usage lines.
  */
 export async function runCli(
   argv: string[],
   config: AppConfig = readConfig(),
   io: Out = { out: (l) => process.stdout.write(`${l}\n`), err: (l) => process.stderr.write(`${l}\n`) },
-  shared: { client?: Client } = {},
+  shared: { client?: Client; name?: string } = {},
 ): Promise<number> {
   let code: number = EXIT.ok;
   try {
-    await program(createContext(config, io, shared, (c) => void (code = c))).parseAsync(argv, { from: 'user' });
+    const ctx = createContext(config, io, shared, (c) => void (code = c));
+    await program(ctx, shared.name ?? PROGRAM).parseAsync(argv, { from: 'user' });
     return code;
   } catch (err) {
     // Help asked for: 0. Any other parse error (already printed, naming the option), or no command: 2.
@@ -88,12 +94,14 @@ export async function runCli(
   }
 }
 
-if (require.main === module) {
-  // Off unless OTEL_EXPORTER_OTLP_ENDPOINT is set; on, the whole command is one trace (its Temporal
-  // calls inside one span), sent before the process exits.
+/**
+ * The process's command: runs `argv`, traced when OTEL_EXPORTER_OTLP_ENDPOINT asks for it (the whole
+ * command one trace, its Temporal calls inside one span, sent before the process exits), then exits
+ * with its code. `name`: how the usage lines call the program (bin/client runs the build).
+ */
+export function main(argv: string[] = process.argv.slice(2), name = PROGRAM): void {
   const tracing = startTracing('order-saga-client');
-  const argv = process.argv.slice(2);
-  const run = (): Promise<number> => runCli(argv);
+  const run = (): Promise<number> => runCli(argv, readConfig(), undefined, { name });
   void (
     tracing
       ? tracing.tracer().startActiveSpan(`client.ts ${argv[0] ?? ''}`.trim(), (span) => run().finally(() => span.end()))
@@ -105,3 +113,5 @@ if (require.main === module) {
     })
     .then((code) => process.exit(code));
 }
+
+if (require.main === module) main();

@@ -9,19 +9,29 @@ import { createPool } from '../db/pool';
 import { progress } from './measure';
 import { runBurst, type BurstResult } from './strategies';
 
+export interface LockQueueCase {
+  requests: number;
+  logicMs: number;
+  expected: string;
+}
+
 /** The two cases, each with what the queue's arithmetic expects for FOR UPDATE with the logic inside. */
-export const LOCK_QUEUE_CASES = [
+export const LOCK_QUEUE_CASES: readonly LockQueueCase[] = [
   { requests: 100, logicMs: 200, expected: '99 × 200 ms ≈ 20 s' },
   { requests: 20, logicMs: 50, expected: '19 × 50 ms ≈ 1 s' },
 ];
 
-/** Both cases, FOR UPDATE with the logic in the transaction and then adaptive with `lanes` serial lanes. */
-export async function measureLockQueue(url: string, lanes: number): Promise<BurstResult[]> {
+/** Each case (both unless given), FOR UPDATE with the logic in the transaction and then adaptive with `lanes` serial lanes. */
+export async function measureLockQueue(
+  url: string,
+  lanes: number,
+  cases: readonly LockQueueCase[] = LOCK_QUEUE_CASES,
+): Promise<BurstResult[]> {
   // A connection per request: the row lock is the only queue, as the arithmetic assumes.
-  const db = createPool(url, { max: Math.max(...LOCK_QUEUE_CASES.map((c) => c.requests)) + lanes });
+  const db = createPool(url, { max: Math.max(...cases.map((c) => c.requests)) + lanes });
   try {
     const out: BurstResult[] = [];
-    for (const c of LOCK_QUEUE_CASES) {
+    for (const c of cases) {
       for (const strategy of ['for-update-logic-in-tx', 'adaptive'] as const) {
         progress(`lock queue: ${c.requests} requests × ${c.logicMs} ms, ${strategy}…`);
         out.push(await runBurst(db, strategy, c.requests, c.logicMs, lanes));

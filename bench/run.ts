@@ -1,5 +1,5 @@
 /**
- * `npm run bench [-- --quick]`: every measurement in one run, side by side, on this machine.
+ * `npm run bench [-- --quick|--smoke]`: every measurement in one run, side by side, on this machine.
  *   contention     the contention matrix (contention.ts): 5 strategies × 1, 10, 1000 hot SKUs, 20
  *                  workers, 20 ms of logic each
  *   idle-latency   one order at a time on an idle stack (idle-latency.ts): the dev server's defaults,
@@ -16,6 +16,10 @@
  *                  database
  *   lock-queue     the lock queue (lock-queue.ts): 100 × 200 ms and 20 × 50 ms on one hot row, FOR
  *                  UPDATE held across the logic (requests queue behind each other's logic) vs adaptive
+ *   cli            the command line's start-up (cli-startup.ts): --help, status and place as processes,
+ *                  bin/client and npx tsx client.ts, beside the Temporal CLI's --help
+ * --smoke runs every section at its smallest size and fails (exit 1) when one does not print its
+ * table: what CI runs, for the bench's code, not its figures.
  * This file is the entry: the arguments, which sections run, the targets, the report, and the results
  * files (bench/results/latest.json and latest.svg, from a full run of every section).
  */
@@ -30,6 +34,7 @@ import { ensurePostgres } from '../servers/postgres';
 import { renderChart } from './chart';
 import { measureCommitPath } from './commit-path';
 import { measureContention } from './contention';
+import { measureCliStartup, type CliStartupResult } from './cli-startup';
 import { LOCK_QUEUE_CASES, measureLockQueue } from './lock-queue';
 import { ratio, say } from './measure';
 import { enginesTable, measureEngines, type EngineSide, type EnginesOptions } from './engines';
@@ -45,6 +50,8 @@ const WORKERS = 20;
 const LOGIC_MS = 20;
 const LANES = 4;
 const SKU_LEVELS = [1, 10, 1000];
+/** How long a smoke may take before it fails. */
+const SMOKE_LIMIT_MS = 10 * 60_000;
 
 /** The values of --only, one per section. */
 const SECTIONS = [
@@ -55,6 +62,7 @@ const SECTIONS = [
   'trace',
   'commit-path',
   'lock-queue',
+  'cli',
 ] as const;
 type Section = (typeof SECTIONS)[number];
 
@@ -69,13 +77,39 @@ function targets(
   idle: IdleStep[] | undefined,
   saga: SagaOverheadResult | undefined,
   commit: { ratio?: number } | undefined,
+  cli: CliStartupResult | undefined,
 ): Target[] {
   return [
     ...(cells ? contentionTargets(cells) : []),
     ...(idle ? [idleTarget(idle)] : []),
     ...(saga ? sagaOverheadTargets(saga) : []),
     ...(commit ? [commitPathTarget(commit)] : []),
+    ...(cli ? cliTargets(cli) : []),
   ];
+}
+
+function cliTargets(cli: CliStartupResult): Target[] {
+  const row = (command: string) => cli.rows.find((r) => r.command === command)!;
+  return [
+    { command: 'bin/client --help', limit: 300 },
+    { command: 'bin/client status <finished order>', limit: 500 },
+  ].map(({ command, limit }) => ({
+    name: `${command}: whole command p50 ≤ ${limit} ms`,
+    pass: row(command).p50 <= limit,
+    detail: `${row(command).p50} ms (max ${row(command).max}, ${row(command).runs} runs)`,
+  }));
+}
+
+function reportCliStartup(cli: CliStartupResult): void {
+  say(
+    `\nThe command line's start-up (each command a process, spawn to exit; against this bench's own dev server, provider and worker; ${cli.temporal}):\n`,
+  );
+  say('| command | p50 ms | max ms | runs |');
+  say('|---|---:|---:|---:|');
+  for (const r of cli.rows) say(`| \`${r.command}\` | ${r.p50} | ${r.max} | ${r.runs} |`);
+  say(
+    `\nbin/client place, whole command p50 ${cli.place.wholeP50} ms; its orders' own end-to-end time (start to close, server's clock) p50 ${cli.place.orderP50} ms (${cli.place.runs} orders): the command adds ${cli.place.wholeP50 - cli.place.orderP50} ms. bin/client's build, on its first run after a change: ${cli.buildMs} ms.`,
+  );
 }
 
 function contentionTargets(cells: CellResult[]): Target[] {
@@ -234,9 +268,9 @@ function reportEngines(engines: EngineSide[] | string, opts: EnginesOptions, sag
   say(enginesTable(sides, opts));
 }
 
-function reportSagaOverhead(o: SagaOverheadResult, orders: number, rounds: number): void {
+function reportSagaOverhead(o: SagaOverheadResult, orders: number, rounds: number, concurrency: number): void {
   say(
-    `\nSaga overhead (dev server, history in a SQLite file as npm start keeps it, ${orders} workflows × ${rounds} rounds, 20 in flight, rounds in ABBA order; the floors are the five essential steps as no-ops: all regular activities, and like for like, local or regular as the saga runs them):\n`,
+    `\nSaga overhead (dev server, history in a SQLite file as npm start keeps it, ${orders} workflows × ${rounds} rounds, ${concurrency} in flight, rounds in ABBA order; the floors are the five essential steps as no-ops: all regular activities, and like for like, local or regular as the saga runs them):\n`,
   );
   say('| workflow | per s | p50 ms | p99 ms | one order, idle stack (ms) | history events |');
   say('|---|---:|---:|---:|---:|---:|');
@@ -273,12 +307,19 @@ function reportSagaOverhead(o: SagaOverheadResult, orders: number, rounds: numbe
 
 async function main(): Promise<void> {
   const { values } = parseArgs({
-    options: { quick: { type: 'boolean' }, only: { type: 'string' }, help: { type: 'boolean' } },
+    options: {
+      quick: { type: 'boolean' },
+      smoke: { type: 'boolean' },
+      only: { type: 'string' },
+      help: { type: 'boolean' },
+    },
   });
   if (values.help) {
-    say(`Usage: npm run bench [-- --quick] [-- --only ${SECTIONS.join('|')}]`);
+    say(`Usage: npm run bench [-- --quick|--smoke] [-- --only ${SECTIONS.join('|')}]`);
     say('  quick: about 5 minutes; the full run about 8. --only runs one section and prints its targets;');
     say("  it does not write bench/results/ (that is the full table's).");
+    say('  smoke: every section at its smallest size (a few minutes), for CI: exit 1 when a section');
+    say('  breaks or prints no table; its figures mean nothing and nothing is written.');
     return;
   }
   if (values.only !== undefined && !(SECTIONS as readonly string[]).includes(values.only)) {
@@ -287,13 +328,25 @@ async function main(): Promise<void> {
   }
   const wanted = (section: Section): boolean => values.only === undefined || values.only === section;
   installRuntime('ERROR');
+  const smoke = !!values.smoke;
   const quick = !!values.quick;
-  const cellMs = quick ? 2_500 : 8_000;
-  const commitSeconds = quick ? 4 : 10;
-  const sagaOrders = quick ? 30 : 120;
-  const sagaRounds = 4; // even: ABBA order; a quick run has as many rounds, shorter, for the spread
-  const idleOrders = quick ? 8 : 20;
+  const size = <T>(full: T, q: T, s: T): T => (smoke ? s : quick ? q : full);
+  const cellMs = size(8_000, 2_500, 300);
+  const commitSeconds = size(10, 4, 1);
+  const sagaOrders = size(120, 30, 4);
+  const sagaRounds = size(4, 4, 2); // even: ABBA order; a quick run has as many rounds, shorter, for the spread
+  const sagaConcurrency = size(20, 20, 4);
+  const idleOrders = size(20, 8, 1);
+  const cliRuns = size(10, 5, 1);
   const started = Date.now();
+  /** The sections whose table was printed (a smoke fails on any other it ran). */
+  const printed = new Set<Section>();
+  if (smoke) {
+    setTimeout(() => {
+      process.stderr.write(`bench smoke: not finished within ${SMOKE_LIMIT_MS / 60_000} minutes\n`);
+      process.exit(1);
+    }, SMOKE_LIMIT_MS).unref();
+  }
   const tmp = mkdtempSync(path.join(os.tmpdir(), 'order-saga-bench-'));
   chmodSync(tmp, 0o755);
   const pg = await ensurePostgres({
@@ -317,17 +370,20 @@ async function main(): Promise<void> {
     const commitPath = wanted('commit-path')
       ? await measureCommitPath(db, pg.url, { clients: WORKERS, seconds: commitSeconds })
       : undefined;
-    const lockQueue = wanted('lock-queue') ? await measureLockQueue(pg.url, LANES) : undefined;
+    const lockQueueCases = smoke ? LOCK_QUEUE_CASES.slice(-1) : LOCK_QUEUE_CASES;
+    const lockQueue = wanted('lock-queue') ? await measureLockQueue(pg.url, LANES, lockQueueCases) : undefined;
     const idleLatency = wanted('idle-latency') ? await measureIdleLatency(pg.url, { orders: idleOrders }) : undefined;
     const sagaOverhead = wanted('saga-overhead')
       ? await measureSagaOverhead(
           { url: pg.url, ...(pg.dataDir ? { dataDir: pg.dataDir } : {}) },
-          { orders: sagaOrders, concurrency: 20, rounds: sagaRounds },
+          { orders: sagaOrders, concurrency: sagaConcurrency, rounds: sagaRounds, idleOrders: size(20, 20, 1) },
         )
       : undefined;
-    const enginesOpts: EnginesOptions = quick
-      ? { idleOrders: 10, orders: 40, concurrency: 20, rounds: 2 }
-      : { idleOrders: 20, orders: 120, concurrency: 20, rounds: 4 }; // as the saga's rounds
+    const enginesOpts: EnginesOptions = size(
+      { idleOrders: 20, orders: 120, concurrency: 20, rounds: 4 }, // as the saga's rounds
+      { idleOrders: 10, orders: 40, concurrency: 20, rounds: 2 },
+      { idleOrders: 1, orders: 4, concurrency: 4, rounds: 2 },
+    );
     let engines: EngineSide[] | string | undefined;
     if (wanted('engines')) {
       try {
@@ -336,10 +392,14 @@ async function main(): Promise<void> {
         engines = (err as Error).message; // reported, and a failed target
       }
     }
-    const trace: TraceResult | undefined = wanted('trace') ? await traceOneOrder(pg.url, { warmUps: 5 }) : undefined;
+    const traceWarmUps = size(5, 5, 1);
+    const trace: TraceResult | undefined = wanted('trace')
+      ? await traceOneOrder(pg.url, { warmUps: traceWarmUps })
+      : undefined;
+    const cli = wanted('cli') ? await measureCliStartup(pg.url, { runs: cliRuns }) : undefined;
     const machine = `${os.cpus().length} × ${os.cpus()[0]?.model.trim() ?? 'cpu'}, ${Math.round(os.totalmem() / 2 ** 30)} GiB, Node ${process.version}`;
     const checks = [
-      ...targets(cells, idleLatency, sagaOverhead, commitPath),
+      ...targets(cells, idleLatency, sagaOverhead, commitPath, cli),
       ...(engines === undefined
         ? []
         : [
@@ -351,7 +411,7 @@ async function main(): Promise<void> {
           ]),
     ];
 
-    say(`\n## Benchmark (${quick ? 'quick' : 'full'}) — ${new Date().toISOString()}`);
+    say(`\n## Benchmark (${size('full', 'quick', 'smoke')}) — ${new Date().toISOString()}`);
     say(`machine: ${machine}; Postgres from the embedded binaries; pool size ${POOL_SIZE} for every strategy`);
     if (cells) {
       say(
@@ -364,6 +424,7 @@ async function main(): Promise<void> {
           `| ${c.strategy} | ${c.skus} | ${c.throughput} | ${c.p50} | ${c.p99} | ${(c.abortRate * 100).toFixed(1)} % | ${c.attempts} | ${c.laneCommits} | ${c.gaveUp} | ${c.lostUpdates} |`,
         );
       }
+      printed.add('contention');
     }
     if (lockQueue) {
       say(`\nLock queue (one row, every request at once, a connection each; adaptive: ${LANES} serial lanes):\n`);
@@ -371,7 +432,7 @@ async function main(): Promise<void> {
         '| requests × logic | expected (FOR UPDATE, logic in tx) | FOR UPDATE measured: last request done | p50 ms | adaptive: last request done | p50 ms | units taken (each) |',
       );
       say('|---|---|---:|---:|---:|---:|---:|');
-      for (const c of LOCK_QUEUE_CASES) {
+      for (const c of lockQueueCases) {
         const [lock, adaptive] = ['for-update-logic-in-tx', 'adaptive'].map((st) =>
           lockQueue.find((b) => b.strategy === st && b.requests === c.requests)!,
         );
@@ -379,6 +440,7 @@ async function main(): Promise<void> {
           `| ${c.requests} × ${c.logicMs} ms | ${c.expected} | ${(lock!.makespanMs / 1000).toFixed(2)} s | ${lock!.p50} | ${(adaptive!.makespanMs / 1000).toFixed(2)} s | ${adaptive!.p50} | ${lock!.taken}, ${adaptive!.taken} |`,
         );
       }
+      printed.add('lock-queue');
     }
     if (idleLatency) {
       say(
@@ -390,9 +452,16 @@ async function main(): Promise<void> {
         const what = st.setting === 'defaults' ? "the dev server's defaults" : `+ ${st.setting}`;
         say(`| ${what} | ${st.p50} | ${st.p90} | ${st.floorP50} |`);
       }
+      printed.add('idle-latency');
     }
-    if (sagaOverhead) reportSagaOverhead(sagaOverhead, sagaOrders, sagaRounds);
-    if (engines !== undefined) reportEngines(engines, enginesOpts, sagaOverhead);
+    if (sagaOverhead) {
+      reportSagaOverhead(sagaOverhead, sagaOrders, sagaRounds, sagaConcurrency);
+      printed.add('saga-overhead');
+    }
+    if (engines !== undefined) {
+      reportEngines(engines, enginesOpts, sagaOverhead);
+      if (typeof engines !== 'string') printed.add('engines');
+    }
     if (trace) {
       // The waterfall is the trace section's own file: written by --only trace too.
       const svg = path.join(ROOT, 'bench', 'results', 'latest-trace.svg');
@@ -400,21 +469,36 @@ async function main(): Promise<void> {
       writeFileSync(svg, renderWaterfall(trace, `One order, traced: ${trace.spans.length} spans — ${machine}`));
       say(`\nwrote bench/results/latest-trace.svg`);
       say(
-        `\nOne order, traced (dev server with the latency settings, after 5 warm-up orders; trace ${trace.traceId}; one sample):\n`,
+        `\nOne order, traced (dev server with the latency settings, after ${traceWarmUps} warm-up orders; trace ${trace.traceId}; one sample):\n`,
       );
       say(formatTimeTable(trace));
       say(`\nlargest span: ${trace.largest.name}, ${trace.largest.durationMs} ms`);
+      printed.add('trace');
     }
-    if (commitPath)
+    if (cli) {
+      reportCliStartup(cli);
+      printed.add('cli');
+    }
+    if (commitPath) {
       say(
         `\nCommit path (1000 keys, ${WORKERS} clients, ${commitSeconds} s): CAS commit path ${commitPath.cas} tps, pgbench ${commitPath.pgbench ?? '-'} tps → ratio ${commitPath.ratio ?? '-'}${commitPath.note ? ` (${commitPath.note})` : ''}\n`,
       );
+      printed.add('commit-path');
+    }
     say('| target | result | measured |');
     say('|---|---|---|');
     for (const t of checks) say(`| ${t.name} | ${t.pass ? 'PASS' : 'FAIL'} | ${t.detail} |`);
     say(
       `\n${checks.filter((t) => t.pass).length}/${checks.length} targets met; ${Math.round((Date.now() - started) / 1000)} s`,
     );
+    if (smoke) {
+      const missing = SECTIONS.filter((s) => wanted(s) && !printed.has(s));
+      if (missing.length) {
+        process.stderr.write(`bench smoke: no table from ${missing.join(', ')}\n`);
+        process.exitCode = 1;
+      } else say(`bench smoke: every section printed its table (${printed.size})`);
+      return;
+    }
     if (values.only !== undefined || !cells) return;
 
     const dir = path.join(ROOT, 'bench', 'results');

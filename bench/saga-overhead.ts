@@ -74,6 +74,8 @@ export interface SagaOverheadOptions {
   concurrency: number;
   /** Rounds of each kind; even, for the ABBA order. */
   rounds: number;
+  /** Orders of each kind one at a time on the idle stack (IDLE_ORDERS unless given). */
+  idleOrders?: number;
 }
 
 const KINDS = ['floor', 'like', 'saga', 'plain'] as const;
@@ -97,7 +99,7 @@ export async function measureSagaOverhead(
   opts: SagaOverheadOptions,
 ): Promise<SagaOverheadResult> {
   const url = pg.url;
-  const { orders, concurrency, rounds } = opts;
+  const { orders, concurrency, rounds, idleOrders = IDLE_ORDERS } = opts;
   progress('saga overhead: starting the dev server and the provider…');
   // The saga and the floor run with the project's payload codec (a key of the bench's own); `plain`
   // runs the same saga without it, side by side, for the codec's cost.
@@ -216,8 +218,8 @@ export async function measureSagaOverhead(
         // The idle stack first: one order at a time, alternating, after one warm-up of each.
         const idle: Record<Kind, number[]> = { saga: [], floor: [], like: [], plain: [] };
         for (const kind of KINDS) await one(kind);
-        for (let i = 0; i < IDLE_ORDERS; i++) {
-          progress(`saga overhead idle ${i + 1}/${IDLE_ORDERS}: one order at a time…`);
+        for (let i = 0; i < idleOrders; i++) {
+          progress(`saga overhead idle ${i + 1}/${idleOrders}: one order at a time…`);
           for (const kind of KINDS) idle[kind].push(await one(kind));
         }
         // Under load: rounds in ABBA order (floor, saga, plain, then the reverse, …), so a drift over the

@@ -4,11 +4,15 @@
  */
 import type { ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import type { Pool } from 'pg';
 import { createActivities, type OrderActivities } from '../activities';
+import { readConfig } from '../lib/config';
 import { dataConverterFor, parseKeyList } from '../platform/payload-codec';
 import { startProviderProcess } from '../platform/processes';
+import type { Tracing } from '../platform/tracing';
 import { createProviderClient } from '../provider/client';
+import { createOrderWorkers } from '../worker';
 
 /** The bench provider's payment API key (its admin key is another). */
 export const BENCH_PROVIDER_KEY = 'bench-key';
@@ -36,9 +40,12 @@ export function startBenchProvider(
   });
 }
 
-/** The project's payload codec with a key of the bench's own, new each run. */
-export const benchDataConverter = (): ReturnType<typeof dataConverterFor> =>
-  dataConverterFor(parseKeyList(`bench-1:${randomBytes(32).toString('base64')}`, 'the bench key'));
+/** A key list (PAYLOAD_KEYS's form) of one key of the bench's own, new each call. */
+export const benchKeyList = (): string => `bench-1:${randomBytes(32).toString('base64')}`;
+
+/** The project's payload codec with `keys` (a new key of the bench's own unless given). */
+export const benchDataConverter = (keys = benchKeyList()): ReturnType<typeof dataConverterFor> =>
+  dataConverterFor(parseKeyList(keys, 'the bench key'));
 
 /** Every activity of the saga, on `db` and the bench provider at `providerUrl`. */
 export const benchActivities = (db: Pool, providerUrl: string): OrderActivities =>
@@ -51,4 +58,30 @@ export async function insertBenchProducts(db: Pool, prefix: string, count: numbe
     values: [prefix, count],
   });
   return prefix;
+}
+
+/**
+ * The production worker (createOrderWorkers) in this process, on `env`'s server, `db` and the bench
+ * provider at `providerUrl`, polling `taskQueue`; resolves to its stop.
+ */
+export async function runBenchWorkers(
+  env: TestWorkflowEnvironment,
+  db: Pool,
+  providerUrl: string,
+  taskQueue: string,
+  extra: { dataConverter: ReturnType<typeof dataConverterFor>; tracing?: Tracing },
+): Promise<() => Promise<void>> {
+  const cfg = {
+    ...readConfig({}),
+    temporalAddress: env.address,
+    taskQueue,
+    providerUrl,
+    providerApiKey: BENCH_PROVIDER_KEY,
+  };
+  const workers = await createOrderWorkers(cfg, env.nativeConnection, { db, temporalClient: env.client, ...extra });
+  const running = workers.run();
+  return async () => {
+    workers.shutdown();
+    await running;
+  };
 }

@@ -10,13 +10,11 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { Client } from '@temporalio/client';
 import { createPool } from '../db/pool';
 import { workflowIdFor, type OrderInput } from '../domain/order';
-import { readConfig } from '../lib/config';
 import { stopProcess } from '../platform/processes';
 import { startTracing, type Tracing } from '../platform/tracing';
 import { startDevServer } from '../servers/temporal-dev';
-import { createOrderWorkers } from '../worker';
 import { progress } from './measure';
-import { BENCH_PROVIDER_KEY, benchDataConverter, insertBenchProducts, startBenchProvider } from './stack';
+import { benchDataConverter, insertBenchProducts, runBenchWorkers, startBenchProvider } from './stack';
 import { buildTrace, spansFromHistory, startOtlpReceiver, type RawSpan, type TraceResult } from './trace-model';
 
 export type { TraceResult, TraceSpan, Category } from './trace-model';
@@ -76,26 +74,8 @@ export async function traceOneOrder(url: string, opts: { warmUps?: number } = {}
     stops.push(() => db.end());
 
     const taskQueue = `bench-trace-${process.pid}`;
-    const cfg = {
-      ...readConfig({}),
-      databaseUrl: url,
-      temporalAddress: env.address,
-      taskQueue,
-      providerUrl: provider.url,
-      providerApiKey: BENCH_PROVIDER_KEY,
-    };
     progress('trace: bundling the workflows (with the tracing interceptors)…');
-    const workers = await createOrderWorkers(cfg, env.nativeConnection, {
-      db,
-      dataConverter,
-      tracing: workerTracing,
-      temporalClient: env.client,
-    });
-    const running = workers.run();
-    stops.push(async () => {
-      workers.shutdown();
-      await running;
-    });
+    stops.push(await runBenchWorkers(env, db, provider.url, taskQueue, { dataConverter, tracing: workerTracing }));
     const client = new Client({
       connection: env.connection,
       namespace: env.namespace ?? 'default',

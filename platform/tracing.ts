@@ -1,6 +1,6 @@
 /**
  * OpenTelemetry tracing, off unless OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT)
- * is set. On, a process exports its spans over OTLP/HTTP (JSON) to that collector, with the standard
+ * is set and not empty. On, a process exports its spans over OTLP/HTTP (JSON) to that collector, with the standard
  * OTEL_* variables honoured by the SDK (OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES, OTEL_TRACES_SAMPLER,
  * OTEL_BSP_*, OTEL_EXPORTER_OTLP_HEADERS…). What is traced:
  *  - Temporal: the client's calls (StartWorkflow:…), the workflow's run and the activities it
@@ -55,9 +55,24 @@ export interface Tracing {
   shutdown(): Promise<void>;
 }
 
-/** True when the environment asks for tracing (the standard OTLP endpoint variables). */
+/** A collector's base URL (…:4318) to its OTLP/HTTP traces URL. */
+const tracesUrlOf = (base: string): string => `${base.replace(/\/$/, '')}/v1/traces`;
+
+/**
+ * The OTLP traces URL the environment names, or undefined: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT as it
+ * is, else OTEL_EXPORTER_OTLP_ENDPOINT + /v1/traces. An empty variable is unset, as OpenTelemetry's
+ * specification says (so a parent can switch tracing off in a child by setting both to '').
+ */
+export function otlpTracesUrl(env: NodeJS.ProcessEnv = process.env): string | undefined {
+  const traces = env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT?.trim();
+  if (traces) return traces;
+  const base = env.OTEL_EXPORTER_OTLP_ENDPOINT?.trim();
+  return base ? tracesUrlOf(base) : undefined;
+}
+
+/** True when the environment asks for tracing (the standard OTLP endpoint variables, empty ones unset). */
 export function tracingRequested(env: NodeJS.ProcessEnv = process.env): boolean {
-  return !!(env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT || env.OTEL_EXPORTER_OTLP_ENDPOINT);
+  return otlpTracesUrl(env) !== undefined;
 }
 
 let processWide: Tracing | undefined;
@@ -98,7 +113,7 @@ export function startTracing(serviceName: string, opts: TracingOptions = {}): Tr
   const global = opts.global ?? true;
   if (!opts.endpoint && !tracingRequested(env)) return undefined;
   if (global && processWide) {
-    if (opts.endpoint && processWide.url !== `${opts.endpoint.replace(/\/$/, '')}/v1/traces`)
+    if (opts.endpoint && processWide.url !== tracesUrlOf(opts.endpoint))
       throw new Error(`tracing is already on in this process, to ${processWide.url}`);
     return processWide;
   }
@@ -110,9 +125,7 @@ export function startTracing(serviceName: string, opts: TracingOptions = {}): Tr
   const { OTLPTraceExporter } = load<Exporter>('@opentelemetry/exporter-trace-otlp-http');
   const otelTemporal = load<Interceptors>('@temporalio/interceptors-opentelemetry');
 
-  const url = opts.endpoint
-    ? `${opts.endpoint.replace(/\/$/, '')}/v1/traces`
-    : (env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT ?? `${env.OTEL_EXPORTER_OTLP_ENDPOINT!.replace(/\/$/, '')}/v1/traces`);
+  const url = opts.endpoint ? tracesUrlOf(opts.endpoint) : otlpTracesUrl(env)!;
   // The default name, then OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME over it.
   const resource = new Resource({ 'service.name': serviceName }).merge(envDetectorSync.detect());
   const name = String(resource.attributes['service.name'] ?? serviceName);

@@ -7,6 +7,7 @@
 import { spawnSync } from 'node:child_process';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { otlpTracesUrl, tracingRequested } from '../platform/tracing';
 
 const ROOT = path.resolve(__dirname, '..');
 
@@ -68,5 +69,26 @@ describe('tracing off', () => {
         '@temporalio/interceptors-opentelemetry',
       ]),
     );
+  });
+});
+
+describe('the OTLP endpoint variables', () => {
+  it.each([
+    [{}, undefined],
+    [{ OTEL_EXPORTER_OTLP_ENDPOINT: '' }, undefined],
+    [{ OTEL_EXPORTER_OTLP_ENDPOINT: '', OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: ' ' }, undefined],
+    [{ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://127.0.0.1:4318/' }, 'http://127.0.0.1:4318/v1/traces'],
+    [
+      { OTEL_EXPORTER_OTLP_ENDPOINT: 'http://127.0.0.1:4318', OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: '' },
+      'http://127.0.0.1:4318/v1/traces',
+    ],
+    [
+      { OTEL_EXPORTER_OTLP_ENDPOINT: 'http://127.0.0.1:4318', OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: 'http://h:1/t' },
+      'http://h:1/t',
+    ],
+    [{ OTEL_EXPORTER_OTLP_ENDPOINT: '', OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: 'http://h:1/t' }, 'http://h:1/t'],
+  ])('%j: an empty variable is unset; traces URL %s', (env, url) => {
+    expect(otlpTracesUrl(env)).toBe(url);
+    expect(tracingRequested(env)).toBe(url !== undefined);
   });
 });
