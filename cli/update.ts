@@ -5,6 +5,7 @@
  * ledger. Then the Signal wakes the run, and its answer is read back, bounded by --wait.
  */
 import { randomUUID } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { QueryNotRegisteredError, ServiceError, WorkflowNotFoundError } from '@temporalio/client';
 import { workflowIdFor } from '../domain/order';
 import { sendRequest, type SagaRequest } from '../lib/saga-requests';
@@ -12,8 +13,18 @@ import { OrderStatusKey } from '../workflows/search-attributes';
 import { CliError, EXIT, type CliContext } from './context';
 import { noOrder, printState } from './status';
 
-/** Records the request in Postgres; returns what the customer may already be told, if anything. */
-async function recordFirst(orderId: string, requestId: string, req: SagaRequest, ctx: CliContext): Promise<string> {
+/**
+ * Records the request in Postgres. A cancel: `recorded` when Postgres accepted it (a refusal throws),
+ * with a note to tell; not recorded when the order has no row yet after `waitMs` (its run has not
+ * written it: the Signal goes without a record, and the run decides it when it does).
+ */
+async function recordFirst(
+  orderId: string,
+  requestId: string,
+  req: SagaRequest,
+  ctx: CliContext,
+  waitMs: number,
+): Promise<{ recorded: boolean; note: string }> {
   const store = ctx.needStore('app', req.command);
   try {
     if (req.command === 'resolve') {
@@ -25,12 +36,14 @@ async function recordFirst(orderId: string, requestId: string, req: SagaRequest,
         ...(req.reference ? { reference: req.reference } : {}),
       });
       if (!recorded) throw noOrder(orderId);
-      return '';
+      return { recorded: true, note: '' };
     }
-    if (!(await store.orderExists(orderId))) throw noOrder(orderId);
+    // Placed a moment ago, its run may not have written the row yet (its first step): wait, bounded.
+    for (const until = Date.now() + Math.min(waitMs, 10_000); !(await store.orderExists(orderId)); await sleep(100))
+      if (Date.now() >= until) return { recorded: false, note: '' };
     const decision = await store.decideCancel({ orderId, requestId, reason: req.reason });
     if (decision.outcome === 'refused') throw new CliError(`cancel refused: ${decision.message}`, EXIT.notCompleted);
-    return decision.message ? ` (${decision.message})` : '';
+    return { recorded: true, note: decision.message ? ` (${decision.message})` : '' };
   } finally {
     await store.close();
   }
@@ -45,8 +58,9 @@ export async function update(
 ): Promise<number> {
   const { command } = req;
   const requestId = randomUUID();
-  const note = await recordFirst(orderId, requestId, req, ctx);
-  const cancel = command === 'cancel';
+  const { recorded, note } = await recordFirst(orderId, requestId, req, ctx, opts.waitSeconds * 1000);
+  /** A cancel Postgres accepted: it stands whatever the run does. (One sent without a record is the run's to decide.) */
+  const cancel = command === 'cancel' && recorded;
   const client = await ctx.temporal();
   const handle = client.workflow.getHandle(workflowIdFor(orderId));
   /** The run is gone or closed: a cancel stands (recorded on the order); a resolve has nothing to apply to. */
@@ -67,7 +81,7 @@ export async function update(
     return `run has ended (${status}, run ${described.status.name.toLowerCase()})`;
   };
   const settle = async (outcome: 'accepted' | 'refused', message?: string): Promise<void> => {
-    if (cancel) return;
+    if (command === 'cancel') return;
     const store = ctx.openStore('app');
     if (!store) return;
     try {
@@ -116,7 +130,7 @@ export async function update(
         return EXIT.ok;
       }
       throw new CliError(
-        `${command}: no answer from order ${orderId} within ${opts.waitSeconds} s (is a worker running?${lastError ? ` last: ${lastError.message}` : ''}); the request is recorded and in the run's history, and applies when a worker runs it: ` +
+        `${command}: no answer from order ${orderId} within ${opts.waitSeconds} s (is a worker running?${lastError ? ` last: ${lastError.message}` : ''}); the request is ${recorded ? 'recorded and ' : ''}in the run's history, and applies when a worker runs it: ` +
           `check client.ts status ${orderId}, or the run in the Web UI: ${ctx.links.run(workflowIdFor(orderId))}`,
         EXIT.notCompleted,
       );
@@ -137,7 +151,10 @@ export async function update(
     // The run ended between the describe and the Signal: the server answers "not found" for it.
     if (err instanceof WorkflowNotFoundError && found) return runGone(await ended());
     // No run at all (its history deleted, or purged by retention): the row still holds the order.
-    if (err instanceof WorkflowNotFoundError) return runGone('run is missing from Temporal');
+    if (err instanceof WorkflowNotFoundError) {
+      if (!recorded) throw noOrder(orderId); // no row and no run
+      return runGone('run is missing from Temporal');
+    }
     // The server refused the Signal (unreachable, or overloaded, say).
     if (err instanceof ServiceError)
       return standsOrFails(

@@ -626,10 +626,13 @@ export class People {
         this.violation(
           'client.ts check names a paused sweep Schedule',
           SWEEP_SCHEDULE_ID,
-          `check exited ${r.code}: ${(r.out + r.err)
-            .split('\n')
-            .filter((l) => /schedule/.test(l))
-            .join(' | ')}`,
+          `check exited ${r.code}: ${
+            `${r.out}\n${r.err}`
+              .split('\n')
+              .filter((l) => /schedule|PROBLEM|error|needs/i.test(l))
+              .slice(0, 5)
+              .join(' | ') || `${r.out}${r.err}`.slice(0, 300)
+          }`,
         );
       await sleep(ms);
     } finally {

@@ -29,7 +29,9 @@ export async function bringUp(stack: ChaosStack, options: SoakOptions): Promise<
   const catalogue = await stockCatalogue(stack.db, tag, options.count);
   const orders = makeOrders(options.count, tag, catalogue);
   await stack.setFaults(faultRules(orders, stack.providerTimeoutMs + 500));
-  // client.ts's configuration, pointed at the soak's stack: the people act through its commands.
+  // client.ts's configuration, pointed at the soak's stack: the people act through its commands, and
+  // open its payloads with its key (client.ts check reads every open order's).
+  process.env.PAYLOAD_KEYS = stack.payloadKeys;
   const cliCfg = readConfig({
     TEMPORAL_ADDRESS: stack.env.address,
     TASK_QUEUE: stack.taskQueue,
