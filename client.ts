@@ -8,6 +8,7 @@
 import { Command, CommanderError } from '@commander-js/extra-typings';
 import type { Client } from '@temporalio/client';
 import { readConfig, type AppConfig } from './lib/config';
+import { TemporalProfileError } from './lib/temporal-connection';
 import { startTracing } from './platform/tracing';
 import { register as cancel } from './cli/cancel';
 import { register as check } from './cli/check';
@@ -49,9 +50,10 @@ function program(ctx: CliContext): Command {
     .addHelpText(
       'after',
       `
-Environment: TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TASK_QUEUE, TEMPORAL_UI_URL, DATABASE_URL (the
-application's role), READER_DATABASE_URL (the read-only role: check, findings), WORKER_METRICS_URL
-(stats). Unset: what a running "npm start" recorded in .data/runtime.json, else loopback defaults.
+Environment: TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE or a Temporal connection profile (TEMPORAL_PROFILE,
+TEMPORAL_CONFIG_FILE, TEMPORAL_API_KEY, TEMPORAL_TLS_*: docs/own-temporal.md), TASK_QUEUE,
+TEMPORAL_UI_URL, DATABASE_URL (the application's role), READER_DATABASE_URL (the read-only role:
+check, findings), WORKER_METRICS_URL (stats). Unset: what a running "npm start" recorded in .data/runtime.json, else loopback defaults.
 
 Exit codes: 0 success (place: the order COMPLETED); 1 the order ended otherwise, or the command
 failed or was refused; 2 invalid input (named on stderr; nothing started, nothing written);
@@ -68,13 +70,15 @@ failed or was refused; 2 invalid input (named on stderr; nothing started, nothin
  */
 export async function runCli(
   argv: string[],
-  config: AppConfig = readConfig(),
+  config?: AppConfig,
   io: Out = { out: (l) => process.stdout.write(`${l}\n`), err: (l) => process.stderr.write(`${l}\n`) },
   shared: { client?: Client } = {},
 ): Promise<number> {
   let code: number = EXIT.ok;
   try {
-    await program(createContext(config, io, shared, (c) => void (code = c))).parseAsync(argv, { from: 'user' });
+    // A connection profile that cannot be used is invalid input, refused before any command runs.
+    const cfg = config ?? readConfigOrRefuse();
+    await program(createContext(cfg, io, shared, (c) => void (code = c))).parseAsync(argv, { from: 'user' });
     return code;
   } catch (err) {
     // Help asked for: 0. Any other parse error (already printed, naming the option), or no command: 2.
@@ -85,6 +89,15 @@ export async function runCli(
     }
     io.err(`error: ${(err as Error).message}`);
     return EXIT.notCompleted;
+  }
+}
+
+function readConfigOrRefuse(): AppConfig {
+  try {
+    return readConfig();
+  } catch (err) {
+    if (err instanceof TemporalProfileError) throw new CliError(`invalid input: ${err.message}`, EXIT.invalid);
+    throw err;
   }
 }
 
