@@ -8,7 +8,12 @@
 import { readFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { loadClientConfig, loadClientConfigProfile, toClientOptions, type ClientConfigProfile } from '@temporalio/envconfig';
+import {
+  loadClientConfig,
+  loadClientConfigProfile,
+  toClientOptions,
+  type ClientConfigProfile,
+} from '@temporalio/envconfig';
 
 /** What Connection.connect (client) and NativeConnection.connect (worker) both take. */
 export interface ConnectionSettings {
@@ -173,7 +178,7 @@ function profileError(err: unknown, file: string | undefined, profileName: strin
     // The parser's message quotes the file's lines, which may hold an API key: only where.
     return new TemporalProfileError(`${shown}: not valid TOML (line ${e.line}, column ${e.column})`);
   if (/^Profile '.*' not found/.test(e.message)) {
-    let known: string[] = [];
+    let known: string[];
     try {
       known = file ? Object.keys(loadClientConfig({ configSource: { path: file } }).profiles) : [];
     } catch {
