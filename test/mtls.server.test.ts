@@ -14,6 +14,7 @@ import { Client, Connection } from '@temporalio/client';
 import type { Pool } from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { workflowIdFor } from '../domain/order';
+import { checkExternalTemporal } from '../lib/cluster-check';
 import { readConfig } from '../lib/config';
 import { runProcess, startWorkerProcess, stopProcess } from '../platform/processes';
 import { devServerExecutable } from '../servers/temporal-dev';
@@ -229,6 +230,17 @@ describe('mTLS on the real Temporal server', () => {
       {},
     );
     expect(refused.code).not.toBe(0);
+  });
+
+  it("npm start's check of a cluster it did not start: passes with the profile; a missing namespace is named", async () => {
+    expect(await checkExternalTemporal(readConfig(childEnv).temporal)).toBe(
+      'namespace default found; search attributes all present',
+    );
+    await expect(
+      checkExternalTemporal(readConfig({ ...childEnv, TEMPORAL_NAMESPACE: 'not-there' }).temporal),
+    ).rejects.toThrow(
+      /^namespace "not-there" does not exist on 127\.0\.0\.1:\d+ \(namespace not-there, profile "mtls" of .*, TLS with a client certificate\): create it/,
+    );
   });
 
   it("the Schedules fire (the server's system worker presents its certificate) and the sweeper runs", async () => {
