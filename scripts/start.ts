@@ -170,8 +170,6 @@ async function main(): Promise<void> {
 
   try {
     const env = { ...process.env };
-    // ---- A Temporal named by the profile: checked before anything of ours starts or changes it ----
-    if (profile.external) say(`Temporal: ${profile.summary}: ${await checkExternalTemporal(profile)}`);
     // ---- Postgres ----
     // First, so that a refusal (say, of a planted /var/tmp directory) comes before anything else starts.
     const pg = await ensurePostgres({
@@ -213,6 +211,8 @@ async function main(): Promise<void> {
     );
 
     // ---- Temporal ----
+    // One named by the profile: checked before anything of ours runs on it or changes it.
+    if (profile.external) say(`Temporal: ${profile.summary}: ${await checkExternalTemporal(profile)}`);
     let temporalAddress = profile.external ? profile.address : undefined;
     let uiUrl = env.TEMPORAL_UI_URL ?? loopbackUrl(DEFAULT_PORTS.temporalUi);
     const namespace = profile.namespace;
