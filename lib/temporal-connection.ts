@@ -193,3 +193,12 @@ function profileError(err: unknown, file: string | undefined, profileName: strin
     return new TemporalProfileError(`${shown ?? 'the config file'}: no [profile.<name>] table in it`);
   return new TemporalProfileError(`${shown ?? 'the connection profile'}: ${e.message}`);
 }
+
+/** The settings as TestWorkflowEnvironment.createFromExistingServer takes them (the tests, the chaos soak). */
+export function existingServerOptions(connection: ConnectionSettings): {
+  address: string;
+  connectionOptions: Omit<ConnectionSettings, 'address'>;
+} {
+  const { address, ...connectionOptions } = connection;
+  return { address, connectionOptions };
+}
