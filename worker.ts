@@ -358,7 +358,10 @@ async function promote(cfg: AppConfig, w: OrderWorkers, lanes: number): Promise<
       log: (line) => void process.stdout.write(`worker: ${line}\n`),
     });
   } catch (err) {
-    process.stderr.write(`worker: could not make ${versionName(w.version!)} current: ${(err as Error).message}\n`);
+    process.stderr.write(
+      `worker: could not make ${versionName(w.version!)} current: ${(err as Error).message}; an operator can: ` +
+        `temporal worker deployment set-current-version --deployment-name ${w.version!.deploymentName} --build-id ${w.version!.buildId} --namespace ${cfg.namespace}\n`,
+    );
     process.exitCode = 1;
     w.shutdown();
   } finally {
