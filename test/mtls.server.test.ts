@@ -193,7 +193,8 @@ describe('mTLS on the real Temporal server', () => {
 
     // Cancel before the pivot: the charge held at the provider meanwhile.
     const second = makeOrder([{ sku: p.sku, qty: 1, unitPriceCents: p.priceCents }]);
-    await admin.set({ kind: 'delay', target: 'charges', delayMs: 3_000, count: 1, keyPrefix: `${second.orderId}:` });
+    // Held long enough for a second client.ts process to start on a busy machine, and below the worker's provider timeout.
+    await admin.set({ kind: 'delay', target: 'charges', delayMs: 6_000, count: 1, keyPrefix: `${second.orderId}:` });
     expect((await cli(['place', '--file', orderFile(second), '--no-wait'])).code).toBe(0);
     const cancel = await cli(['cancel', second.orderId, '--reason', 'customer asked', '--json']);
     expect(cancel.code, cancel.stderr).toBe(0);
