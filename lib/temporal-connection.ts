@@ -75,9 +75,8 @@ const TLS_FILES = [
 ] as const;
 
 /**
- * Loads the connection profile from `env`: TEMPORAL_CONFIG_FILE (else the
- * default temporal.toml, when it exists), TEMPORAL_PROFILE (else "default"), then the TEMPORAL_*
- * variables over it. Throws TemporalProfileError naming the setting when the named file is missing or
+ * Loads the connection profile from `env`: TEMPORAL_CONFIG_FILE (else the default temporal.toml,
+ * when it exists), TEMPORAL_PROFILE (else "default"), then the TEMPORAL_* variables over it. Throws TemporalProfileError naming the setting when the named file is missing or
  * is not valid TOML, the profile is unknown, or a certificate or key cannot be read. Without an
  * address in either, `localAddress` (npm start's own server).
  */
@@ -189,6 +188,11 @@ function profileError(err: unknown, file: string | undefined, profileName: strin
         (file ? `; it has ${known.length ? known.map((k) => `"${k}"`).join(', ') : 'none'}` : ''),
     );
   }
+  if (/unrecognized in profile\.[^:]+\.tls: .*disable_host_verification/.test(e.message))
+    // The Temporal CLI reads it; the TypeScript SDK cannot apply it, and a silent ignore would surprise.
+    return new TemporalProfileError(
+      `${shown}: tls.disable_host_verification is not supported by the TypeScript SDK (it always verifies the server's name): remove it, or set server_name to the name in the server's certificate`,
+    );
   if (e instanceof TypeError)
     return new TemporalProfileError(`${shown ?? 'the config file'}: no [profile.<name>] table in it`);
   return new TemporalProfileError(`${shown ?? 'the connection profile'}: ${e.message}`);

@@ -115,6 +115,13 @@ describe('the connection profile', () => {
     expect(refusal(() => loadTemporalProfile({ TEMPORAL_CONFIG_FILE: typo }, LOCAL))).toMatch(
       /unrecognized in profile\.default\.tls: client_cert/,
     );
+    const noVerify = file(
+      'noverify.toml',
+      `[profile.default]\naddress = "x:1"\n[profile.default.tls]\ndisable_host_verification = true\n`,
+    );
+    expect(refusal(() => loadTemporalProfile({ TEMPORAL_CONFIG_FILE: noVerify }, LOCAL))).toMatch(
+      /noverify\.toml: tls\.disable_host_verification is not supported by the TypeScript SDK/,
+    );
     const noCert = file(
       'nocert.toml',
       `[profile.default]\naddress = "x:1"\n[profile.default.tls]\nclient_cert_path = "${tmp}/none.pem"\nclient_key_path = "${certs.clientKey}"\n`,
