@@ -9,6 +9,7 @@
 import { Command, CommanderError } from '@commander-js/extra-typings';
 import type { Client } from '@temporalio/client';
 import { readConfig, type AppConfig } from './lib/config';
+import { TemporalProfileError } from './lib/temporal-connection';
 import { startTracing } from './platform/tracing';
 import { register as cancel } from './cli/cancel';
 import { register as check } from './cli/check';
@@ -53,9 +54,10 @@ function program(ctx: CliContext, name: string): Command {
     .addHelpText(
       'after',
       `
-Environment: TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TASK_QUEUE, TEMPORAL_UI_URL, DATABASE_URL (the
-application's role), READER_DATABASE_URL (the read-only role: check, findings), WORKER_METRICS_URL
-(stats). Unset: what a running "npm start" recorded in .data/runtime.json, else loopback defaults.
+Environment: TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE or a Temporal connection profile (TEMPORAL_PROFILE,
+TEMPORAL_CONFIG_FILE, TEMPORAL_API_KEY, TEMPORAL_TLS_*: docs/own-temporal.md), TASK_QUEUE,
+TEMPORAL_UI_URL, DATABASE_URL (the application's role), READER_DATABASE_URL (the read-only role:
+check, findings), WORKER_METRICS_URL (stats). Unset: what a running "npm start" recorded in .data/runtime.json, else loopback defaults.
 
 Exit codes: 0 success (place: the order COMPLETED); 1 the order ended otherwise, or the command
 failed or was refused; 2 invalid input (named on stderr; nothing started, nothing written);
@@ -73,13 +75,15 @@ failed or was refused; 2 invalid input (named on stderr; nothing started, nothin
  */
 export async function runCli(
   argv: string[],
-  config: AppConfig = readConfig(),
+  config?: AppConfig,
   io: Out = { out: (l) => process.stdout.write(`${l}\n`), err: (l) => process.stderr.write(`${l}\n`) },
   shared: { client?: Client; name?: string } = {},
 ): Promise<number> {
   let code: number = EXIT.ok;
   try {
-    const ctx = createContext(config, io, shared, (c) => void (code = c));
+    // A connection profile that cannot be used is invalid input, refused before any command runs.
+    const cfg = config ?? readConfigOrRefuse();
+    const ctx = createContext(cfg, io, shared, (c) => void (code = c));
     await program(ctx, shared.name ?? PROGRAM).parseAsync(argv, { from: 'user' });
     return code;
   } catch (err) {
@@ -94,6 +98,15 @@ export async function runCli(
   }
 }
 
+function readConfigOrRefuse(): AppConfig {
+  try {
+    return readConfig();
+  } catch (err) {
+    if (err instanceof TemporalProfileError) throw new CliError(`invalid input: ${err.message}`, EXIT.invalid);
+    throw err;
+  }
+}
+
 /**
  * The process's command: runs `argv`, traced when OTEL_EXPORTER_OTLP_ENDPOINT asks for it (the whole
  * command one trace, its Temporal calls inside one span, sent before the process exits), then exits
@@ -101,7 +114,7 @@ export async function runCli(
  */
 export function main(argv: string[] = process.argv.slice(2), name = PROGRAM): void {
   const tracing = startTracing('order-saga-client');
-  const run = (): Promise<number> => runCli(argv, readConfig(), undefined, { name });
+  const run = (): Promise<number> => runCli(argv, undefined, undefined, { name });
   void (
     tracing
       ? tracing.tracer().startActiveSpan(`client.ts ${argv[0] ?? ''}`.trim(), (span) => run().finally(() => span.end()))

@@ -1,4 +1,4 @@
-import { defineConfig } from 'vitest/config';
+import { configDefaults, defineConfig } from 'vitest/config';
 
 export default defineConfig({
   test: {
@@ -7,6 +7,8 @@ export default defineConfig({
     // Files run one after another: time-skipping tests run serially, and the machine has 2 cores.
     fileParallelism: false,
     include: ['test/**/*.test.ts'],
+    // `.server.test.ts`: only in the second tier (vitest.server.config.mts), on the real Temporal server.
+    exclude: [...configDefaults.exclude, 'test/**/*.server.test.ts'],
     globalSetup: ['test/support/global-setup.ts'],
     setupFiles: ['test/support/setup-runtime.ts'],
     testTimeout: 120_000,

@@ -1,7 +1,8 @@
 // `npm run test:server`: the second tier. The end-to-end, crash-safety and multi-process lane tests
 // again, on the real Temporal server on Postgres (started once by test/support/global-setup.ts), with
-// worker processes instead of in-process workers where the tests start them.
-import { defineConfig } from 'vitest/config';
+// worker processes instead of in-process workers where the tests start them; and the mTLS tier, on a
+// server of its own with client-certificate authentication.
+import { configDefaults, defineConfig } from 'vitest/config';
 import base from './vitest.config.mts';
 
 process.env.ORDER_SAGA_TEMPORAL = 'server';
@@ -14,6 +15,8 @@ export default defineConfig({
       'test/e2e.devserver.test.ts',
       'test/crash-safety.devserver.test.ts',
       'test/lanes-processes.devserver.test.ts',
+      'test/mtls.server.test.ts',
     ],
+    exclude: configDefaults.exclude,
   },
 });

@@ -23,6 +23,7 @@ import { SweeperStats } from './activities/sweeper';
 import { createPool, WARM_CONNECTIONS } from './db/pool';
 import { laneTaskQueue } from './domain/lanes';
 import { DEFAULT_PORTS, readConfig, type AppConfig } from './lib/config';
+import { TemporalProfileError } from './lib/temporal-connection';
 import { DEPLOYMENT_NAME, makeVersionCurrent, orderTaskQueues, resolveBuildId, versionName } from './lib/deployments';
 import { jsonApp, jsonServer, rawPath } from './platform/http';
 import { dataConverterFor, requirePayloadKeys } from './platform/payload-codec';
@@ -82,7 +83,7 @@ export async function createOrderWorkers(
     workflowBundle?: { code: string } | { codePath: string };
     lanes?: number;
     metrics?: InventoryMetrics;
-    /** The sweeper's Temporal client; by default one is connected to cfg.temporalAddress on first use. */
+    /** The sweeper's Temporal client; by default one is connected with cfg.temporal on first use. */
     temporalClient?: Client;
     sweeperStats?: SweeperStats;
     /** Off (unversioned) unless given: worker.ts's main and npm start give it; tests choose. */
@@ -114,7 +115,7 @@ export async function createOrderWorkers(
   const temporal = {
     taskQueue: cfg.taskQueue,
     client: () =>
-      (sweeperClient ??= Connection.connect({ address: cfg.temporalAddress }).then(
+      (sweeperClient ??= Connection.connect(cfg.temporal.connection).then(
         (connection) => new Client({ connection, namespace: cfg.namespace, dataConverter }),
       )),
   };
@@ -325,7 +326,7 @@ async function main(): Promise<void> {
     workerLogLevel(process.env.WORKER_LOG_LEVEL),
     runtimeMetrics !== 'off' ? { metrics: { prometheus: { bindAddress: runtimeMetrics } } } : {},
   );
-  const connection = await NativeConnection.connect({ address: cfg.temporalAddress });
+  const connection = await NativeConnection.connect(cfg.temporal.connection);
   // As many lanes as the workflows hash SKUs over (DEFAULT_SAGA_CONFIG.inventoryLanes).
   const lanes = DEFAULT_SAGA_CONFIG.inventoryLanes;
   // WORKFLOW_BUNDLE: a prebuilt workflow bundle (bundleWorkflowCode), so a restart does not bundle again.
@@ -345,7 +346,7 @@ async function main(): Promise<void> {
   );
   const port = (server.address() as AddressInfo).port;
   process.stdout.write(
-    `worker: polling task queue "${cfg.taskQueue}" and ${lanes} serial lane(s) on ${cfg.temporalAddress} (namespace ${cfg.namespace}) ` +
+    `worker: polling task queue "${cfg.taskQueue}" and ${lanes} serial lane(s) on ${cfg.temporal.summary} ` +
       `${w.version ? `as ${versionName(w.version)} (sagas pinned to it)` : 'unversioned'}; ` +
       `inventory metrics http://127.0.0.1:${port}/metrics, Temporal metrics ${runtimeMetrics === 'off' ? 'off' : `http://${runtimeMetrics}/metrics`}\n`,
   );
@@ -366,7 +367,7 @@ async function main(): Promise<void> {
 async function promote(cfg: AppConfig, w: OrderWorkers, lanes: number): Promise<void> {
   let client: Connection | undefined;
   try {
-    client = await Connection.connect({ address: cfg.temporalAddress });
+    client = await Connection.connect(cfg.temporal.connection);
     await makeVersionCurrent(client, {
       namespace: cfg.namespace,
       version: w.version!,
@@ -375,7 +376,10 @@ async function promote(cfg: AppConfig, w: OrderWorkers, lanes: number): Promise<
       log: (line) => void process.stdout.write(`worker: ${line}\n`),
     });
   } catch (err) {
-    process.stderr.write(`worker: could not make ${versionName(w.version!)} current: ${(err as Error).message}\n`);
+    process.stderr.write(
+      `worker: could not make ${versionName(w.version!)} current: ${(err as Error).message}; an operator can: ` +
+        `temporal worker deployment set-current-version --deployment-name ${w.version!.deploymentName} --build-id ${w.version!.buildId} --namespace ${cfg.namespace}\n`,
+    );
     process.exitCode = 1;
     w.shutdown();
   } finally {
@@ -385,7 +389,8 @@ async function promote(cfg: AppConfig, w: OrderWorkers, lanes: number): Promise<
 
 if (require.main === module) {
   main().catch((err: Error) => {
-    process.stderr.write(`worker: ${err.stack ?? err.message}\n`);
+    // A profile refused is said in one line, naming the setting; anything else with its stack.
+    process.stderr.write(`worker: ${err instanceof TemporalProfileError ? err.message : (err.stack ?? err.message)}\n`);
     process.exit(1);
   });
 }

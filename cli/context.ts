@@ -85,7 +85,7 @@ async function connect(cfg: AppConfig): Promise<Client> {
     throw new CliError((err as Error).message, EXIT.notCompleted);
   }
   try {
-    const connection = await Connection.connect({ address: cfg.temporalAddress, connectTimeout: '5s' });
+    const connection = await Connection.connect({ ...cfg.temporal.connection, connectTimeout: '5s' });
     // Tracing on (client.ts's main started it): each start, signal and query is a span, its context in the headers.
     const tracing = activeTracing();
     return new Client({
@@ -96,7 +96,7 @@ async function connect(cfg: AppConfig): Promise<Client> {
     });
   } catch (err) {
     throw new CliError(
-      `cannot reach Temporal at ${cfg.temporalAddress}: ${(err as Error).message} (is "npm start" running?)`,
+      `cannot reach Temporal at ${cfg.temporal.summary}: ${(err as Error).message}${cfg.temporal.external ? '' : ' (is "npm start" running?)'}`,
       EXIT.notCompleted,
     );
   }

@@ -2,6 +2,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { DEV_PROVIDER_API_KEY, PROVIDER_ADMIN_PORT, PROVIDER_PORT } from '../provider/defaults';
+import { loadTemporalProfile, type TemporalProfile } from './temporal-connection';
 
 /** The loopback ports each process listens on, or finds the others on, when the environment names none. */
 export const DEFAULT_PORTS = {
@@ -41,6 +42,9 @@ function runtimeDefaults(): NodeJS.ProcessEnv {
 }
 
 export interface AppConfig {
+  /** The connection profile (lib/temporal-connection.ts): every connection to Temporal is made with it. */
+  temporal: TemporalProfile;
+  /** The profile's address and namespace. */
   temporalAddress: string;
   namespace: string;
   taskQueue: string;
@@ -59,12 +63,22 @@ export interface AppConfig {
   laneSkus: string[];
 }
 
-/** Environment first, then what a running `npm start` recorded, then loopback defaults. */
+/** The environment a process reads: its own, over what a running `npm start` recorded (for process.env only). */
+export function configEnv(processEnv: NodeJS.ProcessEnv = process.env): NodeJS.ProcessEnv {
+  return processEnv === process.env ? { ...runtimeDefaults(), ...processEnv } : processEnv;
+}
+
+/**
+ * Environment first, then what a running `npm start` recorded, then loopback defaults. Throws
+ * TemporalProfileError, naming the setting, when the Temporal connection profile cannot be used.
+ */
 export function readConfig(processEnv: NodeJS.ProcessEnv = process.env): AppConfig {
-  const env = processEnv === process.env ? { ...runtimeDefaults(), ...processEnv } : processEnv;
+  const env = configEnv(processEnv);
+  const temporal = loadTemporalProfile(env, `127.0.0.1:${DEFAULT_PORTS.temporal}`);
   return {
-    temporalAddress: env.TEMPORAL_ADDRESS ?? `127.0.0.1:${DEFAULT_PORTS.temporal}`,
-    namespace: env.TEMPORAL_NAMESPACE ?? 'default',
+    temporal,
+    temporalAddress: temporal.address,
+    namespace: temporal.namespace,
     taskQueue: env.TASK_QUEUE ?? 'orders',
     uiUrl: (env.TEMPORAL_UI_URL ?? loopbackUrl(DEFAULT_PORTS.temporalUi)).replace(/\/$/, ''),
     databaseUrl: env.DATABASE_URL,

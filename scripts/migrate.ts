@@ -2,17 +2,21 @@
  * `npm run migrate`: as the owner (DATABASE_URL), applies the numbered migrations (application and
  * provider schemas) and, when APP_ROLE_PASSWORD, PROVIDER_ROLE_PASSWORD and READER_ROLE_PASSWORD are
  * set, creates the three roles (db/roles.ts) with those passwords and grants their privileges. When
- * TEMPORAL_ADDRESS is set, it also creates the namespace (if missing) and the saga's search attributes.
+ * TEMPORAL_ADDRESS or a connection profile (lib/temporal-connection.ts) names a server, it also
+ * creates the namespace (if missing) and the saga's search attributes there.
  * npm start does all of it by itself; this is for an existing Postgres and server (docker compose).
  */
 import { migrateAll } from '../db/migrate';
 import { createPool } from '../db/pool';
 import { grantRoles, passwordsFromEnv, ROLE_PASSWORD_VARS, ROLES, rolesExist, setUpRoles } from '../db/roles';
+import { readConfig } from '../lib/config';
 import { prepareNamespace } from '../servers/temporal-server';
 
 async function main(): Promise<void> {
   const url = process.env.DATABASE_URL;
   if (!url) throw new Error('DATABASE_URL is required');
+  // The connection profile first: one that cannot be used is refused before the database is touched.
+  const temporal = readConfig({ ...process.env }).temporal;
   const pool = createPool(url);
   try {
     const applied = await migrateAll(pool);
@@ -32,12 +36,11 @@ async function main(): Promise<void> {
   } finally {
     await pool.end();
   }
-  if (process.env.TEMPORAL_ADDRESS) {
+  if (temporal.external) {
     // It may run while the server starts (docker compose): wait for it, up to two minutes.
-    const namespace = process.env.TEMPORAL_NAMESPACE ?? 'default';
-    await prepareNamespace(process.env.TEMPORAL_ADDRESS, namespace, 120_000);
+    await prepareNamespace(temporal.connection, temporal.namespace, 120_000);
     process.stdout.write(
-      `migrate: namespace ${namespace} and its search attributes ready on ${process.env.TEMPORAL_ADDRESS}\n`,
+      `migrate: namespace ${temporal.namespace} and its search attributes ready on ${temporal.summary}\n`,
     );
   }
 }

@@ -3,8 +3,9 @@
  *   1. Postgres (embedded, data in .data/pg or PG_DATA_DIR; unless DATABASE_URL is set), migrated and
  *      seeded as its owner, with a role each for the worker, the provider and the read-only checks
  *      (db/roles.ts);
- *   2. Temporal dev server with its Web UI on :8233 (unless TEMPORAL_ADDRESS names a running server),
- *      its state kept in .data/temporal.db, with the saga's search attributes registered;
+ *   2. Temporal dev server with its Web UI on :8233, its state kept in .data/temporal.db, with the
+ *      saga's search attributes registered; unless TEMPORAL_ADDRESS or a connection profile names a
+ *      server (lib/temporal-connection.ts), which is checked first (lib/cluster-check.ts);
  *   3. the payment provider and the worker, as child processes; the workflows bundled once here, quietly
  *      (the bundler's module statistics are not for this screen; its errors are), and loaded by every
  *      worker process from .data/workflow-bundle.js (WORKFLOW_BUNDLE) instead of each bundling again;
@@ -23,7 +24,9 @@ import { Client, Connection } from '@temporalio/client';
 import { bundleWorkflowCode, DefaultLogger } from '@temporalio/worker';
 import { passwordsFromEnv, prepareDatabase, ROLES } from '../db/roles';
 import { DEFAULT_PORTS, listUrl, loopbackUrl, operatorViews, readConfig, RUNTIME_FILE } from '../lib/config';
+import { checkExternalTemporal } from '../lib/cluster-check';
 import { startCodecServer } from '../lib/codec-server';
+import { SHAREABLE_PROFILE_VARIABLES, type TemporalProfile } from '../lib/temporal-connection';
 import {
   DEFAULT_KEY_FILE,
   dataConverterFor,
@@ -45,7 +48,6 @@ import {
   versionName,
 } from '../lib/deployments';
 import { ensurePostgres } from '../servers/postgres';
-import { registerSearchAttributes } from '../servers/search-attributes';
 import { devServerExecutable, startDevServer } from '../servers/temporal-dev';
 import { startRealTemporal } from '../servers/temporal-server';
 import { DEFAULT_SAGA_CONFIG } from '../workflows/order-saga';
@@ -54,12 +56,18 @@ const ROOT = path.resolve(__dirname, '..');
 const DATA = path.join(ROOT, '.data');
 const say = (line: string): void => void process.stdout.write(`[start] ${line}\n`);
 
+/** What an operator runs to make `version` current, on the cluster this process's profile names. */
+const setCurrentCommand = (version: { deploymentName: string; buildId: string }, namespace: string): string =>
+  `temporal worker deployment set-current-version --deployment-name ${version.deploymentName} --build-id ${version.buildId} --namespace ${namespace}` +
+  (process.env.TEMPORAL_PROFILE ? ` --profile ${process.env.TEMPORAL_PROFILE}` : '');
+
 const USAGE = `Usage: npm start [-- --temporal dev|server] [-- --workers N]
   --temporal dev     the Temporal CLI's dev server, history in .data/temporal.db (default)
   --temporal server  the real Temporal server, history in Postgres (databases temporal, temporal_visibility),
                      with the standalone Web UI; built once with go install (scripts/ensure-servers.sh server)
   --workers N        N worker processes (default 1); the serial lanes stay serial across them
-Environment: see the README (TEMPORAL_ADDRESS skips starting a Temporal server).`;
+Environment: see the README (TEMPORAL_ADDRESS or a connection profile, TEMPORAL_PROFILE, skips starting a
+Temporal server: docs/own-temporal.md).`;
 
 /**
  * Bundles the workflows once for every worker process, into .data/ (written aside, then renamed, so a
@@ -86,6 +94,19 @@ async function bundleWorkflows(): Promise<string> {
     `workflows: bundled in ${((Date.now() - started) / 1000).toFixed(1)} s into ${path.relative(ROOT, file)}, loaded by each worker`,
   );
   return file;
+}
+
+/**
+ * The Temporal connection profile (lib/temporal-connection.ts), before anything starts or is written:
+ * one that cannot be used exits 2, naming the setting.
+ */
+function temporalProfileOrExit(env: NodeJS.ProcessEnv): TemporalProfile {
+  try {
+    return readConfig(env).temporal;
+  } catch (err) {
+    process.stderr.write(`invalid input: ${(err as Error).message}\n`);
+    process.exit(2);
+  }
 }
 
 /** The command line: --temporal (ORDER_SAGA_TEMPORAL) and --workers. Exits 2 naming a bad value. */
@@ -119,6 +140,7 @@ function options(argv: string[], env: NodeJS.ProcessEnv): { temporal: 'dev' | 's
 
 async function main(): Promise<void> {
   const opts = options(process.argv.slice(2), process.env);
+  const profile = temporalProfileOrExit({ ...process.env });
   mkdirSync(DATA, { recursive: true });
   const cleanups: (() => Promise<void>)[] = [];
   const children: ChildProcess[] = [];
@@ -176,7 +198,12 @@ async function main(): Promise<void> {
       codec: new EncryptionCodec(keys),
       // A new token at every start, unless one is given; the Web UI's endpoint carries it.
       token: env.CODEC_SERVER_TOKEN ?? randomBytes(24).toString('base64url'),
-      allowOrigins: [loopbackUrl(uiPort), `http://localhost:${uiPort}`],
+      // And a cluster's own Web UI (TEMPORAL_UI_URL), which calls it from the operator's browser.
+      allowOrigins: [
+        loopbackUrl(uiPort),
+        `http://localhost:${uiPort}`,
+        ...(env.TEMPORAL_UI_URL ? [new URL(env.TEMPORAL_UI_URL).origin] : []),
+      ],
       port: Number(env.CODEC_SERVER_PORT ?? DEFAULT_PORTS.codecServer),
       log: say,
     });
@@ -186,9 +213,11 @@ async function main(): Promise<void> {
     );
 
     // ---- Temporal ----
-    let temporalAddress = env.TEMPORAL_ADDRESS;
+    // One named by the profile: checked before anything of ours runs on it or changes it.
+    if (profile.external) say(`Temporal: ${profile.summary}: ${await checkExternalTemporal(profile)}`);
+    let temporalAddress = profile.external ? profile.address : undefined;
     let uiUrl = env.TEMPORAL_UI_URL ?? loopbackUrl(DEFAULT_PORTS.temporalUi);
-    const namespace = env.TEMPORAL_NAMESPACE ?? 'default';
+    const namespace = profile.namespace;
     if (!temporalAddress && opts.temporal === 'server') {
       const built = spawnSync('bash', [path.join(ROOT, 'scripts', 'ensure-servers.sh'), 'server'], {
         stdio: 'inherit',
@@ -233,11 +262,9 @@ async function main(): Promise<void> {
       cleanups.push(() => tenv.teardown());
       temporalAddress = tenv.address;
       uiUrl = loopbackUrl(env.TEMPORAL_UI_PORT ?? DEFAULT_PORTS.temporalUi);
-    } else {
-      const connection = await Connection.connect({ address: temporalAddress });
-      await registerSearchAttributes(connection, namespace);
-      await connection.close();
     }
+    // Ours: plaintext on loopback; the profile's: its TLS, certificate or API key.
+    const temporalConnection = profile.external ? profile.connection : { address: temporalAddress };
 
     const providerPort = env.PROVIDER_PORT ?? String(DEFAULT_PORTS.provider);
     // One build ID for every worker process, computed once (a file edited meanwhile changes nothing).
@@ -292,7 +319,7 @@ async function main(): Promise<void> {
     let versionLine = 'unversioned (WORKER_VERSIONING=off)';
     if (buildId) {
       const version = { deploymentName: DEPLOYMENT_NAME, buildId };
-      const connection = await Connection.connect({ address: temporalAddress });
+      const connection = await Connection.connect(temporalConnection);
       try {
         const made = await makeVersionCurrent(connection, {
           namespace,
@@ -300,9 +327,18 @@ async function main(): Promise<void> {
           taskQueues: orderTaskQueues(cfg.taskQueue, DEFAULT_SAGA_CONFIG.inventoryLanes),
           identity: 'npm start',
           log: say,
+        }).catch((err: Error) => {
+          // On a cluster of someone else's this client may not be allowed to: say what to run instead.
+          if (!profile.external) throw err;
+          say(
+            `could not make ${versionName(version)} current (${err.message.split('\n')[0]}); an operator makes it current with: ${setCurrentCommand(version, namespace)}`,
+          );
+          return undefined;
         });
-        versionLine = `${versionName(version)}, current, new sagas pinned to it`;
-        if (made.previous && made.previous.buildId !== buildId) {
+        versionLine = made
+          ? `${versionName(version)}, current, new sagas pinned to it`
+          : `${versionName(version)}, NOT current: new sagas wait until an operator makes it current`;
+        if (made?.previous && made.previous.buildId !== buildId) {
           const open = await openPinnedRuns(connection, namespace, made.previous);
           versionLine += `; previous ${versionName(made.previous)}: ${open} pinned run(s) open`;
           if (open > 0)
@@ -318,7 +354,7 @@ async function main(): Promise<void> {
     // ---- The Schedules: the sweeper (no open order is left without a live run or a person told) and the reconciliation ----
     const schedules = APP_SCHEDULES.map((s) => ({ ...s, every: env[s.everyVariable] ?? s.defaultEvery }));
     {
-      const connection = await Connection.connect({ address: temporalAddress });
+      const connection = await Connection.connect(temporalConnection);
       try {
         const client = new Client({ connection, namespace, dataConverter });
         for (const s of schedules) await upsertSchedule(client, { ...s, taskQueue: cfg.taskQueue });
@@ -327,6 +363,8 @@ async function main(): Promise<void> {
       }
     }
     const runtime = {
+      // The profile's variables that hold no secret (an API key or key content is never written).
+      ...Object.fromEntries(SHAREABLE_PROFILE_VARIABLES.filter((k) => env[k]).map((k) => [k, env[k]])),
       TEMPORAL_ADDRESS: temporalAddress,
       TEMPORAL_NAMESPACE: namespace,
       TEMPORAL_UI_URL: uiUrl,
@@ -338,7 +376,7 @@ async function main(): Promise<void> {
     };
     writeFileSync(RUNTIME_FILE, `${JSON.stringify(runtime, null, 2)}\n`, { mode: 0o600 });
     wroteRuntime = true;
-    say(`Temporal:  ${cfg.temporalAddress} (namespace ${cfg.namespace})`);
+    say(`Temporal:  ${cfg.temporal.summary}`);
     say(`Web UI:    ${cfg.uiUrl}/namespaces/${cfg.namespace}/workflows`);
     say(`  needs attention: ${listUrl(cfg, operatorViews(new Date())[0]!.query)}   (more: npx tsx client.ts views)`);
     say(

@@ -8,24 +8,40 @@
 import type { ChildProcess } from 'node:child_process';
 import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
 import { Connection } from '@temporalio/client';
 import { msToTs } from '@temporalio/common/lib/time';
 import { createPool, withTransaction } from '../db/pool';
+import type { ConnectionSettings } from '../lib/temporal-connection';
 import { ensureLoginRole } from '../db/roles';
 import { CACHE_DIR } from './cache';
-import { registerSearchAttributes } from './search-attributes';
+import { checkCluster, ClusterNotReady } from '../lib/cluster-check';
 import { busyPorts, startProcess, stopProcess } from '../platform/processes';
-import { SEARCH_ATTRIBUTES } from '../workflows/search-attributes';
 
 const ROOT = path.resolve(__dirname, '..');
 export const SERVER_VERSION = 'v1.29.1';
 export const UI_VERSION = 'v2.42.1';
-const ROLE = 'temporal';
-const DATABASES = { temporal: 'temporal', visibility: 'temporal_visibility' } as const;
+/** The server's role and databases on the owner's Postgres. */
+const DEFAULT_DATABASE = { role: 'temporal', temporal: 'temporal', visibility: 'temporal_visibility' };
+type Database = typeof DEFAULT_DATABASE;
+
+/**
+ * mTLS on the frontend and between the services (PEM files): only clients with a certificate signed
+ * by `caFile` get in. The client certificate is what the server's system worker, the Web UI server
+ * and this module's own calls present.
+ */
+export interface ServerTls {
+  caFile: string;
+  certFile: string;
+  keyFile: string;
+  /** The name in the server's certificate that clients check (default localhost). */
+  serverName?: string;
+  clientCertFile: string;
+  clientKeyFile: string;
+}
 
 export interface RealTemporalOptions {
   /** The Postgres owner's connection string (the embedded server's, or DATABASE_URL's). */
@@ -37,6 +53,10 @@ export interface RealTemporalOptions {
   /** The codec server's endpoint the Web UI calls to show decoded payloads (none: the UI shows them encoded). */
   codecEndpoint?: string;
   namespace?: string;
+  /** mTLS on the frontend (none: plaintext, as on loopback). */
+  tls?: ServerTls;
+  /** Another role and databases, for a second server on the same Postgres (a test's). */
+  database?: Database;
   log?: (line: string) => void;
   /** Called when the server or the UI server exits on its own (not by stop() or restart()). */
   onExit?: (what: string, code: number | null, signal: string | null) => void;
@@ -46,6 +66,8 @@ export interface RealTemporalOptions {
 
 export interface RealTemporal {
   address: string;
+  /** What a client connects with: the address, and with mTLS the CA and the client certificate. */
+  connection: ConnectionSettings;
   uiUrl: string;
   namespace: string;
   /** Stops the server process and starts it again on the same ports and databases; how long it was down. */
@@ -64,11 +86,12 @@ function binary(name: string): string {
  * The Temporal role and its two databases on the owner's server; a new password at every start.
  * A role or database of the same name that is not ours (another Temporal on that server) is refused.
  */
-async function prepareDatabases(ownerUrl: string, password: string): Promise<void> {
+async function prepareDatabases(ownerUrl: string, password: string, database: Database): Promise<void> {
+  const ROLE = database.role;
   const owner = createPool(ownerUrl, { max: 1 });
   try {
     await withTransaction(owner, (c) => ensureLoginRole(c, ROLE, password));
-    for (const db of Object.values(DATABASES)) {
+    for (const db of [database.temporal, database.visibility]) {
       const found = await owner.query<{ owner: string }>({
         text: 'SELECT pg_get_userbyid(datdba) AS owner FROM pg_database WHERE datname = $1',
         values: [db],
@@ -85,14 +108,14 @@ async function prepareDatabases(ownerUrl: string, password: string): Promise<voi
 }
 
 /** Sets up (a no-op once done) and upgrades both schemas with the server's own SQL tool. */
-async function applySchemas(ownerUrl: string, password: string): Promise<void> {
+async function applySchemas(ownerUrl: string, password: string, database: Database): Promise<void> {
   const u = new URL(ownerUrl);
   const schema = path.join(CACHE_DIR, `temporal-schema-${SERVER_VERSION}`, 'postgresql', 'v12');
   const tool = binary(`temporal-sql-tool-${SERVER_VERSION}`);
   const run = promisify(execFile);
   for (const [dir, db] of [
-    ['temporal', DATABASES.temporal],
-    ['visibility', DATABASES.visibility],
+    ['temporal', database.temporal],
+    ['visibility', database.visibility],
   ] as const) {
     // The password goes by environment, not argv (which other users may read); nothing else of ours.
     const env = {
@@ -101,7 +124,7 @@ async function applySchemas(ownerUrl: string, password: string): Promise<void> {
       SQL_PLUGIN: 'postgres12',
       SQL_HOST: u.hostname,
       SQL_PORT: u.port || '5432',
-      SQL_USER: ROLE,
+      SQL_USER: database.role,
       SQL_PASSWORD: password,
       SQL_DATABASE: db,
     };
@@ -120,11 +143,12 @@ async function applySchemas(ownerUrl: string, password: string): Promise<void> {
  * The namespace (created if missing) and the saga's search attributes, each waited for until the
  * server serves it. npm start, the tests, and `npm run migrate` (docker compose) call it.
  */
-export async function prepareNamespace(address: string, namespace: string, waitMs = 30_000): Promise<void> {
+export async function prepareNamespace(target: ConnectionSettings, namespace: string, waitMs = 30_000): Promise<void> {
+  const { address } = target;
   let connection: Connection | undefined;
   for (const until = Date.now() + waitMs; !connection;) {
     try {
-      connection = await Connection.connect({ address, connectTimeout: 2_000 });
+      connection = await Connection.connect({ ...target, connectTimeout: 2_000 });
     } catch (err) {
       if (Date.now() > until)
         throw new Error(`cannot reach Temporal at ${address}: ${(err as Error).message}`, { cause: err });
@@ -145,10 +169,11 @@ export async function prepareNamespace(address: string, namespace: string, waitM
     for (;;) {
       try {
         await connection.workflowService.listWorkflowExecutions({ namespace, pageSize: 1 });
-        await registerSearchAttributes(connection, namespace);
-        const known = (await connection.operatorService.listSearchAttributes({ namespace })).customAttributes ?? {};
-        if (Object.keys(SEARCH_ATTRIBUTES).every((k) => k in known)) break;
+        // Added now: listed once the server's cache has them, on a later turn.
+        if ((await checkCluster(connection, namespace, address)).added.length === 0) break;
       } catch (err) {
+        // Refused by the server (a cluster not ours): waiting will not help; the message says what to run.
+        if (err instanceof ClusterNotReady && err.refused) throw err;
         if (Date.now() > deadline)
           throw new Error(`namespace ${namespace} not ready on ${address}: ${(err as Error).message}`, { cause: err });
       }
@@ -162,8 +187,8 @@ export async function prepareNamespace(address: string, namespace: string, waitM
   }
 }
 
-async function frontendServing(address: string): Promise<boolean> {
-  const connection = await Connection.connect({ address, connectTimeout: 1_000 });
+async function frontendServing(target: ConnectionSettings): Promise<boolean> {
+  const connection = await Connection.connect({ ...target, connectTimeout: 1_000 });
   try {
     await connection.workflowService.getSystemInfo({});
     return true;
@@ -190,6 +215,18 @@ export async function startRealTemporal(opts: RealTemporalOptions): Promise<Real
   const server = binary(`temporal-server-${SERVER_VERSION}`);
   const ui = binary(`temporal-ui-server-${UI_VERSION}`);
   const address = `127.0.0.1:${opts.port}`;
+  const database = opts.database ?? DEFAULT_DATABASE;
+  const tls = opts.tls;
+  const connection: ConnectionSettings = tls
+    ? {
+        address,
+        tls: {
+          serverNameOverride: tls.serverName ?? 'localhost',
+          serverRootCACertificate: readFileSync(tls.caFile),
+          clientCertPair: { crt: readFileSync(tls.clientCertFile), key: readFileSync(tls.clientKeyFile) },
+        },
+      }
+    : { address };
   // First, before anything changes: a server already on these ports (another run) is left alone.
   const ports = [0, 1, 2, 3, 10, 11, 12, 13, 20].map((d) => opts.port + d).concat(opts.uiPort, opts.metricsPort);
   const busy = await busyPorts(ports);
@@ -199,9 +236,9 @@ export async function startRealTemporal(opts: RealTemporalOptions): Promise<Real
     );
   const password = randomBytes(18).toString('base64url');
   const u = new URL(opts.ownerUrl);
-  await prepareDatabases(opts.ownerUrl, password);
-  await applySchemas(opts.ownerUrl, password);
-  say('Temporal server: schemas of temporal and temporal_visibility up to date');
+  await prepareDatabases(opts.ownerUrl, password, database);
+  await applySchemas(opts.ownerUrl, password, database);
+  say(`Temporal server: schemas of ${database.temporal} and ${database.visibility} up to date`);
 
   // The settings temporal/config and temporal/ui read that a user may set; none of our secrets.
   const passThrough = Object.fromEntries(
@@ -212,8 +249,20 @@ export async function startRealTemporal(opts: RealTemporalOptions): Promise<Real
   const serverEnv: NodeJS.ProcessEnv = {
     TEMPORAL_DB_HOST: u.hostname,
     TEMPORAL_DB_PORT: u.port || '5432',
-    TEMPORAL_DB_USER: ROLE,
+    TEMPORAL_DB_USER: database.role,
     TEMPORAL_DB_PASSWORD: password,
+    TEMPORAL_DB_NAME: database.temporal,
+    TEMPORAL_VISIBILITY_DB_NAME: database.visibility,
+    ...(tls
+      ? {
+          TEMPORAL_SERVER_TLS_CA: tls.caFile,
+          TEMPORAL_SERVER_TLS_CERT: tls.certFile,
+          TEMPORAL_SERVER_TLS_KEY: tls.keyFile,
+          TEMPORAL_SERVER_TLS_NAME: tls.serverName ?? 'localhost',
+          TEMPORAL_SYSTEM_WORKER_CERT: tls.clientCertFile,
+          TEMPORAL_SYSTEM_WORKER_KEY: tls.clientKeyFile,
+        }
+      : {}),
     TEMPORAL_PORT_BASE: String(opts.port),
     TEMPORAL_METRICS_PORT: String(opts.metricsPort),
     TEMPORAL_DYNAMIC_CONFIG: path.join(ROOT, 'temporal', 'dynamicconfig', 'order-saga.yaml'),
@@ -233,7 +282,7 @@ export async function startRealTemporal(opts: RealTemporalOptions): Promise<Real
         server,
         ['--root', ROOT, '--config', 'temporal/config', '--env', 'order-saga', '--allow-no-auth', 'start'],
         serverEnv,
-        () => frontendServing(address),
+        () => frontendServing(connection),
         {
           readyTimeoutMs: 90_000,
           cleanEnv: true,
@@ -245,7 +294,7 @@ export async function startRealTemporal(opts: RealTemporalOptions): Promise<Real
   let serverChild = await startServer();
   let uiChild: ChildProcess | undefined;
   try {
-    await prepareNamespace(address, namespace);
+    await prepareNamespace(connection, namespace);
     const uiUrl = `http://127.0.0.1:${opts.uiPort}`;
     uiChild = (
       await startProcess(
@@ -257,6 +306,14 @@ export async function startRealTemporal(opts: RealTemporalOptions): Promise<Real
           TEMPORAL_UI_ORIGIN: uiUrl,
           ...(opts.codecEndpoint ? { TEMPORAL_CODEC_ENDPOINT: opts.codecEndpoint } : {}),
           TEMPORAL_NAMESPACE: namespace,
+          ...(tls
+            ? {
+                TEMPORAL_TLS_SERVER_CA_CERT_PATH: tls.caFile,
+                TEMPORAL_TLS_CLIENT_CERT_PATH: tls.clientCertFile,
+                TEMPORAL_TLS_CLIENT_KEY_PATH: tls.clientKeyFile,
+                TEMPORAL_TLS_SERVER_NAME: tls.serverName ?? 'localhost',
+              }
+            : {}),
           ...passThrough,
         },
         async () => (await fetch(uiUrl, { signal: AbortSignal.timeout(1_000) })).ok,
@@ -266,6 +323,7 @@ export async function startRealTemporal(opts: RealTemporalOptions): Promise<Real
     say(`Temporal server ${SERVER_VERSION} on Postgres: ${address} (namespace ${namespace}), Web UI ${uiUrl}`);
     return {
       address,
+      connection,
       uiUrl,
       namespace,
       async restart() {

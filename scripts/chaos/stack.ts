@@ -17,6 +17,7 @@ import { createPool } from '../../db/pool';
 import { prepareDatabase, type RoleUrls } from '../../db/roles';
 import { freePort, startProviderProcess, startWorkerProcess, stopProcess } from '../../platform/processes';
 import { DEPLOYMENT_NAME, makeVersionCurrent, orderTaskQueues, resolveBuildId } from '../../lib/deployments';
+import { existingServerOptions } from '../../lib/temporal-connection';
 import { DEFAULT_SAGA_CONFIG } from '../../workflows/order-saga';
 import { dataConverterFor, FAILURE_CONVERTER_PATH, parseKeyList } from '../../platform/payload-codec';
 import { createProviderAdmin, type ProviderAdmin } from '../../provider/client';
@@ -106,7 +107,7 @@ export class ChaosStack {
       const port = realServerPortBlock();
       this.real = await startRealTemporal({ ownerUrl: this.pg.url, port, uiPort: port + 21, metricsPort: port + 22 });
       this.env = await TestWorkflowEnvironment.createFromExistingServer({
-        address: this.real.address,
+        ...existingServerOptions(this.real.connection),
         client: { dataConverter: this.dataConverter },
       });
     } else {

@@ -40,7 +40,7 @@ async function main(): Promise<void> {
     reserveInventory: hangAfter('after-reserve-commit', real.reserveInventory),
     releaseInventory: hangAfter('after-release-commit', real.releaseInventory),
   };
-  const connection = await NativeConnection.connect({ address: cfg.temporalAddress });
+  const connection = await NativeConnection.connect(cfg.temporal.connection);
   const worker = await Worker.create({
     connection,
     dataConverter: dataConverterFor(requirePayloadKeys()),

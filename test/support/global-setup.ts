@@ -15,6 +15,7 @@ import { prepareDatabase, type RoleUrls } from '../../db/roles';
 import { startProviderProcess, stopProcess } from '../../platform/processes';
 import { realServerPortBlock, startRealTemporal, type RealTemporal } from '../../servers/temporal-server';
 import { startCodecServer, type CodecServer } from '../../lib/codec-server';
+import type { ConnectionSettings } from '../../lib/temporal-connection';
 import { EncryptionCodec, parseKeyList } from '../../platform/payload-codec';
 import { TEST_PAYLOAD_KEYS } from './payload-keys';
 
@@ -28,7 +29,9 @@ declare module 'vitest' {
     /** The app's, the provider's and the read-only role's (db/roles.ts). */
     roleUrls: RoleUrls;
     /** Set only under `npm run test:server`: the real Temporal server on Postgres, and its Web UI. */
-    temporalServer: { address: string; uiUrl: string; codec: { url: string; token: string } } | undefined;
+    temporalServer:
+      | { address: string; connection: ConnectionSettings; uiUrl: string; codec: { url: string; token: string } }
+      | undefined;
     providerUrl: string;
     providerApiKey: string;
     providerAdminUrl: string;
@@ -80,6 +83,7 @@ export async function setup(project: TestProject): Promise<void> {
     });
     project.provide('temporalServer', {
       address: real.address,
+      connection: real.connection,
       uiUrl: real.uiUrl,
       codec: { url: codec.url, token: codec.token },
     });

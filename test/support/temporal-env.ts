@@ -11,6 +11,7 @@ import {
   type DevServerOptions,
 } from '../../servers/temporal-dev';
 import { startCodecServer } from '../../lib/codec-server';
+import { existingServerOptions } from '../../lib/temporal-connection';
 import {
   dataConverterFor,
   EncryptionCodec,
@@ -65,7 +66,7 @@ export async function startE2eServer(opts: { uiPort?: number } = {}): Promise<{
   const real = inject('temporalServer');
   if (real) {
     const env = await TestWorkflowEnvironment.createFromExistingServer({
-      address: real.address,
+      ...existingServerOptions(real.connection),
       client: { dataConverter: dataConverter() },
     });
     return { env, uiUrl: real.uiUrl, real: true, codec: real.codec, stop: () => env.teardown() };
