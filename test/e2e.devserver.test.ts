@@ -281,7 +281,7 @@ describe('end to end on the dev server', () => {
   it('client cancel before the pivot (the charge held up at the provider): CANCELLED, refunded, stock back', async () => {
     const p = await createProduct(db, { stock: 6, priceCents: 800 });
     const order = makeOrder([{ sku: p.sku, qty: 2, unitPriceCents: p.priceCents }]);
-    await admin.set({ kind: 'delay', target: 'charges', delayMs: 3_000, count: 1, keyPrefix: `${order.orderId}:` });
+    await admin.set({ kind: 'delay', target: 'charges', delayMs: 7_000, count: 1, keyPrefix: `${order.orderId}:` });
 
     const started = await cli(['place', '--file', orderFile(order), '--no-wait', '--json']);
     expect(started.code, started.stderr).toBe(0);
