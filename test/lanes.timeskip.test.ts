@@ -21,14 +21,7 @@ let env: TestWorkflowEnvironment;
 let bundle: WorkflowBundleWithSourceMap;
 let db: Pool;
 
-useSagaTestEnv(
-  { server: 'timeskip' },
-  {
-    started: (saga) => {
-      ({ env, bundle, db } = saga);
-    },
-  },
-);
+useSagaTestEnv({ server: 'timeskip' }, { started: (saga) => ({ env, bundle, db } = saga) });
 /** Runs the main worker and two lane workers (one task at a time each) until `body` is done. */
 async function withLanes<T>(
   main: OrderActivities,

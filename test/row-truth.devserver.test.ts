@@ -50,11 +50,7 @@ useSagaTestEnv(
         ),
       }),
   },
-  {
-    started: (saga) => {
-      ({ env, db } = saga);
-    },
-  },
+  { started: (saga) => ({ env, db } = saga) },
 );
 
 const WFT_COMPLETED = temporal.api.enums.v1.EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED;

@@ -47,14 +47,7 @@ const admin = testAdmin();
 /** Histories of every path, replayed at the end (and saved as fixtures with UPDATE_FIXTURES=1). */
 const histories: { name: string; workflowId: string; history: History }[] = [];
 
-useSagaTestEnv(
-  { server: 'timeskip' },
-  {
-    started: (saga) => {
-      ({ env, bundle, db } = saga);
-    },
-  },
-);
+useSagaTestEnv({ server: 'timeskip' }, { started: (saga) => ({ env, bundle, db } = saga) });
 
 afterEach(async () => {
   await admin.clear();

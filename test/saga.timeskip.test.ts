@@ -29,14 +29,7 @@ let env: TestWorkflowEnvironment;
 let bundle: WorkflowBundleWithSourceMap;
 let db: Pool;
 
-useSagaTestEnv(
-  { server: 'timeskip' },
-  {
-    started: (saga) => {
-      ({ env, bundle, db } = saga);
-    },
-  },
-);
+useSagaTestEnv({ server: 'timeskip' }, { started: (saga) => ({ env, bundle, db } = saga) });
 
 async function runSaga(order: ReturnType<typeof makeOrder>): Promise<OrderResult> {
   const taskQueue = `saga-${uid()}`;

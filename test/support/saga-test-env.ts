@@ -43,7 +43,7 @@ export interface SagaTestEnvOptions {
  */
 export function useSagaTestEnv(
   opts: SagaTestEnvOptions,
-  hooks: { started?: (saga: SagaTestEnv) => void | Promise<void>; stopping?: () => Promise<void> } = {},
+  hooks: { started?: (saga: SagaTestEnv) => unknown; stopping?: () => Promise<void> } = {},
 ): void {
   let saga: SagaTestEnv | undefined;
   beforeAll(async () => {
