@@ -153,10 +153,19 @@ export function conflictStatus(err: unknown): OrderStatus | undefined {
   return f && (((f.details?.[0] ?? {}) as { status?: OrderStatus }).status ?? undefined);
 }
 
-/** The first OrderStateConflict's details in the cause chain. */
-function stateConflictDetails(err: unknown): Record<string, unknown> | undefined {
+/** What a refused write says of the row (OrderStateConflict's details). */
+interface ConflictDetails {
+  status?: OrderStatus;
+  attentionFrom?: OrderStatus | null;
+  cancel?: RecordedCancel | null;
+}
+
+/** The details of the first OrderStateConflict in the cause chain. */
+function stateConflictDetails(err: unknown): ConflictDetails | undefined {
   const f = findFailure(err, (f) => f.type === ErrorTypes.OrderStateConflict);
-  return f && ((f.details?.[0] ?? {}) as Record<string, unknown>);
+  if (!f) return undefined;
+  const details: ConflictDetails = f.details?.[0] ?? {};
+  return details;
 }
 
 /**
@@ -164,7 +173,7 @@ function stateConflictDetails(err: unknown): Record<string, unknown> | undefined
  * NEEDS_ATTENTION escalated at or after the pivot (from CHARGED or SHIPPED). Undefined otherwise.
  */
 export function pastPivotStatus(err: unknown): OrderStatus | undefined {
-  const d = stateConflictDetails(err) as { status?: OrderStatus; attentionFrom?: OrderStatus | null } | undefined;
+  const d = stateConflictDetails(err);
   if (!d?.status) return undefined;
   if (isPastPivot(d.status)) return d.status;
   if (d.status === 'NEEDS_ATTENTION' && (d.attentionFrom === 'CHARGED' || d.attentionFrom === 'SHIPPED'))
@@ -174,7 +183,7 @@ export function pastPivotStatus(err: unknown): OrderStatus | undefined {
 
 /** The cancel recorded on the order row, as a refused write names it (OrderStateConflict's details). */
 export function recordedCancelIn(err: unknown): RecordedCancel | undefined {
-  return (stateConflictDetails(err) as { cancel?: RecordedCancel | null } | undefined)?.cancel ?? undefined;
+  return stateConflictDetails(err)?.cancel ?? undefined;
 }
 
 /** The order is terminal and this run does not own it: another run settled it. Stop, change nothing. */
