@@ -176,33 +176,49 @@ export async function createOrderWorkers(
   };
 }
 
+/** One sample of a scraped metric: its labels (none for an unlabelled metric) and its value. */
+type Sample = [labels: Partial<Record<string, string>>, value: number];
+
+/**
+ * A Prometheus counter or gauge filled from `samples` at each scrape (reset first), so it shows
+ * exactly the worker's own counts.
+ */
+function scrapedMetric(
+  registry: Registry,
+  kind: 'counter' | 'gauge',
+  def: { name: string; help: string; labelNames?: string[] },
+  samples: () => Iterable<Sample>,
+): void {
+  const config = { ...def, labelNames: def.labelNames ?? [], registers: [registry] };
+  if (kind === 'counter')
+    new Counter({
+      ...config,
+      collect() {
+        this.reset();
+        for (const [labels, value] of samples()) this.inc(labels, value);
+      },
+    });
+  else
+    new Gauge({
+      ...config,
+      collect() {
+        this.reset();
+        for (const [labels, value] of samples()) this.set(labels, value);
+      },
+    });
+}
+
 /** The inventory metrics as Prometheus metrics (one label, `sku`), read from `metrics` at each scrape. */
 function inventoryRegistry(metrics: InventoryMetrics): Registry {
   const registry = new Registry();
-  type Pick = (s: SkuStats) => number;
-  // Each is filled from a snapshot at a scrape (reset first), so it shows exactly the worker's counts.
-  const counter = (name: string, help: string, pick: Pick): unknown =>
-    new Counter({
-      name,
-      help,
-      labelNames: ['sku'],
-      registers: [registry],
-      collect() {
-        this.reset();
-        for (const s of metrics.snapshot()) this.inc({ sku: s.sku }, pick(s));
-      },
-    });
-  const gauge = (name: string, help: string, pick: Pick): unknown =>
-    new Gauge({
-      name,
-      help,
-      labelNames: ['sku'],
-      registers: [registry],
-      collect() {
-        this.reset();
-        for (const s of metrics.snapshot()) this.set({ sku: s.sku }, pick(s));
-      },
-    });
+  const perSku =
+    (kind: 'counter' | 'gauge') =>
+    (name: string, help: string, pick: (s: SkuStats) => number): void =>
+      scrapedMetric(registry, kind, { name, help, labelNames: ['sku'] }, () =>
+        metrics.snapshot().map((s): Sample => [{ sku: s.sku }, pick(s)]),
+      );
+  const counter = perSku('counter');
+  const gauge = perSku('gauge');
   counter(
     'order_saga_inventory_cas_attempts_total',
     'Optimistic (CAS) reservation attempts per SKU.',
@@ -230,16 +246,12 @@ function inventoryRegistry(metrics: InventoryMetrics): Registry {
 
 /** The sweeper's counters and its stranded- and stalled-order gauges, read from `stats` at each scrape. */
 function sweeperMetrics(registry: Registry, stats: SweeperStats): void {
-  const counter = (name: string, help: string, pick: (s: SweeperStats) => number): unknown =>
-    new Counter({
-      name,
-      help,
-      registers: [registry],
-      collect() {
-        this.reset();
-        this.inc(pick(stats));
-      },
-    });
+  const metric =
+    (kind: 'counter' | 'gauge') =>
+    (name: string, help: string, pick: (s: SweeperStats) => number): void =>
+      scrapedMetric(registry, kind, { name, help }, () => [[{}, pick(stats)]]);
+  const counter = metric('counter');
+  const gauge = metric('gauge');
   counter('order_saga_sweeper_healed_total', 'Stranded orders whose saga the sweeper started again.', (s) => s.healed);
   counter(
     'order_saga_sweeper_resets_total',
@@ -257,22 +269,16 @@ function sweeperMetrics(registry: Registry, stats: SweeperStats): void {
     'Orders the sweeper could not read (an undecodable payload, a history or description it could not fetch).',
     (s) => s.unreadable,
   );
-  new Gauge({
-    name: 'order_saga_stalled_orders',
-    help: 'Open orders whose run was running but not moving, at the last sweep.',
-    registers: [registry],
-    collect() {
-      this.set(stats.stalled);
-    },
-  });
-  new Gauge({
-    name: 'order_saga_oldest_stranded_order_seconds',
-    help: 'Age of the oldest open order with no live run, at the last sweep (0: none).',
-    registers: [registry],
-    collect() {
-      this.set(stats.oldestStrandedMs / 1000);
-    },
-  });
+  gauge(
+    'order_saga_stalled_orders',
+    'Open orders whose run was running but not moving, at the last sweep.',
+    (s) => s.stalled,
+  );
+  gauge(
+    'order_saga_oldest_stranded_order_seconds',
+    'Age of the oldest open order with no live run, at the last sweep (0: none).',
+    (s) => s.oldestStrandedMs / 1000,
+  );
 }
 
 /** GET /metrics (Prometheus text) and GET /stats (JSON) of the inventory metrics; any other request gets a JSON 4xx. */

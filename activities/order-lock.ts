@@ -8,8 +8,9 @@
  */
 import { Context } from '@temporalio/activity';
 import type { Pool, PoolClient } from 'pg';
-import { TERMINAL_STATUSES, type OrderStatus } from '../domain/order';
-import { businessFailure, ErrorTypes } from './errors';
+import { BEFORE_PIVOT_STATUSES, FORWARD_STATUSES, isTerminal, type OrderStatus } from '../domain/order';
+import { ErrorTypes } from '../domain/failures';
+import { businessFailure } from './errors';
 
 type Db = Pool | PoolClient;
 
@@ -131,12 +132,9 @@ export const notSuperseded = (runParam: string): string =>
               AND substr(owner_run_id, 15, 1) = '7' AND substr(${runParam}::text, 15, 1) = '7'
               AND ${runParam}::text COLLATE "C" < owner_run_id COLLATE "C")))`;
 
-/** The forward path. A forward write to a status the order has already passed is a no-op, not an error. */
-const FORWARD: readonly OrderStatus[] = ['PENDING', 'RESERVED', 'UNKNOWN_PAYMENT', 'CHARGED', 'SHIPPED', 'COMPLETED'];
+/** A forward write to a status the order has already passed is a no-op, not an error. */
 const isPast = (current: OrderStatus, to: OrderStatus): boolean =>
-  FORWARD.includes(to) && FORWARD.indexOf(current) >= FORWARD.indexOf(to);
-/** Where an escalation may still turn backward from: it began before the pivot. */
-export const BEFORE_PIVOT_ORIGINS: readonly OrderStatus[] = ['PENDING', 'RESERVED', 'UNKNOWN_PAYMENT', 'COMPENSATING'];
+  FORWARD_STATUSES.includes(to) && FORWARD_STATUSES.indexOf(current) >= FORWARD_STATUSES.indexOf(to);
 
 /** What a guarded write did: whether the status changed, and the row's status afterwards. */
 export interface TransitionResult {
@@ -166,7 +164,8 @@ export async function transition(
                   OR ($2 = 'COMPENSATING' AND attention_from = ANY ($5::text[])))
              AND ($2 <> 'SHIPPED' OR cancel_request_id IS NULL)
              AND ${notSuperseded('$4')}`,
-    values: [orderId, to, opts.reason ?? null, runId, BEFORE_PIVOT_ORIGINS],
+    // An escalation may still turn backward (to COMPENSATING) when it began before the pivot.
+    values: [orderId, to, opts.reason ?? null, runId, BEFORE_PIVOT_STATUSES],
   });
   if (res.rowCount === 1) return { changed: true, status: to };
   const current = await readOrder(db, orderId);
@@ -197,5 +196,3 @@ export async function resumeFromAttention(db: Db, orderId: string, reason?: stri
   assertNotSuperseded(orderId, current, runId, 'resume from NEEDS_ATTENTION');
   return current.status;
 }
-
-export const isTerminal = (status: OrderStatus): boolean => TERMINAL_STATUSES.includes(status);

@@ -12,9 +12,9 @@
 import { log } from '@temporalio/activity';
 import type { Pool, PoolClient } from 'pg';
 import { withTransaction } from '../db/pool';
-import { chargeKeyFor, formatMoney, type OrderStatus } from '../domain/order';
+import { chargeKeyFor, formatMoney, isPastPivot, isTerminal, type OrderStatus } from '../domain/order';
 import type { ProviderClient } from '../provider/client';
-import { isTerminal, readOrder, recordedCancel, type RecordedCancel } from './order-lock';
+import { readOrder, recordedCancel, type RecordedCancel } from './order-lock';
 
 /** Who recorded a request first: client.ts before its Signal, or a run for a Signal without a record. */
 export type RequestSource = 'client' | 'signal';
@@ -27,8 +27,6 @@ export interface CancelDecision {
   cancel?: RecordedCancel;
 }
 
-/** Statuses an accepted cancel may not meet: the order has shipped. */
-const SHIPPED: readonly OrderStatus[] = ['SHIPPED', 'COMPLETED'];
 /** An escalation from these stands at the pivot (the shipment may have been made by hand): no cancel. */
 const AT_PIVOT: readonly (OrderStatus | null)[] = ['CHARGED', 'SHIPPED'];
 
@@ -38,8 +36,8 @@ export function cancelRefusal(
   row: { status: OrderStatus; attention_from: OrderStatus | null },
 ): string | undefined {
   const { status } = row;
-  if (isTerminal(status) && !SHIPPED.includes(status)) return `order ${orderId} is already ${status}`;
-  if (SHIPPED.includes(status) || (status === 'NEEDS_ATTENTION' && AT_PIVOT.includes(row.attention_from)))
+  if (isTerminal(status) && !isPastPivot(status)) return `order ${orderId} is already ${status}`;
+  if (isPastPivot(status) || (status === 'NEEDS_ATTENTION' && AT_PIVOT.includes(row.attention_from)))
     return `order ${orderId} has reached the shipment (the pivot); it can only move forward`;
   if (status === 'COMPENSATING' || (status === 'NEEDS_ATTENTION' && row.attention_from === 'COMPENSATING'))
     return `order ${orderId} is already being compensated; there is nothing left to cancel`;

@@ -1,11 +1,18 @@
 import { log } from '@temporalio/activity';
 import type { Pool } from 'pg';
-import { orderTotalCents, parseOrder, workflowIdFor, type OrderInput, type OrderStatus } from '../domain/order';
-import { businessFailure, ErrorTypes } from './errors';
+import { ErrorTypes } from '../domain/failures';
+import {
+  isTerminal,
+  orderTotalCents,
+  parseOrder,
+  workflowIdFor,
+  type OrderInput,
+  type OrderStatus,
+} from '../domain/order';
+import { businessFailure } from './errors';
 import {
   assertNotSuperseded,
   callerRunId,
-  isTerminal,
   notSuperseded,
   readOrder,
   recordedCancel,

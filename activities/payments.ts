@@ -1,11 +1,12 @@
 import { log } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
 import { CHARGE_ATTEMPT_TIMEOUT_MS } from '../domain/charge-timing';
-import { chargeKeyFor, refundKeyFor, type OrderStatus } from '../domain/order';
+import { chargeKeyFor, PAST_PIVOT_STATUSES, refundKeyFor, type OrderStatus } from '../domain/order';
 import { KEY_CLOSED_ERROR, KEY_CLOSED_STATUS, type ChargeStatus } from '../provider/api';
 import type { Pool } from 'pg';
 import { ProviderHttpError, type ProviderClient } from '../provider/client';
-import { businessFailure, ErrorTypes } from './errors';
+import { ErrorTypes } from '../domain/failures';
+import { businessFailure } from './errors';
 import { assertNotSuperseded, callerRunId, readOrder, rowConflict, stateConflict, transition } from './order-lock';
 
 export interface ChargeRequest {
@@ -203,10 +204,10 @@ export function paymentActivities({ db, provider }: { db: Pool; provider: Provid
       const chargeKey = keyOf(req.chargeKey, req.orderId, chargeKeyFor, 'chargeKey');
       const refundKey = keyOf(req.idempotencyKey, req.orderId, refundKeyFor, 'idempotencyKey');
       const shipped = await db.query<{ status: OrderStatus }>({
-        text: `SELECT o.status FROM orders o WHERE o.order_id = $1 AND (o.status IN ('SHIPPED', 'COMPLETED')
+        text: `SELECT o.status FROM orders o WHERE o.order_id = $1 AND (o.status = ANY ($2::text[])
                  OR EXISTS (SELECT 1 FROM shipments s WHERE s.order_id = o.order_id)
                  OR EXISTS (SELECT 1 FROM reservations r WHERE r.order_id = o.order_id AND r.status = 'SOLD'))`,
-        values: [req.orderId],
+        values: [req.orderId, PAST_PIVOT_STATUSES],
       });
       if (shipped.rowCount) stateConflict(req.orderId, shipped.rows[0]!.status, 'refund a shipped order');
       try {

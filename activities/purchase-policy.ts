@@ -1,5 +1,6 @@
 import type { PoolClient } from 'pg';
-import { businessFailure, ErrorTypes } from './errors';
+import { ErrorTypes } from '../domain/failures';
+import { businessFailure } from './errors';
 import type { ReserveRequest, SnapshotRow } from './reserve-types';
 
 /**

@@ -2,7 +2,8 @@ import { createHash } from 'node:crypto';
 import { log } from '@temporalio/activity';
 import type { Pool } from 'pg';
 import { withTransaction } from '../db/pool';
-import { businessFailure, ErrorTypes } from './errors';
+import { ErrorTypes } from '../domain/failures';
+import { businessFailure } from './errors';
 import { assertNotSuperseded, callerRunId, readOrder, stateConflict, transition } from './order-lock';
 
 /** A tracking number derived from the order ID, so a retried shipment is the same shipment. */

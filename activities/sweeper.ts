@@ -32,7 +32,8 @@ import { temporal } from '@temporalio/proto';
 import type { Pool } from 'pg';
 import { decodeHistoryPayload } from '../platform/payload-codec';
 import { taskFailureMessage } from '../platform/task-failures';
-import { TERMINAL_STATUSES, workflowIdFor, type OrderInput, type OrderStatus } from '../domain/order';
+import { WorkflowNames } from '../domain/names';
+import { isTerminal, TERMINAL_STATUSES, workflowIdFor, type OrderInput, type OrderStatus } from '../domain/order';
 import {
   classifyOrder,
   STALL_CAUSES,
@@ -222,7 +223,7 @@ export function sweeperActivities({
     // resolve accepted before is in the row, where the new run reads it.
     at.step = 'start its saga again';
     try {
-      const handle = await s.client.workflow.start('orderSaga', {
+      const handle = await s.client.workflow.start(WorkflowNames.orderSaga, {
         taskQueue: tc.taskQueue,
         workflowId,
         args: config === undefined ? [input] : [input, config],
@@ -250,7 +251,7 @@ export function sweeperActivities({
       text: 'SELECT status FROM orders WHERE order_id = $1',
       values: [orderId],
     });
-    return !!now.rowCount && !TERMINAL_STATUSES.includes(now.rows[0]!.status);
+    return !!now.rowCount && !isTerminal(now.rows[0]!.status);
   };
 
   /** One handler per case of sweep-classify.ts. */

@@ -1,5 +1,6 @@
 /** `list`: orders (up to 1000) from Temporal's visibility store, by the OrderStatus search attribute. */
 import { Option, type Command } from '@commander-js/extra-typings';
+import { WorkflowNames } from '../domain/names';
 import { ORDER_STATUSES } from '../domain/order';
 import { CustomerIdKey, NeedsAttentionKey, OrderStatusKey, TotalCentsKey } from '../workflows/search-attributes';
 import { EXIT, type CliContext } from './context';
@@ -8,7 +9,7 @@ import { jsonOption } from './options';
 async function list(opts: { status?: string; json?: boolean }, ctx: CliContext): Promise<number> {
   const { io, links } = ctx;
   const client = await ctx.temporal();
-  const query = `WorkflowType = 'orderSaga'${opts.status ? ` AND OrderStatus = '${opts.status}'` : ''}`;
+  const query = `WorkflowType = '${WorkflowNames.orderSaga}'${opts.status ? ` AND OrderStatus = '${opts.status}'` : ''}`;
   const rows = [];
   for await (const wf of client.workflow.list({ query, pageSize: 100 })) {
     rows.push({

@@ -12,6 +12,7 @@ import {
   type WorkflowHandleWithFirstExecutionRunId,
 } from '@temporalio/client';
 import { WorkflowIdConflictPolicy, WorkflowIdReusePolicy } from '@temporalio/common';
+import { ErrorTypes } from '../domain/failures';
 import { OrderValidationError, parseOrder, workflowIdFor, type OrderInput, type OrderResult } from '../domain/order';
 import { orderOutcome } from '../lib/order-outcome';
 import type { OrderStore } from '../lib/order-store';
@@ -177,7 +178,7 @@ async function place(
     const cause: (Error & { type?: string }) | undefined = err.cause;
     const reason = cause?.message ?? err.message;
     // Without DATABASE_URL the client cannot check the catalogue; the workflow's boundary did.
-    if (cause?.type === 'InvalidOrder') throw new CliError(`invalid order: ${reason}`, EXIT.invalid);
+    if (cause?.type === ErrorTypes.InvalidOrder) throw new CliError(`invalid order: ${reason}`, EXIT.invalid);
     printResult(io, !!opts.json, { ...base, status: 'FAILED', reason, durationMs: Date.now() - sent });
     return EXIT.notCompleted;
   }

@@ -1,5 +1,6 @@
 /** `schedule reconcile` and `schedule sweep`: create (or update) one of the application's Temporal Schedules. */
 import type { Command } from '@commander-js/extra-typings';
+import { WorkflowNames } from '../domain/names';
 import { RECONCILE_SCHEDULE_ID, SWEEP_SCHEDULE_ID, upsertSchedule } from '../lib/schedules';
 import { EXIT, type CliContext } from './context';
 import { durationMs, interval, jsonOption, positiveInt } from './options';
@@ -34,7 +35,12 @@ export function register(cli: Command, ctx: CliContext): void {
     .action(async (opts) =>
       ctx.done(
         await schedule(
-          { scheduleId: RECONCILE_SCHEDULE_ID, workflowType: 'reconcileWorkflow', every: opts.every, json: opts.json },
+          {
+            scheduleId: RECONCILE_SCHEDULE_ID,
+            workflowType: WorkflowNames.reconcile,
+            every: opts.every,
+            json: opts.json,
+          },
           ctx,
         ),
       ),
@@ -55,7 +61,7 @@ export function register(cli: Command, ctx: CliContext): void {
         await schedule(
           {
             scheduleId: SWEEP_SCHEDULE_ID,
-            workflowType: 'sweeperWorkflow',
+            workflowType: WorkflowNames.sweeper,
             every: opts.every,
             args: [
               {

@@ -4,7 +4,7 @@
  */
 import type { Command } from '@commander-js/extra-typings';
 import { WorkflowNotFoundError } from '@temporalio/client';
-import { workflowIdFor } from '../domain/order';
+import { isTerminal, workflowIdFor } from '../domain/order';
 import { closedRunState } from '../lib/closed-run';
 import { stateQuery, type SagaState } from '../workflows/messages';
 import { CliError, EXIT, type CliContext } from './context';
@@ -67,7 +67,7 @@ async function rowOnly(orderId: string, json: boolean, ctx: CliContext): Promise
     await store.close();
   }
   if (!row) throw noOrder(orderId);
-  const open = !['COMPLETED', 'FAILED', 'CANCELLED'].includes(row.status);
+  const open = !isTerminal(row.status);
   const run = `no run in Temporal (workflow ${workflowIdFor(orderId)} is missing: deleted, purged or lost)`;
   const next = open ? '; the sweeper starts its saga again from this row' : '';
   if (json) ctx.io.out(JSON.stringify({ ...row, run: 'missing' }));

@@ -1,5 +1,6 @@
 /** `views`: the Web UI list views an operator uses, each as its visibility query and its URL. */
 import type { Command } from '@commander-js/extra-typings';
+import { WorkflowNames } from '../domain/names';
 import { workflowIdFor } from '../domain/order';
 import { operatorViews } from '../lib/config';
 import { EXIT, type CliContext } from './context';
@@ -18,7 +19,7 @@ async function stalledView(ctx: CliContext): Promise<{ name: string; query: stri
     const ids = rows.map((r) => `'${workflowIdFor(r.orderId)}'`).join(', ');
     return {
       name: `stalled: ${rows.map((r) => `${r.orderId} (${r.cause})`).join(', ')} (client.ts sweeps --stalled)`,
-      query: `WorkflowType = 'orderSaga' AND WorkflowId IN (${ids})`,
+      query: `WorkflowType = '${WorkflowNames.orderSaga}' AND WorkflowId IN (${ids})`,
     };
   } catch (err) {
     return { note: `stalled orders: the sweeper's records cannot be read (${(err as Error).message})` };

@@ -5,6 +5,7 @@
  */
 import { WorkflowNotFoundError, type Client } from '@temporalio/client';
 import type { Pool } from 'pg';
+import { PAST_PIVOT_STATUSES, TERMINAL_STATUSES } from '../domain/order';
 import { withTransaction } from './pool';
 
 export interface Violation {
@@ -159,8 +160,8 @@ export async function checkInvariants(
             text: `SELECT order_id, status || CASE WHEN status = 'NEEDS_ATTENTION' THEN ' with no reason' ELSE ' since ' || created_at END AS detail
              FROM orders
              WHERE (status = 'NEEDS_ATTENTION' AND (reason IS NULL OR reason = ''))
-                OR (status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED', 'NEEDS_ATTENTION') AND created_at < $1::timestamptz - ($2::bigint * interval '1 millisecond'))`,
-            values: [(opts.now ?? new Date()).toISOString(), opts.deadlineMs],
+                OR (NOT (status = ANY ($3::text[])) AND status <> 'NEEDS_ATTENTION' AND created_at < $1::timestamptz - ($2::bigint * interval '1 millisecond'))`,
+            values: [(opts.now ?? new Date()).toISOString(), opts.deadlineMs, TERMINAL_STATUSES],
           })
         ).rows,
       );
@@ -188,29 +189,35 @@ export async function checkInvariants(
       add(
         RULES.shippedPaidOnce,
         (
-          await client.query<{ order_id: string; detail: string }>(`
+          await client.query<{ order_id: string; detail: string }>({
+            text: `
       SELECT o.order_id,
              o.status || ' order of ' || o.total_cents || ' ' || o.currency || ': ' ||
              COALESCE(c.status || ' charge of ' || c.amount_cents || ' ' || c.currency || ', refunded ' || COALESCE(r.refunded, 0), 'no charge') AS detail
       FROM orders o
       LEFT JOIN provider.charges c ON c.idempotency_key = o.order_id || ':charge'
       LEFT JOIN (SELECT charge_key, sum(amount_cents) AS refunded FROM provider.refunds GROUP BY charge_key) r ON r.charge_key = c.idempotency_key
-      WHERE o.status IN ('SHIPPED', 'COMPLETED')
+      WHERE o.status = ANY ($1::text[])
         AND (c.idempotency_key IS NULL OR c.status <> 'succeeded' OR c.amount_cents <> o.total_cents OR c.currency <> o.currency
-             OR COALESCE(r.refunded, 0) <> 0)`)
+             OR COALESCE(r.refunded, 0) <> 0)`,
+            values: [PAST_PIVOT_STATUSES],
+          })
         ).rows,
       );
 
       add(
         RULES.noRefundOnShipped,
         (
-          await client.query<{ order_id: string; detail: string }>(`
+          await client.query<{ order_id: string; detail: string }>({
+            text: `
       SELECT o.order_id, 'refund ' || r.idempotency_key || ' of ' || r.amount_cents || ' on a ' || o.status || ' order'
              || CASE WHEN s.order_id IS NOT NULL THEN ' with shipment ' || s.tracking_number ELSE '' END AS detail
       FROM provider.refunds r
       JOIN orders o ON r.charge_key = o.order_id || ':charge'
       LEFT JOIN shipments s ON s.order_id = o.order_id
-      WHERE o.status IN ('SHIPPED', 'COMPLETED') OR s.order_id IS NOT NULL`)
+      WHERE o.status = ANY ($1::text[]) OR s.order_id IS NOT NULL`,
+            values: [PAST_PIVOT_STATUSES],
+          })
         ).rows,
       );
 
@@ -251,9 +258,10 @@ export async function checkInvariants(
         });
       }
 
-      const open = await client.query<{ order_id: string; workflow_id: string; status: string }>(
-        `SELECT order_id, workflow_id, status FROM orders WHERE status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED') ORDER BY order_id LIMIT 5000`,
-      );
+      const open = await client.query<{ order_id: string; workflow_id: string; status: string }>({
+        text: `SELECT order_id, workflow_id, status FROM orders WHERE NOT (status = ANY ($1::text[])) ORDER BY order_id LIMIT 5000`,
+        values: [TERMINAL_STATUSES],
+      });
 
       const counts = await client.query<{ orders: string; skus: string }>(
         'SELECT (SELECT count(*) FROM orders) AS orders, (SELECT count(*) FROM products) AS skus',
@@ -279,8 +287,8 @@ export async function checkInvariants(
     // A run writes the terminal status just before it closes: re-read, so that is not a finding.
     const still = closed.length
       ? await db.query<{ order_id: string; status: string }>({
-          text: `SELECT order_id, status FROM orders WHERE order_id = ANY($1::text[]) AND status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED')`,
-          values: [closed.map((r) => r.order_id)],
+          text: `SELECT order_id, status FROM orders WHERE order_id = ANY($1::text[]) AND NOT (status = ANY ($2::text[]))`,
+          values: [closed.map((r) => r.order_id), TERMINAL_STATUSES],
         })
       : { rows: [] };
     for (const r of still.rows) {

@@ -18,7 +18,22 @@ export const ORDER_STATUSES = [
   'NEEDS_ATTENTION',
 ] as const;
 export type OrderStatus = (typeof ORDER_STATUSES)[number];
+/** The statuses an order ends in: nothing moves it on from there. */
 export const TERMINAL_STATUSES: readonly OrderStatus[] = ['COMPLETED', 'FAILED', 'CANCELLED'];
+/** Past the pivot (the shipment): from these the order only goes forward. */
+export const PAST_PIVOT_STATUSES: readonly OrderStatus[] = ['SHIPPED', 'COMPLETED'];
+/** Before the pivot, where a failure or a cancel still compensates; an escalation from these may turn backward. */
+export const BEFORE_PIVOT_STATUSES: readonly OrderStatus[] = ['PENDING', 'RESERVED', 'UNKNOWN_PAYMENT', 'COMPENSATING'];
+/** The forward path, in order: a forward write to a status the order has already passed changes nothing. */
+export const FORWARD_STATUSES: readonly OrderStatus[] = [
+  'PENDING',
+  'RESERVED',
+  'UNKNOWN_PAYMENT',
+  'CHARGED',
+  ...PAST_PIVOT_STATUSES,
+];
+export const isTerminal = (status: OrderStatus): boolean => TERMINAL_STATUSES.includes(status);
+export const isPastPivot = (status: OrderStatus): boolean => PAST_PIVOT_STATUSES.includes(status);
 
 export const CURRENCIES = ['USD', 'EUR'] as const;
 export type Currency = (typeof CURRENCIES)[number];

@@ -10,7 +10,7 @@ import { checkAgainstCatalogue } from '../activities/orders';
 import { STALL_CAUSES } from '../activities/sweep-classify';
 import { checkInvariants, type CheckReport, type WorkflowLookup } from '../db/invariants';
 import { createPool } from '../db/pool';
-import { TERMINAL_STATUSES, type OrderInput } from '../domain/order';
+import { TERMINAL_STATUSES, type OrderInput, type OrderStatus } from '../domain/order';
 import type { AppConfig } from './config';
 
 /** Which database role a store connects as. */
@@ -37,7 +37,7 @@ export interface SweeperActionRow {
 /** What `client.ts status` shows of an order whose run Temporal no longer has. */
 export interface OrderRowView {
   orderId: string;
-  status: string;
+  status: OrderStatus;
   reason: string | null;
   cancel?: { requestId: string; reason: string };
   updatedAt: string;
@@ -176,7 +176,7 @@ export function orderStore(db: Pool): OrderStore {
 
     async orderRow(orderId) {
       const { rows } = await db.query<{
-        status: string;
+        status: OrderStatus;
         reason: string | null;
         cancel_request_id: string | null;
         cancel_reason: string | null;

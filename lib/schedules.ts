@@ -4,6 +4,7 @@
  */
 import { ScheduleAlreadyRunning, ScheduleOverlapPolicy, type Client } from '@temporalio/client';
 import type { Duration } from '@temporalio/common';
+import { WorkflowNames } from '../domain/names';
 
 export const RECONCILE_SCHEDULE_ID = 'reconcile';
 export const SWEEP_SCHEDULE_ID = 'sweep';
@@ -19,10 +20,15 @@ export interface AppSchedule {
 
 /** Both Schedules, as npm start creates them and `client.ts check` expects them. */
 export const APP_SCHEDULES: readonly AppSchedule[] = [
-  { scheduleId: SWEEP_SCHEDULE_ID, workflowType: 'sweeperWorkflow', defaultEvery: '1m', everyVariable: 'SWEEP_EVERY' },
+  {
+    scheduleId: SWEEP_SCHEDULE_ID,
+    workflowType: WorkflowNames.sweeper,
+    defaultEvery: '1m',
+    everyVariable: 'SWEEP_EVERY',
+  },
   {
     scheduleId: RECONCILE_SCHEDULE_ID,
-    workflowType: 'reconcileWorkflow',
+    workflowType: WorkflowNames.reconcile,
     defaultEvery: '1h',
     everyVariable: 'RECONCILE_EVERY',
   },

@@ -7,29 +7,21 @@ import { ApplicationFailure } from '@temporalio/common';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { Worker, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
 import type { Pool } from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { createActivities, type OrderActivities } from '../activities';
 import type { ReserveRequest, ReserveResult } from '../activities/inventory';
 import { laneFor, laneTaskQueue } from '../domain/lanes';
 import { workflowIdFor, type OrderInput } from '../domain/order';
 import { orderSaga } from '../workflows';
-import { sagaTestEnv, type SagaTestEnv } from './support/saga-test-env';
+import { useSagaTestEnv } from './support/saga-test-env';
 import { dataConverter } from './support/temporal-env';
 import { createProduct, ledger, makeOrder, productRow, reservations, testProvider, uid } from './support/helpers';
 
 let env: TestWorkflowEnvironment;
 let bundle: WorkflowBundleWithSourceMap;
 let db: Pool;
-let saga: SagaTestEnv | undefined;
 
-beforeAll(async () => {
-  saga = await sagaTestEnv({ server: 'timeskip' });
-  ({ env, bundle, db } = saga);
-});
-afterAll(async () => {
-  await saga?.stop();
-});
-
+useSagaTestEnv({ server: 'timeskip' }, { started: (saga) => ({ env, bundle, db } = saga) });
 /** Runs the main worker and two lane workers (one task at a time each) until `body` is done. */
 async function withLanes<T>(
   main: OrderActivities,

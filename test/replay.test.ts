@@ -16,6 +16,7 @@ import { Worker } from '@temporalio/worker';
 import { describe, expect, it } from 'vitest';
 import { workflowIdFor } from '../domain/order';
 import { EncryptionCodec, ENCRYPTED_ENCODING, requirePayloadKeys } from '../platform/payload-codec';
+import { happyPathCounts } from '../scripts/happy-path';
 import { bundleWorkflows, dataConverter } from './support/temporal-env';
 
 const DIR = path.join(__dirname, 'fixtures', 'histories');
@@ -59,6 +60,17 @@ describe('replay of saved saga histories', () => {
     const results = await replayAll(path.resolve(__dirname, '../workflows/index.ts'));
     expect(results).toHaveLength(files.length);
     for (const r of results) expect(r.error, r.workflowId).toBeUndefined();
+  });
+
+  it('the recorded happy path: two round trips and three local activities in three workflow tasks, 27 events', () => {
+    // docs/saga.md and docs/decisions.md give these figures; scripts/check-docs.ts compares them with the fixture.
+    expect(happyPathCounts()).toEqual({
+      events: 27,
+      workflowTasks: 3,
+      activities: ['reserveInventory', 'chargePayment'],
+      markers: 3,
+      closedAs: 'EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED',
+    });
   });
 
   it('fails on a change that would break a running history (one more command at the start)', async () => {

@@ -12,19 +12,20 @@ import { ApplicationFailure } from '@temporalio/common';
 import { temporal } from '@temporalio/proto';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import type { Pool } from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { createActivities, type OrderActivities } from '../activities';
+import { ErrorTypes } from '../domain/failures';
 import { workflowIdFor, type OrderInput, type OrderResult } from '../domain/order';
 import { checkInvariants, temporalLookup } from '../db/invariants';
 import { request } from '../lib/saga-requests';
 import { orderSaga, stateQuery } from '../workflows';
-import { sagaTestEnv, type SagaTestEnv } from './support/saga-test-env';
+import { failWhileIn, withFaults } from './support/activity-faults';
+import { useSagaTestEnv } from './support/saga-test-env';
 import { createProduct, ledger, makeOrder, moneyKept, testAdmin, testProvider, uid } from './support/helpers';
 
 const DAY = 86_400_000;
 let env: TestWorkflowEnvironment;
 let db: Pool;
-let saga: SagaTestEnv | undefined;
 const taskQueue = `reset-${uid()}`;
 /** Orders whose charge waits until the test lets it go (once), so a cancel can arrive after it. */
 const chargeGates = new Map<string, { reached: () => void; go: Promise<void> }>();
@@ -33,43 +34,31 @@ const rejectShipment = new Set<string>();
 /** Orders whose confirmation fails (permanently) while they are in this set. */
 const failConfirmation = new Set<string>();
 
-beforeAll(async () => {
-  saga = await sagaTestEnv({
+useSagaTestEnv(
+  {
     server: 'dev',
     taskQueue,
-    activities: ({ db }): OrderActivities => {
-      const real = createActivities({ db, provider: testProvider() });
-      return {
-        ...real,
-        chargePayment: async (req) => {
-          const gate = chargeGates.get(req.orderId);
-          const out = await real.chargePayment(req);
-          if (gate) {
+    activities: ({ db }): OrderActivities =>
+      withFaults(createActivities({ db, provider: testProvider() }), {
+        chargePayment: {
+          after: async (req) => {
+            const gate = chargeGates.get(req.orderId);
+            if (!gate) return;
             chargeGates.delete(req.orderId);
             gate.reached();
             await gate.go;
-          }
-          return out;
+          },
         },
-        createShipment: async (req) => {
-          if (rejectShipment.has(req.orderId))
-            throw ApplicationFailure.nonRetryable('no carrier serves this address', 'ShipmentRejected');
-          return real.createShipment(req);
-        },
-        sendConfirmation: async (req) => {
-          if (failConfirmation.has(req.orderId))
-            throw ApplicationFailure.nonRetryable('mail server down', 'InjectedPermanent');
-          return real.sendConfirmation(req);
-        },
-      };
-    },
-  });
-  ({ env, db } = saga);
-});
-
-afterAll(async () => {
-  await saga?.stop();
-});
+        createShipment: failWhileIn(rejectShipment, () =>
+          ApplicationFailure.nonRetryable('no carrier serves this address', ErrorTypes.ShipmentRejected),
+        ),
+        sendConfirmation: failWhileIn(failConfirmation, () =>
+          ApplicationFailure.nonRetryable('mail server down', 'InjectedPermanent'),
+        ),
+      }),
+  },
+  { started: (saga) => ({ env, db } = saga) },
+);
 
 const WFT_COMPLETED = temporal.api.enums.v1.EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED;
 

@@ -12,7 +12,7 @@ import { ApplicationFailure } from '@temporalio/common';
 import { temporal } from '@temporalio/proto';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import type { Pool } from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { createActivities, type OrderActivities } from '../activities';
 import { chargeKeyFor, workflowIdFor, type OrderInput, type OrderResult } from '../domain/order';
 import { orderOutcome } from '../lib/order-outcome';
@@ -28,39 +28,30 @@ import {
   testProvider,
   uid,
 } from './support/helpers';
-import { sagaTestEnv, type SagaTestEnv } from './support/saga-test-env';
+import { failWhileIn, withFaults } from './support/activity-faults';
+import { useSagaTestEnv } from './support/saga-test-env';
 
 /** The provider timeout of this file's worker: short, so a blocked request times out quickly. */
 const PROVIDER_TIMEOUT_MS = 2_000;
 let env: TestWorkflowEnvironment;
 let db: Pool;
-let saga: SagaTestEnv | undefined;
 const taskQueue = `row-${uid()}`;
 /** Orders whose confirmation fails (permanently) while they are in this set. */
 const failConfirmation = new Set<string>();
 
-beforeAll(async () => {
-  saga = await sagaTestEnv({
+useSagaTestEnv(
+  {
     server: 'dev',
     taskQueue,
-    activities: ({ db }): OrderActivities => {
-      const real = createActivities({ db, provider: testProvider(PROVIDER_TIMEOUT_MS) });
-      return {
-        ...real,
-        sendConfirmation: async (req) => {
-          if (failConfirmation.has(req.orderId))
-            throw ApplicationFailure.nonRetryable('mail server down', 'InjectedPermanent');
-          return real.sendConfirmation(req);
-        },
-      };
-    },
-  });
-  ({ env, db } = saga);
-});
-
-afterAll(async () => {
-  await saga?.stop();
-});
+    activities: ({ db }): OrderActivities =>
+      withFaults(createActivities({ db, provider: testProvider(PROVIDER_TIMEOUT_MS) }), {
+        sendConfirmation: failWhileIn(failConfirmation, () =>
+          ApplicationFailure.nonRetryable('mail server down', 'InjectedPermanent'),
+        ),
+      }),
+  },
+  { started: (saga) => ({ env, db } = saga) },
+);
 
 const WFT_COMPLETED = temporal.api.enums.v1.EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED;
 const sleepMs = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));

@@ -14,7 +14,7 @@ import { historyToJSON, type History } from '@temporalio/common/lib/proto-utils'
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { Worker, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
 import type { Pool } from 'pg';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
 import { createActivities, type OrderActivities } from '../activities';
 import { checkInvariants } from '../db/invariants';
 import { workflowIdFor, type OrderInput, type OrderResult } from '../domain/order';
@@ -23,7 +23,8 @@ import { orderSaga, stateQuery, type ResolveRequest, type SagaConfig, type SagaS
 import { NeedsAttentionKey, OrderStatusKey } from '../workflows/search-attributes';
 import { request, RequestRefusedError, sendRequest } from '../lib/saga-requests';
 import { EncryptionCodec, requirePayloadKeys } from '../platform/payload-codec';
-import { sagaTestEnv, type SagaTestEnv } from './support/saga-test-env';
+import { withFaults, type ActivityFaults } from './support/activity-faults';
+import { useSagaTestEnv } from './support/saga-test-env';
 import { dataConverter } from './support/temporal-env';
 import {
   createProduct,
@@ -42,22 +43,14 @@ const HOUR = 3_600_000;
 let env: TestWorkflowEnvironment;
 let bundle: WorkflowBundleWithSourceMap;
 let db: Pool;
-let saga: SagaTestEnv | undefined;
 const admin = testAdmin();
 /** Histories of every path, replayed at the end (and saved as fixtures with UPDATE_FIXTURES=1). */
 const histories: { name: string; workflowId: string; history: History }[] = [];
 
-beforeAll(async () => {
-  saga = await sagaTestEnv({ server: 'timeskip' });
-  ({ env, bundle, db } = saga);
-});
+useSagaTestEnv({ server: 'timeskip' }, { started: (saga) => ({ env, bundle, db } = saga) });
 
 afterEach(async () => {
   await admin.clear();
-});
-
-afterAll(async () => {
-  await saga?.stop();
 });
 
 type Name = keyof OrderActivities;
@@ -80,18 +73,16 @@ function faultyActivities(faults: Partial<Record<Name, Fault>>, provider: Provid
   const real = createActivities({ db, provider });
   const calls: Name[] = [];
   const counts = new Map<Name, number>();
-  const wrapped = {} as Record<Name, unknown>;
+  const counted: ActivityFaults = {};
   for (const name of Object.keys(real) as Name[]) {
-    wrapped[name] = async (...args: unknown[]) => {
+    counted[name] = () => {
       const n = (counts.get(name) ?? 0) + 1;
       counts.set(name, n);
       calls.push(name);
-      const err = await faults[name]?.(n);
-      if (err) throw err;
-      return (real[name] as (...a: unknown[]) => Promise<unknown>)(...args);
+      return faults[name]?.(n);
     };
   }
-  return { activities: wrapped as OrderActivities, calls, counts };
+  return { activities: withFaults(real, counted), calls, counts };
 }
 
 interface Run {

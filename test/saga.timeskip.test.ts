@@ -8,11 +8,11 @@ import { ApplicationFailure, ApplicationFailureCategory } from '@temporalio/comm
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { Worker, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
 import type { Pool } from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { createActivities } from '../activities';
 import { workflowIdFor, type OrderResult } from '../domain/order';
 import { orderSaga } from '../workflows';
-import { sagaTestEnv, type SagaTestEnv } from './support/saga-test-env';
+import { useSagaTestEnv } from './support/saga-test-env';
 import { dataConverter } from './support/temporal-env';
 import {
   createProduct,
@@ -28,16 +28,8 @@ import {
 let env: TestWorkflowEnvironment;
 let bundle: WorkflowBundleWithSourceMap;
 let db: Pool;
-let saga: SagaTestEnv | undefined;
 
-beforeAll(async () => {
-  saga = await sagaTestEnv({ server: 'timeskip' });
-  ({ env, bundle, db } = saga);
-});
-
-afterAll(async () => {
-  await saga?.stop();
-});
+useSagaTestEnv({ server: 'timeskip' }, { started: (saga) => ({ env, bundle, db } = saga) });
 
 async function runSaga(order: ReturnType<typeof makeOrder>): Promise<OrderResult> {
   const taskQueue = `saga-${uid()}`;

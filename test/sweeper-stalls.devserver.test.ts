@@ -15,7 +15,7 @@ import { temporal } from '@temporalio/proto';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { Worker } from '@temporalio/worker';
 import type { Pool } from 'pg';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { describe, expect, inject, it } from 'vitest';
 import { runCli } from '../client';
 import { createActivities, type OrderActivities } from '../activities';
 import { SweeperStats, type SweepOptions, type SweepReport } from '../activities/sweeper';
@@ -26,13 +26,13 @@ import { orderStore } from '../lib/order-store';
 import { dataConverterFor, parseKeyList } from '../platform/payload-codec';
 import { orderSaga, sweeperWorkflow } from '../workflows';
 import { createProduct, makeOrder, orderViolations, testProvider, uid } from './support/helpers';
-import { sagaTestEnv, type SagaTestEnv } from './support/saga-test-env';
+import { withFaults } from './support/activity-faults';
+import { useSagaTestEnv } from './support/saga-test-env';
 import { dataConverter } from './support/temporal-env';
 import { deploymentOptions } from '../worker';
 
 let env: TestWorkflowEnvironment;
 let db: Pool;
-let saga: SagaTestEnv | undefined;
 const taskQueue = `stall-${uid()}`;
 const stats = new SweeperStats();
 
@@ -55,16 +55,13 @@ function testActivities(env: TestWorkflowEnvironment, db: Pool, queue: string): 
     hold.started = true;
     await hold.released;
   };
-  const createShipment: OrderActivities['createShipment'] = async (req) => {
-    if (failing.has(req.orderId)) throw ApplicationFailure.retryable('the carrier is down', 'CarrierDown');
-    await held('createShipment', req.orderId);
-    return real.createShipment(req);
-  };
-  const chargePayment: OrderActivities['chargePayment'] = async (req) => {
-    await held('chargePayment', req.orderId);
-    return real.chargePayment(req);
-  };
-  return { ...real, createShipment, chargePayment };
+  return withFaults(real, {
+    createShipment: async (req) => {
+      if (failing.has(req.orderId)) return ApplicationFailure.retryable('the carrier is down', 'CarrierDown');
+      await held('createShipment', req.orderId);
+    },
+    chargePayment: (req) => held('chargePayment', req.orderId),
+  });
 }
 
 /** A versioned worker (as npm start runs them), its version current, for the override test. */
@@ -72,38 +69,37 @@ const versionedQueue = `stall-v-${uid()}`;
 const version = { deploymentName: DEPLOYMENT_NAME, buildId: `stall-${uid()}` };
 let versioned: { worker: Worker; running: Promise<void> } | undefined;
 
-beforeAll(async () => {
-  saga = await sagaTestEnv({
+useSagaTestEnv(
+  {
     server: 'dev',
     taskQueue,
     activities: ({ env, db }) => testActivities(env, db, taskQueue),
-  });
-  ({ env, db } = saga);
-  const worker = await Worker.create({
-    dataConverter: dataConverter(),
-    connection: env.nativeConnection,
-    taskQueue: versionedQueue,
-    workflowBundle: saga.bundle,
-    activities: testActivities(env, db, versionedQueue),
-    ...deploymentOptions({ buildId: version.buildId }),
-  });
-  versioned = { worker, running: worker.run() };
-  await makeVersionCurrent(env.connection, {
-    namespace: env.client.options.namespace,
-    version,
-    taskQueues: { workflow: versionedQueue, activity: [] },
-  });
-});
-
-afterAll(async () => {
-  for (const h of holds.values()) h.release();
-  versioned?.worker.shutdown();
-  try {
-    await versioned?.running;
-  } finally {
-    await saga?.stop();
-  }
-});
+  },
+  {
+    started: async (saga) => {
+      ({ env, db } = saga);
+      const worker = await Worker.create({
+        dataConverter: dataConverter(),
+        connection: env.nativeConnection,
+        taskQueue: versionedQueue,
+        workflowBundle: saga.bundle,
+        activities: testActivities(env, db, versionedQueue),
+        ...deploymentOptions({ buildId: version.buildId }),
+      });
+      versioned = { worker, running: worker.run() };
+      await makeVersionCurrent(env.connection, {
+        namespace: env.client.options.namespace,
+        version,
+        taskQueues: { workflow: versionedQueue, activity: [] },
+      });
+    },
+    stopping: async () => {
+      for (const h of holds.values()) h.release();
+      versioned?.worker.shutdown();
+      await versioned?.running;
+    },
+  },
+);
 
 const sleepMs = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 const STALL: Partial<SweepOptions> = { graceMs: 0, stallAfterMs: 1_000 };

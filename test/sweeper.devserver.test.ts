@@ -12,7 +12,7 @@ import { temporal } from '@temporalio/proto';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { Worker } from '@temporalio/worker';
 import type { Pool } from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { createActivities } from '../activities';
 import { SweeperStats, type SweepOptions, type SweepReport } from '../activities/sweeper';
 import { workflowIdFor, type OrderInput } from '../domain/order';
@@ -29,12 +29,11 @@ import {
   testProvider,
   uid,
 } from './support/helpers';
-import { sagaTestEnv, type SagaTestEnv } from './support/saga-test-env';
+import { useSagaTestEnv } from './support/saga-test-env';
 import { bundleWorkflows, dataConverter } from './support/temporal-env';
 
 let env: TestWorkflowEnvironment;
 let db: Pool;
-let saga: SagaTestEnv | undefined;
 /** The worker of the planted bug's queue, beside the saga's. */
 let broken: Worker | undefined;
 let brokenRunning: Promise<void> | undefined;
@@ -42,8 +41,8 @@ const taskQueue = `sweep-${uid()}`;
 const brokenQueue = `broken-${uid()}`;
 const stats = new SweeperStats();
 
-beforeAll(async () => {
-  saga = await sagaTestEnv({
+useSagaTestEnv(
+  {
     server: 'dev',
     taskQueue,
     activities: ({ env, db }) =>
@@ -53,25 +52,24 @@ beforeAll(async () => {
         temporal: { client: () => Promise.resolve(env.client), taskQueue },
         sweeperStats: stats,
       }),
-  });
-  ({ env, db } = saga);
-  broken = await Worker.create({
-    dataConverter: dataConverter(),
-    connection: env.nativeConnection,
-    taskQueue: brokenQueue,
-    workflowBundle: await bundleWorkflows(path.resolve(__dirname, 'support/workflows-broken.ts')),
-  });
-  brokenRunning = broken.run();
-});
-
-afterAll(async () => {
-  broken?.shutdown();
-  try {
-    await brokenRunning;
-  } finally {
-    await saga?.stop();
-  }
-});
+  },
+  {
+    started: async (saga) => {
+      ({ env, db } = saga);
+      broken = await Worker.create({
+        dataConverter: dataConverter(),
+        connection: env.nativeConnection,
+        taskQueue: brokenQueue,
+        workflowBundle: await bundleWorkflows(path.resolve(__dirname, 'support/workflows-broken.ts')),
+      });
+      brokenRunning = broken.run();
+    },
+    stopping: async () => {
+      broken?.shutdown();
+      await brokenRunning;
+    },
+  },
+);
 
 const WFT_COMPLETED = temporal.api.enums.v1.EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED;
 const sleepMs = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));

@@ -1,4 +1,5 @@
 import { defineQuery, defineSignal, defineUpdate } from '@temporalio/workflow';
+import { QueryNames, SignalNames, UpdateNames } from '../domain/names';
 import type { OrderStatus } from '../domain/order';
 
 /** What `state` returns: enough to see where a saga is and why, from the CLI or the Web UI. */
@@ -30,7 +31,7 @@ export const RESOLVE_ACTIONS = [
 ] as const;
 export type ResolveAction = (typeof RESOLVE_ACTIONS)[number];
 
-export const stateQuery = defineQuery<SagaState>('state');
+export const stateQuery = defineQuery<SagaState>(QueryNames.state);
 
 /*
  * Cancel and resolve are Signals, not Updates: a Signal is an event in the history, before the workflow
@@ -49,7 +50,7 @@ export interface CancelRequest {
   requestId: string;
   reason: string;
 }
-export const cancelSignal = defineSignal<[CancelRequest | string]>('cancel');
+export const cancelSignal = defineSignal<[CancelRequest | string]>(SignalNames.cancel);
 /** Operator action on an UNKNOWN charge or a NEEDS_ATTENTION saga. */
 export interface ResolveRequest {
   action: ResolveAction;
@@ -59,7 +60,7 @@ export interface ResolveRequest {
   /** Names the answer to read back; the Web UI may leave it out. */
   requestId?: string;
 }
-export const resolveSignal = defineSignal<[ResolveRequest]>('resolve');
+export const resolveSignal = defineSignal<[ResolveRequest]>(SignalNames.resolve);
 
 /** The saga's answer to one cancel or resolve, by its request ID. */
 export type RequestAnswer =
@@ -67,7 +68,7 @@ export type RequestAnswer =
   | { requestId: string; outcome: 'accepted'; state: SagaState }
   | { requestId: string; outcome: 'refused'; message: string };
 /** undefined: the saga has not seen that request (yet). */
-export const answerQuery = defineQuery<RequestAnswer | undefined, [requestId: string]>('answer');
+export const answerQuery = defineQuery<RequestAnswer | undefined, [requestId: string]>(QueryNames.answer);
 
 /** The early answer to `place`: the order was validated and its stock reserved, or it was refused (and why). */
 export interface Acceptance {
@@ -81,4 +82,4 @@ export interface Acceptance {
  * Sent with the start (Update-with-Start): answers once the stock is reserved, or the order is refused.
  * It stays an Update: it arrives with the start, in the first workflow task, before any activity.
  */
-export const acceptedUpdate = defineUpdate<Acceptance>('accepted');
+export const acceptedUpdate = defineUpdate<Acceptance>(UpdateNames.accepted);

@@ -24,10 +24,13 @@ import {
   upsertSearchAttributes,
   workflowInfo,
 } from '@temporalio/workflow';
+import { ErrorTypes, FINAL_CHARGE_ANSWERS, SagaFailureTypes } from '../domain/failures';
 import { laneFor, laneTaskQueue } from '../domain/lanes';
 import {
   chargeKeyFor,
   formatMoney,
+  isPastPivot,
+  isTerminal,
   OrderValidationError,
   orderTotalCents,
   parseOrder,
@@ -48,15 +51,12 @@ import {
   compensationOpts,
   conflictStatus,
   duration,
-  FINAL_CHARGE_ANSWERS,
   failureMessage,
   failureType,
   forwardOpts,
   inquiryOpts,
   inventoryOpts,
-  isFinal,
   laneOpts,
-  PAST_PIVOT,
   orderOpts,
   pastPivotStatus,
   recordedCancelIn,
@@ -100,7 +100,7 @@ class OrderSaga {
     } catch (err) {
       if (err instanceof OrderValidationError) {
         throw ApplicationFailure.create({
-          type: 'InvalidOrder',
+          type: ErrorTypes.InvalidOrder,
           message: err.message,
           nonRetryable: true,
           details: [{ field: err.field }],
@@ -111,7 +111,7 @@ class OrderSaga {
     const expected = workflowIdFor(order.orderId);
     if (workflowInfo().workflowId !== expected) {
       throw ApplicationFailure.create({
-        type: 'InvalidOrder',
+        type: ErrorTypes.InvalidOrder,
         message: `workflowId: an order saga runs as ${expected}, not ${workflowInfo().workflowId}; nothing was done`,
         nonRetryable: true,
         details: [{ field: 'workflowId' }],
@@ -190,7 +190,7 @@ class OrderSaga {
       }
       return await this.fromPivot();
     } catch (err) {
-      const status = failureType(err) === 'OrderSettled' ? settledStatus(err) : undefined;
+      const status = failureType(err) === SagaFailureTypes.OrderSettled ? settledStatus(err) : undefined;
       if (status) return CancellationScope.nonCancellable(() => this.alreadySettled(status));
       throw err;
     } finally {
@@ -207,9 +207,9 @@ class OrderSaga {
     try {
       await this.createShipment();
     } catch (err) {
-      if (failureType(err) === 'OrderSettled') throw err;
-      if (this.learnCancel(err)) return await this.backward(this.stopReason(), true, 'OrderCancelled');
-      return await this.backward(failureMessage(err), false, failureType(err) ?? 'SagaFailed');
+      if (failureType(err) === SagaFailureTypes.OrderSettled) throw err;
+      if (this.learnCancel(err)) return await this.backward(this.stopReason(), true, SagaFailureTypes.OrderCancelled);
+      return await this.backward(failureMessage(err), false, failureType(err) ?? SagaFailureTypes.SagaFailed);
     }
     return await this.afterPivot();
   }
@@ -246,7 +246,7 @@ class OrderSaga {
         created.status === 'NEEDS_ATTENTION'
           ? await CancellationScope.nonCancellable(() => this.resumeRow())
           : created.status;
-      if (PAST_PIVOT.includes(status) || (created.status === 'NEEDS_ATTENTION' && created.attentionFrom === 'CHARGED'))
+      if (isPastPivot(status) || (created.status === 'NEEDS_ATTENTION' && created.attentionFrom === 'CHARGED'))
         throw new RowPastPivot(status);
     }
   }
@@ -256,14 +256,14 @@ class OrderSaga {
     // Not cancellable: its release must never run before a late commit of the reservation.
     const status = await this.step('reserveInventory', () => CancellationScope.nonCancellable(() => this.reserve()));
     this.mirror(status); // the reservation's own transaction moved the row (or found it further along)
-    if (PAST_PIVOT.includes(status)) throw new RowPastPivot(status);
+    if (isPastPivot(status)) throw new RowPastPivot(status);
   }
 
   /** 3. Charge. Key: `<orderId>:charge`, computed here. Compensation: the refund (registered in 1). */
   private async chargePayment(): Promise<void> {
     const status = await this.step('chargePayment', () => this.charge());
     this.mirror(status);
-    if (PAST_PIVOT.includes(status)) throw new RowPastPivot(status);
+    if (isPastPivot(status)) throw new RowPastPivot(status);
   }
 
   /**
@@ -286,12 +286,12 @@ class OrderSaga {
             this.tracking = (await actLocalFirst(opts, 'createShipment', summary, req)).trackingNumber;
             return;
           } catch (err) {
-            if (failureType(err) === 'OrderSettled') throw err;
+            if (failureType(err) === SagaFailureTypes.OrderSettled) throw err;
             // A rejection (or a row that forbids shipping) means the shipment was not created: no pivot.
-            if (failureType(err) === 'ShipmentRejected') throw err;
+            if (failureType(err) === ErrorTypes.ShipmentRejected) throw err;
             // A cancel recorded before the shipment: the write refused it, nothing shipped.
             if (recordedCancelIn(err)) throw err;
-            if (failureType(err) === 'OrderStateConflict') {
+            if (failureType(err) === ErrorTypes.OrderStateConflict) {
               const row = conflictStatus(err);
               // An escalation this run did not make (its waiting run was reset or terminated): the
               // restart counts as the operator's retry, from where the row stood.
@@ -329,7 +329,7 @@ class OrderSaga {
           confirmed = true;
           return;
         } catch (err) {
-          if (failureType(err) === 'OrderSettled') throw err;
+          if (failureType(err) === SagaFailureTypes.OrderSettled) throw err;
           // An escalation another run left (reset or terminated while it waited): the operator's retry.
           if (conflictStatus(err) === 'NEEDS_ATTENTION' && (await this.resumeRow()) === 'SHIPPED') continue;
           if (
@@ -396,7 +396,7 @@ class OrderSaga {
       // sent): nothing to compensate, and the row, if any, is not this run's.
       throw err;
     }
-    if (failureType(err) === 'OrderSettled' && this.compensations.length === 0) throw err;
+    if (failureType(err) === SagaFailureTypes.OrderSettled && this.compensations.length === 0) throw err;
     this.learnCancel(err);
     await CancellationScope.nonCancellable(() => this.recordQueuedCancels());
     // Stopped by a cancel, the deadline or a Temporal cancellation, or refused because a cancel is recorded.
@@ -406,11 +406,11 @@ class OrderSaga {
     if (ahead === 'forward') return undefined;
     const stopped = cancelled || this.cancel !== undefined;
     const why = !stopped
-      ? (failureType(err) ?? 'SagaFailed')
+      ? (failureType(err) ?? SagaFailureTypes.SagaFailed)
       : this.cancel !== undefined
-        ? 'OrderCancelled'
+        ? SagaFailureTypes.OrderCancelled
         : this.overdue
-          ? 'DeadlineExceeded'
+          ? SagaFailureTypes.DeadlineExceeded
           : TEMPORAL_CANCELLATION;
     return this.backward(reason, stopped, why);
   }
@@ -499,7 +499,7 @@ class OrderSaga {
     for (let e = err; ;) {
       this.learnCancel(e);
       let status = conflictStatus(e);
-      if (failureType(e) !== 'OrderStateConflict' || status === undefined) return 'backward';
+      if (failureType(e) !== ErrorTypes.OrderStateConflict || status === undefined) return 'backward';
       // Escalated at or after the pivot (or shipped): never backward, whatever was asked.
       const ahead = pastPivotStatus(e);
       if (ahead) {
@@ -516,11 +516,11 @@ class OrderSaga {
         }
       } catch (inner) {
         // The row moved again meanwhile (another run): read it again, a bounded number of times.
-        if (failureType(inner) !== 'OrderStateConflict' || ++this.redecisions > MAX_REDECISIONS) throw inner;
+        if (failureType(inner) !== ErrorTypes.OrderStateConflict || ++this.redecisions > MAX_REDECISIONS) throw inner;
         e = inner;
         continue;
       }
-      if (!PAST_PIVOT.includes(status) && (status !== 'CHARGED' || this.stopRequested())) return 'backward';
+      if (!isPastPivot(status) && (status !== 'CHARGED' || this.stopRequested())) return 'backward';
       log.warn('order already charged or shipped by another run; carrying on forward', {
         orderId: this.orderId,
         status,
@@ -562,7 +562,7 @@ class OrderSaga {
       if (r.outcome !== 'route-to-lane') return r.status;
       why = r.reason;
     } catch (err) {
-      if (failureType(err) !== 'ContentionExhausted') throw err;
+      if (failureType(err) !== ErrorTypes.ContentionExhausted) throw err;
       why = failureMessage(err);
     }
     const lane = laneFor(
@@ -634,7 +634,7 @@ class OrderSaga {
       if (verdict !== 'not_found') throw this.chargeRefusal(verdict, key);
       if (round >= CHARGE_ROUNDS) {
         throw ApplicationFailure.create({
-          type: 'PaymentUnavailable',
+          type: SagaFailureTypes.PaymentUnavailable,
           message: `charge not taken after ${round} requests`,
           nonRetryable: true,
         });
@@ -652,10 +652,10 @@ class OrderSaga {
   private chargeRefusal(verdict: 'failed' | 'refunded' | 'closed', key: string): ApplicationFailure {
     const [type, message] =
       verdict === 'refunded'
-        ? ['ChargeRefunded', `charge ${key} was refunded`]
+        ? [ErrorTypes.ChargeRefunded, `charge ${key} was refunded`]
         : verdict === 'closed'
-          ? ['ChargeClosed', `charge key ${key} is closed at the provider; no money can be taken under it`]
-          : ['PaymentDeclined', 'charge failed at the provider'];
+          ? [ErrorTypes.ChargeClosed, `charge key ${key} is closed at the provider; no money can be taken under it`]
+          : [ErrorTypes.PaymentDeclined, 'charge failed at the provider'];
     return ApplicationFailure.create({ type, message, nonRetryable: true });
   }
 
@@ -688,7 +688,7 @@ class OrderSaga {
       if (this.state.status !== 'UNKNOWN_PAYMENT') {
         // The row already CHARGED (the charge's own write committed, its answer was lost): it is paid.
         const now = await this.setStatus('UNKNOWN_PAYMENT');
-        if (now === 'CHARGED' || PAST_PIVOT.includes(now)) {
+        if (now === 'CHARGED' || isPastPivot(now)) {
           this.state.unknowns = [];
           return 'succeeded';
         }
@@ -820,7 +820,7 @@ class OrderSaga {
     } catch (err) {
       // A row that cannot take NEEDS_ATTENTION (another run moved it): the run still waits for a
       // person, who sees it in the Web UI (current details, the state query); it never just ends.
-      if (failureType(err) !== 'OrderStateConflict' || settledStatus(err)) throw err;
+      if (failureType(err) !== ErrorTypes.OrderStateConflict || settledStatus(err)) throw err;
       log.error('the order row refused NEEDS_ATTENTION; waiting for a person anyway', {
         orderId: this.orderId,
         error: failureMessage(err),
@@ -905,7 +905,7 @@ class OrderSaga {
         throw err;
       }
       this.overdue = true;
-      if (!this.pivotStarted && this.state.unknowns.length === 0 && !isFinal(this.state.status)) {
+      if (!this.pivotStarted && this.state.unknowns.length === 0 && !isTerminal(this.state.status)) {
         log.warn('saga deadline passed before the pivot; compensating', { orderId: this.orderId });
         this.preScope.cancel();
       }
@@ -927,10 +927,11 @@ class OrderSaga {
     const reserved = (): boolean =>
       state.stepsDone.includes('reserveInventory') ||
       this.pivotStarted ||
-      ['CHARGED', 'SHIPPED', 'COMPLETED'].includes(state.status);
+      state.status === 'CHARGED' ||
+      isPastPivot(state.status);
     // Waits are shielded from a Temporal cancellation: the saga's own end answers them.
     await CancellationScope.nonCancellable(() =>
-      condition(() => reserved() || this.unwinding !== undefined || this.settledElsewhere || isFinal(state.status)),
+      condition(() => reserved() || this.unwinding !== undefined || this.settledElsewhere || isTerminal(state.status)),
     );
     if (this.settledElsewhere) return { orderId, accepted: false, status: 'ALREADY_SETTLED', reason: state.reason };
     if (reserved()) return { orderId, accepted: true, status: state.status };

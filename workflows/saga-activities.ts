@@ -16,47 +16,21 @@ import {
 import type { OrderActivities } from '../activities';
 import type { RecordedCancel } from '../activities/order-lock';
 import { CHARGE_ATTEMPT_TIMEOUT_MS } from '../domain/charge-timing';
-import { TERMINAL_STATUSES, type OrderStatus } from '../domain/order';
+import { ErrorTypes, NON_RETRYABLE, SagaFailureTypes } from '../domain/failures';
+import { isPastPivot, isTerminal, type OrderStatus } from '../domain/order';
 
-/** Business answers that no retry can change. */
-export const NON_RETRYABLE = [
-  'InvalidOrder',
-  'InsufficientStock',
-  'ContentionExhausted',
-  'PurchaseLimitExceeded',
-  'PaymentDeclined',
-  'PaymentRejected',
-  'RefundRejected',
-  'ShipmentRejected',
-  'OrderStateConflict',
-  'OrderMismatch',
-  'ChargeRefunded',
-  'ChargeProcessing',
-  'ChargeClosed',
-  'NotOrderOwner',
-];
-/** Answers about the charge that no retry or inquiry can change. */
-export const FINAL_CHARGE_ANSWERS = [
-  'PaymentDeclined',
-  'PaymentRejected',
-  'OrderStateConflict',
-  'OrderMismatch',
-  'ChargeRefunded',
-  'ChargeClosed',
-  'NotOrderOwner',
-  'OrderSettled',
-];
-
+/** What the option groups below never retry: every business failure type. */
+const nonRetryable: string[] = [...NON_RETRYABLE];
 const backoff = { initialInterval: '1s', backoffCoefficient: 2 } as const;
 
 export const orderOpts: ActivityOptions = {
   startToCloseTimeout: '10s',
-  retry: { ...backoff, maximumInterval: '30s', maximumAttempts: 10, nonRetryableErrorTypes: NON_RETRYABLE },
+  retry: { ...backoff, maximumInterval: '30s', maximumAttempts: 10, nonRetryableErrorTypes: nonRetryable },
 };
 export const inventoryOpts: ActivityOptions = {
   startToCloseTimeout: '30s',
   heartbeatTimeout: '10s',
-  retry: { ...backoff, maximumInterval: '30s', maximumAttempts: 5, nonRetryableErrorTypes: NON_RETRYABLE },
+  retry: { ...backoff, maximumInterval: '30s', maximumAttempts: 5, nonRetryableErrorTypes: nonRetryable },
 };
 /**
  * One charge request per attempt, never retried by the server: the saga decides every request itself,
@@ -73,18 +47,18 @@ export const chargeOnceOpts: ActivityOptions = {
 export const CHARGE_ROUNDS = 5;
 export const inquiryOpts: ActivityOptions = {
   startToCloseTimeout: '10s',
-  retry: { ...backoff, maximumInterval: '5s', maximumAttempts: 3, nonRetryableErrorTypes: NON_RETRYABLE },
+  retry: { ...backoff, maximumInterval: '5s', maximumAttempts: 3, nonRetryableErrorTypes: nonRetryable },
 };
 /** The serial lane: a task waits its turn as long as it takes (never dropped); each try is bounded. */
 export const laneOpts: ActivityOptions = {
   startToCloseTimeout: '30s',
   heartbeatTimeout: '10s',
-  retry: { ...backoff, maximumInterval: '30s', nonRetryableErrorTypes: NON_RETRYABLE },
+  retry: { ...backoff, maximumInterval: '30s', nonRetryableErrorTypes: nonRetryable },
 };
 /** Compensations retry until they succeed; only a non-retryable failure stops them. */
 export const compensationOpts = (maxIntervalMs: number): ActivityOptions => ({
   startToCloseTimeout: '15s',
-  retry: { ...backoff, maximumInterval: maxIntervalMs, nonRetryableErrorTypes: NON_RETRYABLE },
+  retry: { ...backoff, maximumInterval: maxIntervalMs, nonRetryableErrorTypes: nonRetryable },
 });
 /** Status bookkeeping retries without limit: it must not be the reason a saga stops. */
 export const statusOpts: ActivityOptions = { startToCloseTimeout: '10s', retry: { ...backoff, maximumInterval: '1m' } };
@@ -92,7 +66,7 @@ export const statusOpts: ActivityOptions = { startToCloseTimeout: '10s', retry: 
 export const forwardOpts = (limitMs: number): ActivityOptions => ({
   startToCloseTimeout: '30s',
   scheduleToCloseTimeout: limitMs,
-  retry: { ...backoff, maximumInterval: '30m', nonRetryableErrorTypes: NON_RETRYABLE },
+  retry: { ...backoff, maximumInterval: '30m', nonRetryableErrorTypes: nonRetryable },
 });
 
 type ActName = keyof OrderActivities;
@@ -149,30 +123,49 @@ async function stopIfSettled<T>(call: Promise<T>): Promise<T> {
   }
 }
 
-/** A failure no retry of the same activity can change: non-retryable, or of a type its policy does not retry. */
-function isFinalFailure(err: unknown, opts: ActivityOptions): boolean {
+/** Each ApplicationFailure in the error's cause chain, outermost first. */
+function* applicationFailures(err: unknown): Generator<ApplicationFailure> {
   for (let e: unknown = err; e instanceof Error; e = (e as { cause?: unknown }).cause) {
-    if (
-      e instanceof ApplicationFailure &&
-      (e.nonRetryable || (e.type && opts.retry?.nonRetryableErrorTypes?.includes(e.type)))
-    )
-      return true;
+    if (e instanceof ApplicationFailure) yield e;
   }
-  return false;
 }
 
-export const isFinal = (status: OrderStatus): boolean => TERMINAL_STATUSES.includes(status);
-/** The row's statuses past the pivot (the shipment): from there the order only goes forward. */
-export const PAST_PIVOT: readonly OrderStatus[] = ['SHIPPED', 'COMPLETED'];
+/** The first ApplicationFailure in the cause chain that `test` accepts. */
+function findFailure(err: unknown, test: (f: ApplicationFailure) => boolean): ApplicationFailure | undefined {
+  for (const f of applicationFailures(err)) if (test(f)) return f;
+  return undefined;
+}
+
+/** A failure no retry of the same activity can change: non-retryable, or of a type its policy does not retry. */
+function isFinalFailure(err: unknown, opts: ActivityOptions): boolean {
+  return !!findFailure(
+    err,
+    (f) => f.nonRetryable || !!(f.type && opts.retry?.nonRetryableErrorTypes?.includes(f.type)),
+  );
+}
 
 /** The status named by an OrderStateConflict (or OrderSettled) anywhere in the cause chain. */
 export function conflictStatus(err: unknown): OrderStatus | undefined {
-  for (let e: unknown = err; e instanceof Error; e = (e as { cause?: unknown }).cause) {
-    if (e instanceof ApplicationFailure && (e.type === 'OrderStateConflict' || e.type === 'OrderSettled')) {
-      return ((e.details?.[0] ?? {}) as { status?: OrderStatus }).status ?? undefined;
-    }
-  }
-  return undefined;
+  const f = findFailure(
+    err,
+    (f) => f.type === ErrorTypes.OrderStateConflict || f.type === SagaFailureTypes.OrderSettled,
+  );
+  return f && (((f.details?.[0] ?? {}) as { status?: OrderStatus }).status ?? undefined);
+}
+
+/** What a refused write says of the row (OrderStateConflict's details). */
+interface ConflictDetails {
+  status?: OrderStatus;
+  attentionFrom?: OrderStatus | null;
+  cancel?: RecordedCancel | null;
+}
+
+/** The details of the first OrderStateConflict in the cause chain. */
+function stateConflictDetails(err: unknown): ConflictDetails | undefined {
+  const f = findFailure(err, (f) => f.type === ErrorTypes.OrderStateConflict);
+  if (!f) return undefined;
+  const details: ConflictDetails = f.details?.[0] ?? {};
+  return details;
 }
 
 /**
@@ -180,31 +173,23 @@ export function conflictStatus(err: unknown): OrderStatus | undefined {
  * NEEDS_ATTENTION escalated at or after the pivot (from CHARGED or SHIPPED). Undefined otherwise.
  */
 export function pastPivotStatus(err: unknown): OrderStatus | undefined {
-  for (let e: unknown = err; e instanceof Error; e = (e as { cause?: unknown }).cause) {
-    if (e instanceof ApplicationFailure && e.type === 'OrderStateConflict') {
-      const d = (e.details?.[0] ?? {}) as { status?: OrderStatus; attentionFrom?: OrderStatus | null };
-      if (d.status === 'SHIPPED' || d.status === 'COMPLETED') return d.status;
-      if (d.status === 'NEEDS_ATTENTION' && (d.attentionFrom === 'CHARGED' || d.attentionFrom === 'SHIPPED'))
-        return d.status;
-      return undefined;
-    }
-  }
+  const d = stateConflictDetails(err);
+  if (!d?.status) return undefined;
+  if (isPastPivot(d.status)) return d.status;
+  if (d.status === 'NEEDS_ATTENTION' && (d.attentionFrom === 'CHARGED' || d.attentionFrom === 'SHIPPED'))
+    return d.status;
   return undefined;
 }
 
 /** The cancel recorded on the order row, as a refused write names it (OrderStateConflict's details). */
 export function recordedCancelIn(err: unknown): RecordedCancel | undefined {
-  for (let e: unknown = err; e instanceof Error; e = (e as { cause?: unknown }).cause) {
-    if (e instanceof ApplicationFailure && e.type === 'OrderStateConflict')
-      return ((e.details?.[0] ?? {}) as { cancel?: RecordedCancel | null }).cancel ?? undefined;
-  }
-  return undefined;
+  return stateConflictDetails(err)?.cancel ?? undefined;
 }
 
 /** The order is terminal and this run does not own it: another run settled it. Stop, change nothing. */
 export const settled = (status: OrderStatus): ApplicationFailure =>
   ApplicationFailure.create({
-    type: 'OrderSettled',
+    type: SagaFailureTypes.OrderSettled,
     message: `the order is already ${status}, settled by another run`,
     nonRetryable: true,
     details: [{ status }],
@@ -212,23 +197,18 @@ export const settled = (status: OrderStatus): ApplicationFailure =>
 
 export function settledStatus(err: unknown): OrderStatus | undefined {
   const status = conflictStatus(err);
-  return status && isFinal(status) ? status : undefined;
+  return status && isTerminal(status) ? status : undefined;
 }
 
 /** The first ApplicationFailure type in the cause chain. */
 export function failureType(err: unknown): string | undefined {
-  for (let e: unknown = err; e instanceof Error; e = (e as { cause?: unknown }).cause) {
-    if (e instanceof ApplicationFailure && e.type) return e.type;
-  }
-  return undefined;
+  return findFailure(err, (f) => !!f.type)?.type ?? undefined;
 }
 
 /** The innermost ApplicationFailure's `type: message`, or the error's message. */
 export function failureMessage(err: unknown): string {
   let message = err instanceof Error ? err.message : String(err);
-  for (let e: unknown = err; e instanceof Error; e = (e as { cause?: unknown }).cause) {
-    if (e instanceof ApplicationFailure) message = e.type ? `${e.type}: ${e.message}` : e.message;
-  }
+  for (const f of applicationFailures(err)) message = f.type ? `${f.type}: ${f.message}` : f.message;
   return message;
 }
 

@@ -9,6 +9,7 @@
  * than it did in the run (docs/decisions.md), and a command from a handler would then be out of place.
  */
 import { setHandler } from '@temporalio/workflow';
+import { isPastPivot, isTerminal } from '../domain/order';
 import {
   answerQuery,
   cancelSignal,
@@ -19,7 +20,6 @@ import {
   type ResolveRequest,
   type SagaState,
 } from './messages';
-import { isFinal, PAST_PIVOT } from './saga-activities';
 
 /** Answers kept for the `answer` query. */
 const ANSWERS_KEPT = 50;
@@ -127,7 +127,7 @@ export class SagaInbox {
           outcome: 'refused',
           message: `order ${orderId} was already ${status}: settled by another run; the cancel changed nothing`,
         };
-      if (isFinal(status))
+      if (isTerminal(status))
         return {
           requestId,
           outcome: 'refused',
@@ -171,9 +171,9 @@ export class SagaInbox {
     const { status, pivotPassed } = this.saga.snapshot();
     if (reason !== undefined && reason !== null && (typeof reason !== 'string' || reason.length > 500))
       throw new Error('reason must be a string of at most 500 characters');
-    if (pivotPassed || PAST_PIVOT.includes(status))
+    if (pivotPassed || isPastPivot(status))
       throw new Error(`order ${orderId} has reached the shipment (the pivot); it can only move forward`);
-    if (isFinal(status)) throw new Error(`order ${orderId} is already ${status}`);
+    if (isTerminal(status)) throw new Error(`order ${orderId} is already ${status}`);
     const unwinding = this.saga.unwinding();
     if (unwinding !== undefined && this.saga.cancel() === undefined)
       throw new Error(`order ${orderId} is already being compensated (${unwinding}); there is nothing left to cancel`);

@@ -9,13 +9,18 @@
  * a restart differs from a placement anyway (its own summary and details, the closed run's config).
  */
 import type { WorkflowStartOptions } from '@temporalio/client';
+import { WorkflowNames } from '../domain/names';
 import { orderSummary, workflowIdFor, type OrderInput } from '../domain/order';
+import type * as workflows from './index';
 import type { orderSaga } from './order-saga';
 import type { SagaConfig } from './saga-config';
 import { newOrderSearchAttributes } from './search-attributes';
 
-/** The saga's workflow type: the name of the function workflows/index.ts exports. */
-export const ORDER_SAGA = 'orderSaga';
+/**
+ * The saga's workflow type. `satisfies` has tsc check that every workflow type in domain/names.ts is
+ * the name of a function workflows/index.ts exports.
+ */
+export const ORDER_SAGA = (WorkflowNames satisfies Record<string, keyof typeof workflows>).orderSaga;
 
 /** The ID policies a caller may choose; those it leaves out are the server's defaults. */
 export type SagaIdPolicies = Pick<WorkflowStartOptions, 'workflowIdReusePolicy' | 'workflowIdConflictPolicy'>;

@@ -6,7 +6,8 @@
 import type { Client } from '@temporalio/client';
 import { temporal } from '@temporalio/proto';
 import type { Pool } from 'pg';
-import { orderTotalCents, TERMINAL_STATUSES, type OrderStatus } from '../../domain/order';
+import { WorkflowNames } from '../../domain/names';
+import { isPastPivot, isTerminal, orderTotalCents, type OrderStatus } from '../../domain/order';
 import type { ChaosOrder } from './orders';
 import { decodeHistoryPayload } from '../../platform/payload-codec';
 import { SDK_UPDATE_BUG, taskFailureMessage } from '../../platform/task-failures';
@@ -62,7 +63,7 @@ export async function auditOrders(
       continue;
     }
     statuses[row.status] = (statuses[row.status] ?? 0) + 1;
-    if (!TERMINAL_STATUSES.includes(row.status)) notTerminal.push(id);
+    if (!isTerminal(row.status)) notTerminal.push(id);
     const total = orderTotalCents(o.input);
     if (
       Number(row.total_cents) !== total ||
@@ -77,7 +78,7 @@ export async function auditOrders(
     }
     const charged = row.charge_status === 'succeeded' ? Number(row.charge_amount) : 0;
     const kept = charged - Number(row.refunded);
-    if (row.status === 'COMPLETED' || row.status === 'SHIPPED') {
+    if (isPastPivot(row.status)) {
       if (charged !== total || Number(row.refunded) !== 0)
         bad(
           'a shipped order is paid once, in full',
@@ -165,7 +166,7 @@ export async function readHistories(
     failedHistories: [],
   };
   const runs: { workflowId: string; runId: string }[] = [];
-  for await (const wf of client.workflow.list({ query: `WorkflowType = 'orderSaga'` })) {
+  for await (const wf of client.workflow.list({ query: `WorkflowType = '${WorkflowNames.orderSaga}'` })) {
     if (orderIds.has(wf.workflowId.replace(/^order:/, ''))) runs.push({ workflowId: wf.workflowId, runId: wf.runId });
   }
   facts.runs = runs.length;

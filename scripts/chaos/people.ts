@@ -24,7 +24,17 @@ import { WorkflowIdReusePolicy } from '@temporalio/common';
 import { temporal } from '@temporalio/proto';
 import { runCli } from '../../client';
 import { SWEEP_SCHEDULE_ID, upsertSchedule } from '../../lib/schedules';
-import { chargeKeyFor, refundKeyFor, workflowIdFor, type OrderInput, type OrderResult } from '../../domain/order';
+import { ErrorTypes } from '../../domain/failures';
+import { SignalNames, WorkflowNames } from '../../domain/names';
+import {
+  chargeKeyFor,
+  isTerminal,
+  refundKeyFor,
+  workflowIdFor,
+  type OrderInput,
+  type OrderResult,
+  type OrderStatus,
+} from '../../domain/order';
 import type { AppConfig } from '../../lib/config';
 import { createProviderClient } from '../../provider/client';
 import type { SagaConfig } from '../../workflows/order-saga';
@@ -266,14 +276,14 @@ export class People {
     for (const until = at + limitMs; Date.now() < until; await sleep(500)) {
       let settled: boolean;
       try {
-        const { rows } = await this.stack.reader.query<{ status: string }>({
+        const { rows } = await this.stack.reader.query<{ status: OrderStatus }>({
           text: 'SELECT status FROM orders WHERE order_id = $1',
           values: [id],
         });
         const status = rows[0]?.status;
         // Terminated before it wrote the row: nothing to heal (unless a late write appears, then it is).
         const none = status === undefined && Date.now() - at > 10_000;
-        settled = (none || ['COMPLETED', 'FAILED', 'CANCELLED'].includes(status ?? '')) && !(await this.running(wid));
+        settled = (none || (status !== undefined && isTerminal(status))) && !(await this.running(wid));
       } catch {
         continue; // Postgres or the Temporal server is being restarted by the soak: look again
       }
@@ -341,7 +351,7 @@ export class People {
       .signalWorkflowExecution({
         namespace: this.client.options.namespace,
         workflowExecution: execution,
-        signalName: 'cancel',
+        signalName: SignalNames.cancel,
         identity: 'chaos: a person with the Temporal CLI',
         requestId: randomUUID(),
         input: {
@@ -447,7 +457,7 @@ export class People {
   private async cancel(o: ChaosOrder): Promise<void> {
     const id = o.input.orderId;
     const moment = (s: SagaState | undefined): CancelMoment => {
-      if (!s || ['COMPLETED', 'FAILED', 'CANCELLED'].includes(s.status)) return 'after the end';
+      if (!s || isTerminal(s.status)) return 'after the end';
       if (s.step.startsWith('compensate')) return 'during compensation';
       if (s.pivotPassed || s.step === 'createShipment' || s.step === 'sendConfirmation') return 'after the pivot';
       if (s.stepsDone.includes('chargePayment')) return 'after the charge';
@@ -501,7 +511,7 @@ export class People {
   private async holdShipment(orderId: string): Promise<{ release(): Promise<void> } | undefined> {
     for (const until = Date.now() + 10_000; Date.now() < until; await sleep(50)) {
       const s = await this.state(orderId);
-      if (s && ['COMPLETED', 'FAILED', 'CANCELLED'].includes(s.status)) return undefined;
+      if (s && isTerminal(s.status)) return undefined;
       if (s?.stepsDone.includes('createOrder')) break;
     }
     const c = await this.stack.db.connect().catch(() => undefined);
@@ -574,7 +584,9 @@ export class People {
       for (let e: unknown = err; e instanceof Error; e = (e as { cause?: unknown }).cause)
         types.push((e as { type?: string }).type ?? e.name);
       outcome =
-        types.includes('OrderMismatch') || types.includes('InvalidOrder') ? 'refused' : `failed (${types.join(' ← ')})`;
+        types.includes(ErrorTypes.OrderMismatch) || types.includes(ErrorTypes.InvalidOrder)
+          ? 'refused'
+          : `failed (${types.join(' ← ')})`;
     }
     if (outcome === 'ALREADY_SETTLED' || outcome === 'refused') return this.count(action, 'refused');
     this.count(action, 'accepted');
@@ -611,7 +623,7 @@ export class People {
     // The Schedule as npm start creates it, on the soak's queue (every hour: the soak's loop sweeps).
     await upsertSchedule(this.client, {
       scheduleId: SWEEP_SCHEDULE_ID,
-      workflowType: 'sweeperWorkflow',
+      workflowType: WorkflowNames.sweeper,
       taskQueue: this.stack.taskQueue,
       every: '1h',
     });
@@ -647,7 +659,7 @@ export class People {
   async operate(): Promise<void> {
     while (!this.stopped) {
       try {
-        const query = `WorkflowType = 'orderSaga' AND ExecutionStatus = 'Running' AND NeedsAttention = true`;
+        const query = `WorkflowType = '${WorkflowNames.orderSaga}' AND ExecutionStatus = 'Running' AND NeedsAttention = true`;
         for await (const wf of this.client.workflow.list({ query })) {
           const orderId = wf.workflowId.replace(/^order:/, '');
           if (this.handling.has(orderId)) continue;

@@ -3,10 +3,12 @@
  * dev server, each with the search attributes and the tests' data converter), the workflow bundle, a
  * pool on the tests' Postgres and, given activities, one worker running them on the file's task queue
  * until stop(). Files that start a saga worker per test take `env` and `bundle` and give no activities.
+ * A test file sets it up with `useSagaTestEnv`: started before its tests, stopped after them.
  */
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { Worker, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
 import type { Pool } from 'pg';
+import { afterAll, beforeAll } from 'vitest';
 import type { OrderActivities } from '../../activities';
 import { testPool, uid } from './helpers';
 import { bundleWorkflows, dataConverter, startDevServer, startTimeSkipping } from './temporal-env';
@@ -26,13 +28,38 @@ export interface SagaTestEnv extends SagaTestContext {
   stop(): Promise<void>;
 }
 
-export async function sagaTestEnv(opts: {
+export interface SagaTestEnvOptions {
   server: 'timeskip' | 'dev';
   /** The worker's task queue: `saga-<uid>` unless given. */
   taskQueue?: string;
   /** The worker's activities; without them no worker is started. */
   activities?: (ctx: SagaTestContext) => OrderActivities;
-}): Promise<SagaTestEnv> {
+}
+
+/**
+ * The test file's saga test environment: started in `beforeAll`, then handed to `started` (for the
+ * file's own variables and workers); in `afterAll`, `stopping` runs first (the file's own workers),
+ * then the environment stops, whatever `stopping` did.
+ */
+export function useSagaTestEnv(
+  opts: SagaTestEnvOptions,
+  hooks: { started?: (saga: SagaTestEnv) => unknown; stopping?: () => Promise<void> } = {},
+): void {
+  let saga: SagaTestEnv | undefined;
+  beforeAll(async () => {
+    saga = await sagaTestEnv(opts);
+    await hooks.started?.(saga);
+  });
+  afterAll(async () => {
+    try {
+      await hooks.stopping?.();
+    } finally {
+      await saga?.stop();
+    }
+  });
+}
+
+export async function sagaTestEnv(opts: SagaTestEnvOptions): Promise<SagaTestEnv> {
   const taskQueue = opts.taskQueue ?? `saga-${uid()}`;
   const env = opts.server === 'timeskip' ? await startTimeSkipping() : await startDevServer();
   const db = testPool(); // connects on its first query

@@ -5,6 +5,8 @@
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import { temporalLookup } from '../../../db/invariants';
+import { WorkflowNames } from '../../../domain/names';
+import { TERMINAL_STATUSES } from '../../../domain/order';
 import { say } from '../say';
 import type { SweepCounts } from '../sweeper';
 import type { BroughtUp } from './bring-up';
@@ -26,8 +28,11 @@ export async function settle({ stack, people }: BroughtUp, { placed, operators, 
   const settleUntil = Date.now() + 3 * 60_000;
   let running = -1;
   while (Date.now() < settleUntil) {
-    running = (await stack.env.client.workflow.count(`WorkflowType = 'orderSaga' AND ExecutionStatus = 'Running'`))
-      .count;
+    running = (
+      await stack.env.client.workflow.count(
+        `WorkflowType = '${WorkflowNames.orderSaga}' AND ExecutionStatus = 'Running'`,
+      )
+    ).count;
     if (running === 0) break;
     await sleep(1_000);
   }
@@ -35,8 +40,8 @@ export async function settle({ stack, people }: BroughtUp, { placed, operators, 
   await operators;
   const swept = await sweeper.stop();
   const openRows = await stack.reader.query<{ order_id: string }>({
-    text: `SELECT order_id FROM orders WHERE order_id = ANY($1::text[]) AND status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED')`,
-    values: [placed.map((o) => o.input.orderId)],
+    text: `SELECT order_id FROM orders WHERE order_id = ANY($1::text[]) AND NOT (status = ANY ($2::text[]))`,
+    values: [placed.map((o) => o.input.orderId), TERMINAL_STATUSES],
   });
   const runsOfOpen = await temporalLookup(stack.env.client)(openRows.rows.map((r) => `order:${r.order_id}`));
   const stranded = openRows.rows
