@@ -99,18 +99,23 @@ function decisionOf(prior: RequestRow, cancel: RecordedCancel | undefined): Canc
   return { outcome: 'accepted', ...(prior.message ? { message: prior.message } : {}), ...(cancel ? { cancel } : {}) };
 }
 
-/** A resolve as client.ts records it before its Signal: pending until a run checks it. The same request ID again is a no-op. */
+/** A resolve as client.ts records it before its Signal: pending until a run checks it. The same request ID again is a no-op (and recorded). */
 export async function recordResolve(
   db: Pool,
   req: { orderId: string; requestId: string; action: string; note?: string; reference?: string },
 ): Promise<{ recorded: boolean }> {
-  const res = await db.query({
+  await db.query({
     text: `INSERT INTO order_requests (order_id, request_id, kind, source, action, note, reference, outcome)
            SELECT $1, $2, 'resolve', 'client', $3, $4, $5, 'pending' WHERE EXISTS (SELECT 1 FROM orders WHERE order_id = $1)
            ON CONFLICT (order_id, request_id) DO NOTHING`,
     values: [req.orderId, req.requestId, req.action, req.note ?? null, req.reference ?? null],
   });
-  return { recorded: res.rowCount === 1 };
+  // Recorded now, or by an earlier attempt of the same request whose answer was lost.
+  const { rowCount } = await db.query({
+    text: 'SELECT 1 FROM order_requests WHERE order_id = $1 AND request_id = $2',
+    values: [req.orderId, req.requestId],
+  });
+  return { recorded: rowCount === 1 };
 }
 
 /** Writes the answer to a request still pending (a refusal the run gave before checking it, say). */

@@ -7,6 +7,7 @@
 import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { QueryNotRegisteredError, ServiceError, WorkflowNotFoundError } from '@temporalio/client';
+import { isConnectionError } from '../db/pool';
 import { workflowIdFor } from '../domain/order';
 import { sendRequest, type SagaRequest } from '../lib/saga-requests';
 import { OrderStatusKey } from '../workflows/search-attributes';
@@ -26,22 +27,43 @@ async function recordFirst(
   waitMs: number,
 ): Promise<{ recorded: boolean; note: string }> {
   const store = ctx.needStore('app', req.command);
+  // Each write is idempotent by request ID: sent again after a lost connection (a Postgres restart),
+  // it returns the first answer. Bounded by --wait (at most 30 s); then nothing was promised.
+  const until = Date.now() + Math.min(waitMs, 30_000);
+  const again = async <T>(write: () => Promise<T>): Promise<T> => {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await write();
+      } catch (err) {
+        if (!isConnectionError(err)) throw err;
+        if (Date.now() >= until)
+          throw new CliError(
+            `${req.command}: the database did not answer (${(err as Error).message}); it may not be recorded: send it again`,
+            EXIT.notCompleted,
+          );
+        await sleep(Math.min(250 * attempt, 2_000));
+      }
+    }
+  };
   try {
     if (req.command === 'resolve') {
-      const { recorded } = await store.recordResolve({
+      const resolve = {
         orderId,
         requestId,
         action: req.action,
         ...(req.note ? { note: req.note } : {}),
         ...(req.reference ? { reference: req.reference } : {}),
-      });
+      };
+      const { recorded } = await again(() => store.recordResolve(resolve));
       if (!recorded) throw noOrder(orderId);
       return { recorded: true, note: '' };
     }
     // Placed a moment ago, its run may not have written the row yet (its first step): wait, bounded.
-    for (const until = Date.now() + Math.min(waitMs, 10_000); !(await store.orderExists(orderId)); await sleep(100))
-      if (Date.now() >= until) return { recorded: false, note: '' };
-    const decision = await store.decideCancel({ orderId, requestId, reason: req.reason });
+    for (const rowBy = Date.now() + Math.min(waitMs, 10_000); !(await again(() => store.orderExists(orderId)));) {
+      if (Date.now() >= rowBy) return { recorded: false, note: '' };
+      await sleep(100);
+    }
+    const decision = await again(() => store.decideCancel({ orderId, requestId, reason: req.reason }));
     if (decision.outcome === 'refused') throw new CliError(`cancel refused: ${decision.message}`, EXIT.notCompleted);
     return { recorded: true, note: decision.message ? ` (${decision.message})` : '' };
   } finally {

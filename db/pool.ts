@@ -44,3 +44,20 @@ export async function withTransaction<T>(
     client.release(broken ? new Error('connection lost') : undefined); // a broken client is discarded
   }
 }
+
+/** Node's socket errors and Postgres's SQLSTATEs that say the connection, not the statement, failed. */
+const CONNECTION_CODES = new Set(['ECONNRESET', 'ECONNREFUSED', 'EPIPE', 'ETIMEDOUT', '57P01', '57P02', '57P03']);
+
+/**
+ * Did the call fail because the server went away (a restart, a dropped connection), so that the same
+ * statement may be sent again? Connection-class SQLSTATEs (08…), shutdown codes and socket errors.
+ */
+export function isConnectionError(err: unknown): boolean {
+  const e = err as { code?: unknown; message?: unknown } | null;
+  const code = typeof e?.code === 'string' ? e.code : '';
+  if (CONNECTION_CODES.has(code) || code.startsWith('08')) return true;
+  return (
+    typeof e?.message === 'string' &&
+    /Connection terminated|connection lost|connection error and is not queryable/i.test(e.message)
+  );
+}
