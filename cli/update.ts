@@ -161,6 +161,12 @@ export async function update(
       await settle('refused', answer.message);
       throw new CliError(`${command} refused: ${answer.message}`, EXIT.notCompleted);
     }
+    // Sent without a record (the order had no row yet): only the run's decision counts, and it has none yet.
+    if (answer.outcome === 'pending' && command === 'cancel' && !recorded)
+      throw new CliError(
+        `cancel: sent, but order ${orderId} had no order row and its saga has not decided the cancel within ${opts.waitSeconds} s (is a worker running?); check client.ts status ${orderId}`,
+        EXIT.notCompleted,
+      );
     if (answer.outcome === 'pending') {
       ctx.io.out(
         `order ${orderId}: ${cancel ? accepted : `${command} accepted`}; the saga is still working on it after ${opts.waitSeconds} s (client.ts status ${orderId})`,
