@@ -19,7 +19,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { WorkflowFailedError, WorkflowNotFoundError, type Client } from '@temporalio/client';
+import { ServiceError, WorkflowFailedError, WorkflowNotFoundError, type Client } from '@temporalio/client';
 import { WorkflowIdReusePolicy } from '@temporalio/common';
 import { temporal } from '@temporalio/proto';
 import { runCli } from '../../client';
@@ -174,10 +174,16 @@ export class People {
       const handle = this.client.workflow.getHandle(workflowId);
       try {
         await Promise.race([handle.result(), sleep(Math.max(1, until - Date.now()))]);
+        if (!(await this.running(workflowId))) return true;
       } catch (err) {
-        if (!(err instanceof WorkflowFailedError)) throw err;
+        if (err instanceof WorkflowFailedError) {
+          if (!(await this.running(workflowId).catch(() => true))) return true;
+          continue;
+        }
+        // The server restarting (the soak stops it once) or unreachable for a moment: look again.
+        if (!(err instanceof ServiceError)) throw err;
+        await sleep(1_000);
       }
-      if (!(await this.running(workflowId))) return true;
     }
     return false;
   }
