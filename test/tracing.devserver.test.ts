@@ -99,8 +99,12 @@ describe('tracing across the processes (dev server)', () => {
         (s) => s.service === 'order-saga-client' && s.attributes.temporalWorkflowId === `order:${order.orderId}`,
       );
       trace = root ? receiver.trace(root.traceId) : [];
+      // The workflow's own spans (RunWorkflow ends with the run) may come after the last activity's.
+      const worker = byService(trace, 'order-saga-worker');
       if (
-        byService(trace, 'order-saga-worker').includes('RunActivity:sendConfirmation') &&
+        ['RunActivity:sendConfirmation', 'RunWorkflow:orderSaga', 'StartActivity:chargePayment'].every((n) =>
+          worker.includes(n),
+        ) &&
         byService(trace, 'order-saga-provider').length > 0
       )
         break;
