@@ -19,7 +19,13 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { ServiceError, WorkflowFailedError, WorkflowNotFoundError, type Client } from '@temporalio/client';
+import {
+  ServiceError,
+  WorkflowFailedError,
+  WorkflowNotFoundError,
+  type Client,
+  type WorkflowHandle,
+} from '@temporalio/client';
 import { WorkflowIdReusePolicy } from '@temporalio/common';
 import { temporal } from '@temporalio/proto';
 import { runCli } from '../../client';
@@ -167,13 +173,30 @@ export class People {
     }
   }
 
+  /**
+   * The run's result, or undefined once `ms` have passed. A wait that gives up cancels its long poll:
+   * a poll left behind would be retried by the client after the soak closed its connection.
+   */
+  private async resultWithin(handle: WorkflowHandle, ms: number): Promise<unknown> {
+    const giveUp = new AbortController();
+    const timer = setTimeout(() => giveUp.abort(), Math.max(1, ms));
+    try {
+      return await this.client.withAbortSignal(giveUp.signal, () => handle.result());
+    } catch (err) {
+      if (giveUp.signal.aborted) return undefined;
+      throw err;
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
   /** Waits until the order's latest run has closed (a run a Reset replaced is followed to the new one). */
   private async closed(workflowId: string, limitMs: number): Promise<boolean> {
     const until = Date.now() + limitMs;
     while (Date.now() < until) {
       const handle = this.client.workflow.getHandle(workflowId);
       try {
-        await Promise.race([handle.result(), sleep(Math.max(1, until - Date.now()))]);
+        await this.resultWithin(handle, until - Date.now());
         if (!(await this.running(workflowId))) return true;
       } catch (err) {
         if (err instanceof WorkflowFailedError) {
@@ -549,8 +572,7 @@ export class People {
     const handle = await this.start(input, true);
     let outcome: string;
     try {
-      const r = (await Promise.race([handle.result(), sleep(limitMs).then(() => undefined)])) as
-        OrderResult | undefined;
+      const r = (await this.resultWithin(handle, limitMs)) as OrderResult | undefined;
       outcome = r?.status ?? 'still running';
     } catch (err) {
       const types: string[] = [];
