@@ -1,6 +1,7 @@
 /**
  * The sweeper: no order is ever stranded. Run by the `sweep` Schedule (workflows/sweeper.ts), it
- * looks at every open order (not terminal) and the latest run of its workflow `order:<id>`, gathers
+ * looks at every open order (not terminal), and every settled order whose run is still open, with the
+ * latest run of its workflow `order:<id>`; it gathers
  * what it knows of each (the row, its own record, the run's description and pending tasks, the time
  * since the run's last event, the task queue's pollers), lets activities/sweep-classify.ts pick one
  * case, and runs that case's handler:
@@ -33,7 +34,14 @@ import type { Pool } from 'pg';
 import { decodeHistoryPayload } from '../platform/payload-codec';
 import { taskFailureMessage } from '../platform/task-failures';
 import { WorkflowNames } from '../domain/names';
-import { isTerminal, TERMINAL_STATUSES, workflowIdFor, type OrderInput, type OrderStatus } from '../domain/order';
+import {
+  isTerminal,
+  orderIdOf,
+  TERMINAL_STATUSES,
+  workflowIdFor,
+  type OrderInput,
+  type OrderStatus,
+} from '../domain/order';
 import {
   classifyOrder,
   STALL_CAUSES,
@@ -411,10 +419,12 @@ export function sweeperActivities({
                  ORDER BY updated_at`,
         values: [TERMINAL_STATUSES, o.graceMs, o.orderIds ?? null],
       });
+      const open = rows.length;
+      rows.push(...(await settledButRunning(db, client, o)));
       const s: Sweep = {
         client,
         o,
-        report: { open: rows.length, stranded: 0, stalled: 0, unreadable: 0, actions: [] },
+        report: { open, stranded: 0, stalled: 0, unreadable: 0, actions: [] },
         oldestStranded: 0,
         pollers: new Map(),
       };
@@ -465,6 +475,40 @@ export function sweeperActivities({
       return report;
     },
   };
+}
+
+/**
+ * Settled orders whose run is still open: the row is terminal, but the run never closed (a versioning
+ * override sent its last workflow task to a build nobody polls, say). The order's money and stock are
+ * settled; its run still reads RUNNING in the Web UI, so it is swept like an open order's: past the
+ * grace and the stall bound, the same cases heal it or tell a person.
+ */
+async function settledButRunning(db: Pool, client: Client, o: SweepOptions): Promise<OpenOrderRow[]> {
+  const startedBefore = new Date(Date.now() - o.graceMs).toISOString();
+  const ids: string[] = [];
+  const query = `WorkflowType = '${WorkflowNames.orderSaga}' AND ExecutionStatus = 'Running' AND StartTime < '${startedBefore}'`;
+  try {
+    for await (const wf of client.workflow.list({ query })) {
+      const id = orderIdOf(wf.workflowId);
+      if (id !== undefined && (!o.orderIds || o.orderIds.includes(id))) ids.push(id);
+    }
+  } catch (err) {
+    // Visibility out of order must not stop the sweep of the open orders: they come first.
+    log.warn('sweep: could not list the running sagas; settled orders with an open run are looked at next time', {
+      error: err instanceof Error ? err.message : String(err),
+    });
+    return [];
+  }
+  if (ids.length === 0) return [];
+  const { rows } = await db.query<OpenOrderRow>({
+    text: `SELECT order_id, status, customer_id, currency, payment_method, items,
+                  (extract(epoch FROM now() - updated_at) * 1000)::bigint AS age_ms
+             FROM orders WHERE order_id = ANY ($1::text[]) AND status = ANY ($2::text[])
+               AND updated_at < now() - ($3::bigint * interval '1 millisecond')
+             ORDER BY updated_at`,
+    values: [ids, TERMINAL_STATUSES, o.graceMs],
+  });
+  return rows;
 }
 
 const millis = (t: google.protobuf.ITimestamp | null | undefined): number | undefined =>

@@ -1,7 +1,7 @@
 /** `list`: orders (up to 1000) from Temporal's visibility store, by the OrderStatus search attribute. */
 import { Option, type Command } from '@commander-js/extra-typings';
 import { WorkflowNames } from '../domain/names';
-import { ORDER_STATUSES } from '../domain/order';
+import { ORDER_STATUSES, orderIdOf } from '../domain/order';
 import { CustomerIdKey, NeedsAttentionKey, OrderStatusKey, TotalCentsKey } from '../workflows/search-attributes';
 import { EXIT, type CliContext } from './context';
 import { jsonOption } from './options';
@@ -14,7 +14,7 @@ async function list(opts: { status?: string; json?: boolean }, ctx: CliContext):
   for await (const wf of client.workflow.list({ query, pageSize: 100 })) {
     rows.push({
       workflowId: wf.workflowId,
-      orderId: wf.workflowId.replace(/^order:/, ''),
+      orderId: orderIdOf(wf.workflowId) ?? wf.workflowId,
       status: wf.typedSearchAttributes.get(OrderStatusKey) ?? 'UNKNOWN',
       customerId: wf.typedSearchAttributes.get(CustomerIdKey),
       totalCents: wf.typedSearchAttributes.get(TotalCentsKey),

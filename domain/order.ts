@@ -152,6 +152,9 @@ export function orderTotalCents(order: { items: readonly { qty: number; unitPric
 
 /** Business keys: the workflow ID and every idempotency key derive from the order ID. */
 export const workflowIdFor = (orderId: string): string => `order:${orderId}`;
+/** The order ID a saga's workflow ID names (undefined for a workflow ID of another kind). */
+export const orderIdOf = (workflowId: string): string | undefined =>
+  workflowId.startsWith('order:') ? workflowId.slice('order:'.length) : undefined;
 export const chargeKeyFor = (orderId: string): string => `${orderId}:charge`;
 export const refundKeyFor = (orderId: string): string => `${orderId}:charge:refund`;
 

@@ -6,7 +6,7 @@
  */
 import { WorkflowFailedError } from '@temporalio/client';
 import { ApplicationFailure, CancelledFailure } from '@temporalio/common';
-import type { OrderResult } from '../domain/order';
+import { orderIdOf, type OrderResult } from '../domain/order';
 
 const isResult = (v: unknown): v is OrderResult =>
   typeof v === 'object' &&
@@ -21,7 +21,7 @@ export function outcomeOf(err: unknown, workflowId: string): OrderResult | undef
   if (cause instanceof ApplicationFailure && isResult(cause.details?.[0])) return cause.details[0];
   if (cause instanceof CancelledFailure) {
     return {
-      orderId: workflowId.replace(/^order:/, ''),
+      orderId: orderIdOf(workflowId) ?? workflowId,
       status: 'CANCELLED',
       reason: 'cancelled by a Temporal cancellation request',
     };

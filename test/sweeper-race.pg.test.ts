@@ -2,7 +2,8 @@
  * The sweeper reads the open rows once, then looks at each order's run. An order whose run settles
  * it in between (its last local activity commits just before the run closes) must be left alone:
  * the row, read again when the run is found closed, decides. Temporal is a stand-in here (the
- * sweeper's only calls: describe, then start for a restart); the rows are real.
+ * sweeper's only calls: the list of running sagas, describe, then start for a restart); the rows are
+ * real.
  */
 import { WorkflowNotFoundError, type Client } from '@temporalio/client';
 import { MockActivityEnvironment } from '@temporalio/testing';
@@ -33,6 +34,7 @@ function standIn(beforeAnswer: () => Promise<void>): { client: Client; starts: s
   const starts: string[] = [];
   const client = {
     workflow: {
+      list: async function* () {}, // no running saga of a settled order
       getHandle: (workflowId: string) => ({
         describe: async () => {
           await beforeAnswer();

@@ -5,7 +5,8 @@
  *   pauses it, a person is told who paused it and since when, with the order's money and stock; the
  *   sweeper never unpauses it, tells once, and `client.ts sweeps --stalled` and `views` name the order;
  * - a versioning override of a pinned run (a versioned worker, its version current) to a build nobody
- *   polls is removed, and the run completes;
+ *   polls is removed, and the run completes; so is one set after the order settled (the row
+ *   COMPLETED, the run's last workflow task still to come), which leaves the run open, not the order;
  * - an order whose run's payload cannot be decoded goes to a person, and the sweep goes on to restart
  *   another stranded order, which completes.
  */
@@ -61,6 +62,8 @@ function testActivities(env: TestWorkflowEnvironment, db: Pool, queue: string): 
       await held('createShipment', req.orderId);
     },
     chargePayment: (req) => held('chargePayment', req.orderId),
+    // After its commit: the row is COMPLETED, the run's last workflow task still to come.
+    sendConfirmation: { after: (req) => held('sendConfirmation', req.orderId) },
   });
 }
 
@@ -136,7 +139,7 @@ async function until(what: string, check: () => Promise<boolean>, tries = 300): 
 
 /** Holds the step's activity of this order (a regular activity: no workflow task in flight) until released. */
 function hold(
-  step: 'chargePayment' | 'createShipment',
+  step: 'chargePayment' | 'createShipment' | 'sendConfirmation',
   orderId: string,
 ): { release: () => void; started: () => boolean } {
   let release!: () => void;
@@ -227,27 +230,29 @@ describe('an activity that keeps failing past the bound', () => {
   });
 });
 
+/** What `temporal workflow update-options --versioning-override-behavior pinned` does, to a build nobody runs. */
+const pinToGhost = (orderId: string) =>
+  env.client.workflowService.updateWorkflowExecutionOptions({
+    namespace: env.client.options.namespace,
+    workflowExecution: { workflowId: workflowIdFor(orderId) },
+    workflowExecutionOptions: {
+      versioningOverride: {
+        pinned: {
+          behavior: temporal.api.workflow.v1.VersioningOverride.PinnedOverrideBehavior.PINNED_OVERRIDE_BEHAVIOR_PINNED,
+          version: { deploymentName: DEPLOYMENT_NAME, buildId: `ghost-${uid()}` },
+        },
+      },
+    },
+    updateMask: { paths: ['versioning_override'] },
+  });
+
 describe('a versioning override to a build nobody polls', () => {
   it('is removed by the sweeper, and the run completes', async () => {
     const { order } = await newOrder('override');
     const held = hold('chargePayment', order.orderId);
     const handle = await start(order, versionedQueue);
     await until('the charge running', () => Promise.resolve(held.started()));
-    // What `temporal workflow update-options --versioning-override-behavior pinned` does.
-    await env.client.workflowService.updateWorkflowExecutionOptions({
-      namespace: env.client.options.namespace,
-      workflowExecution: { workflowId: workflowIdFor(order.orderId) },
-      workflowExecutionOptions: {
-        versioningOverride: {
-          pinned: {
-            behavior:
-              temporal.api.workflow.v1.VersioningOverride.PinnedOverrideBehavior.PINNED_OVERRIDE_BEHAVIOR_PINNED,
-            version: { deploymentName: DEPLOYMENT_NAME, buildId: `ghost-${uid()}` },
-          },
-        },
-      },
-      updateMask: { paths: ['versioning_override'] },
-    });
+    await pinToGhost(order.orderId);
     held.release();
     // The charge completes; the next workflow task waits for the ghost build.
     await until('a workflow task nobody takes', async () => {
@@ -263,6 +268,29 @@ describe('a versioning override to a build nobody polls', () => {
     await handle.result();
     expect(await rowStatus(order.orderId)).toBe('COMPLETED');
     expect(stats.overridesRemoved).toBeGreaterThanOrEqual(1);
+    expect(await orderViolations(db, env.client, [order.orderId])).toEqual([]);
+  });
+
+  it('set after the order settled (its row COMPLETED, its last workflow task to come): the run is still swept, the override removed, the run closes', async () => {
+    const { order } = await newOrder('override-settled');
+    const held = hold('sendConfirmation', order.orderId);
+    const handle = await start(order, versionedQueue);
+    await until('the confirmation committed', () => Promise.resolve(held.started()));
+    expect(await rowStatus(order.orderId)).toBe('COMPLETED');
+    await pinToGhost(order.orderId);
+    held.release();
+    await until('a workflow task nobody takes', async () => {
+      const raw = await pending(order.orderId);
+      return !!raw.pendingWorkflowTask && !raw.pendingActivities?.length;
+    });
+    await sleepMs(1_200);
+    expect((await handle.describe()).status.name).toBe('RUNNING');
+
+    const report = await sweep([order.orderId]);
+    expect(report.open).toBe(0); // not an open order: a settled one whose run never closed
+    expect(report.actions.map((a) => [a.action, a.cause])).toEqual([['remove-override', 'override-unpolled']]);
+    expect(await handle.result()).toMatchObject({ status: 'COMPLETED' });
+    expect((await handle.describe()).status.name).toBe('COMPLETED');
     expect(await orderViolations(db, env.client, [order.orderId])).toEqual([]);
   });
 });

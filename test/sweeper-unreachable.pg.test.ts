@@ -88,6 +88,10 @@ describe('a description that fails for one order only', () => {
       options: { namespace: 'default' },
       workflowService: { getSystemInfo: async () => ({}) },
       workflow: {
+        // The visibility store down as well: the open orders are swept all the same.
+        list: () => {
+          throw grpcError(13, 'visibility store says no');
+        },
         getHandle: (workflowId: string) => ({
           describe: async () => {
             if (workflowId === `order:${bad}`) throw grpcError(code, 'history shard says no');
