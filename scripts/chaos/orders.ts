@@ -23,6 +23,7 @@ export const MEDDLES = [
   'delete-after-cancel', // `client.ts cancel` accepted, then `temporal workflow delete` of the run
   'unreadable-signal', // a cancel Signal no key can open (`--input-meta encoding=binary/encrypted`), then Terminate
   'pause-activity', // `temporal activity pause` of a running step, unpaused a while later
+  'override-no-build', // a pinned versioning override to a build no worker runs
 ] as const;
 export type Meddle = (typeof MEDDLES)[number] | 'none';
 

@@ -250,6 +250,7 @@ export class People {
     if (meddle === 'delete-after-cancel') return this.deleteAfterCancel(o, limitMs);
     if (meddle === 'unreadable-signal') return this.unreadableSignal(o, limitMs);
     if (meddle === 'pause-activity') await this.pauseActivity(o);
+    if (meddle === 'override-no-build') await this.overrideNoBuild(o);
     if (!(await this.closed(wid, limitMs))) return false;
     if (meddle === 'reset-closed') {
       await this.reset(id, 'reset a closed run');
@@ -448,6 +449,38 @@ export class People {
     // Some come back before the sweeper's bound (15 s), some after: those it must have told a person of.
     await sleep(3_000 + o.when * 30_000);
     await this.client.workflowService.unpauseActivity(request).catch(() => undefined);
+  }
+
+  /**
+   * The Web UI's versioning override: the run pinned to a build no worker runs. Nothing moves it but
+   * the sweeper, which must see the run stalled and heal it (remove the override, or start it again).
+   */
+  private async overrideNoBuild(o: ChaosOrder): Promise<void> {
+    const id = o.input.orderId;
+    await this.untilCharging(id);
+    const action = 'pin the run to a build with no workers';
+    this.count(action, 'sent');
+    this.meddled.add(id);
+    const ok = await this.client.workflowService
+      .updateWorkflowExecutionOptions({
+        namespace: this.client.options.namespace,
+        workflowExecution: { workflowId: workflowIdFor(id) },
+        workflowExecutionOptions: {
+          versioningOverride: {
+            pinned: {
+              behavior:
+                temporal.api.workflow.v1.VersioningOverride.PinnedOverrideBehavior.PINNED_OVERRIDE_BEHAVIOR_PINNED,
+              version: { deploymentName: this.stack.version.deploymentName, buildId: 'chaos-no-such-build' },
+            },
+          },
+        },
+        updateMask: { paths: ['versioning_override'] },
+      })
+      .then(
+        () => true,
+        () => false,
+      );
+    this.count(action, ok ? 'accepted' : 'refused');
   }
 
   private async cancel(o: ChaosOrder): Promise<void> {

@@ -168,6 +168,7 @@ function coverageGaps(
     'delete the history after an accepted cancel',
     'an unreadable cancel Signal, then Terminate',
     'pause an activity, unpause it later',
+    'pin the run to a build with no workers',
     'pause the sweep Schedule (check must name it)',
   ];
   for (const a of mustAct) if (!people.actions.get(a)?.sent) missing.push(`operator action ${a}`);
