@@ -452,12 +452,19 @@ export class People {
   }
 
   /**
-   * The Web UI's versioning override: the run pinned to a build no worker runs. Nothing moves it but
-   * the sweeper, which must see the run stalled and heal it (remove the override, or start it again).
+   * The Web UI's versioning override: the run pinned to a build no worker runs, during its charge or
+   * at its last step (then the row may be COMPLETED while the run waits for its last workflow task).
+   * Nothing moves it but the sweeper, which must see the run stalled and heal it (remove the
+   * override, or start it again).
    */
   private async overrideNoBuild(o: ChaosOrder): Promise<void> {
     const id = o.input.orderId;
-    await this.untilCharging(id);
+    if (o.when < 0.5) await this.untilCharging(id);
+    else
+      for (const until = Date.now() + 20_000; Date.now() < until; await sleep(20)) {
+        const s = await this.state(id);
+        if (!s || isTerminal(s.status) || s.step === 'sendConfirmation') break;
+      }
     const action = 'pin the run to a build with no workers';
     this.count(action, 'sent');
     this.meddled.add(id);
