@@ -39,6 +39,7 @@ import { LOCK_QUEUE_CASES, measureLockQueue } from './lock-queue';
 import { ratio, say } from './measure';
 import { enginesTable, measureEngines, type EngineSide, type EnginesOptions } from './engines';
 import { measureIdleLatency, type IdleStep } from './idle-latency';
+import { costTable } from './saga-cost';
 import { measureSagaOverhead, type SagaOverheadResult } from './saga-overhead';
 import { traceOneOrder, type TraceResult } from './trace';
 import { formatTimeTable, renderWaterfall } from './waterfall';
@@ -290,6 +291,8 @@ function reportSagaOverhead(o: SagaOverheadResult, orders: number, rounds: numbe
   say(
     `\nSaga against the like-for-like floor, round by round: throughput ${o.likeSpread.throughput.min}–${o.likeSpread.throughput.max}×, p50 ${o.likeSpread.p50.min}–${o.likeSpread.p50.max}×`,
   );
+  say(`\nThe saga's own cost, counted (promises: median of one workflow at a time, workflow code in this process):\n`);
+  for (const line of costTable(o.cost.saga, o.cost.like)) say(line);
   const procs = Object.keys(o.saga.cpuMs);
   say(
     '\nCPU per workflow by process, ms (during the rounds under load; worker = the bench process: worker and load generator):\n',

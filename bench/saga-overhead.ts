@@ -17,6 +17,7 @@ import { startDevServer } from '../servers/temporal-dev';
 import { WORKER_TUNING } from '../worker';
 import { cpuMsByTree, cpuMsPer, cpuTotal, findDescendant, postmasterPid } from './cpu';
 import { concurrentLoops, median, percentile, progress, ratio } from './measure';
+import { historyCost, sandboxPromises, type Cost } from './saga-cost';
 import { benchActivities, benchDataConverter, insertBenchProducts, startBenchProvider } from './stack';
 
 /** One kind of workflow under load: completed per second, and the latency percentiles (ms). */
@@ -65,6 +66,8 @@ export interface SagaOverheadResult {
    * floor's: equal when that floor runs the saga's kinds of steps.
    */
   kinds: { saga: { local: number; regular: number }; like: { local: number; regular: number } };
+  /** The saga's own cost per order, counted (`saga-cost.ts`): the saga and the like-for-like floor. */
+  cost: { saga: Cost; like: Cost };
 }
 
 export interface SagaOverheadOptions {
@@ -81,6 +84,8 @@ export interface SagaOverheadOptions {
 const KINDS = ['floor', 'like', 'saga', 'plain'] as const;
 /** Orders of each kind one at a time on the idle stack, after a warm-up of each. */
 const IDLE_ORDERS = 20;
+/** Workflows of each kind whose promises are counted, one at a time (the median is kept). */
+const COUNTED = 5;
 type Kind = (typeof KINDS)[number];
 
 /** One round of one kind: its throughput, its latencies, and CPU-ms per workflow by process. */
@@ -159,6 +164,15 @@ export async function measureSagaOverhead(
       taskQueue: plainQueue,
       workflowBundle: await bundle(),
     });
+    // The counting worker: workflow code in this thread (debugMode), for the promise hook.
+    const countQueue = 'bench-saga-count';
+    const countWorker = await Worker.create({
+      ...workerOptions,
+      taskQueue: countQueue,
+      dataConverter,
+      debugMode: true,
+      workflowBundle: await bundle(dataConverter.failureConverterPath),
+    });
     const plainClient = new Client({ connection: env.connection, namespace: env.namespace ?? 'default' });
     const sku = `BENCH-SAGA-${Date.now()}`;
     await insertBenchProducts(db, sku, 100);
@@ -167,15 +181,15 @@ export async function measureSagaOverhead(
     let lastFloorId = '';
     let lastLikeId = '';
     /** One workflow, start to result; returns its latency in ms. */
-    const one = async (kind: Kind): Promise<number> => {
+    const one = async (kind: Kind, queue = taskQueue): Promise<number> => {
       const i = seq++;
       const t = Date.now();
       if (kind === 'floor') {
         lastFloorId = `bench-floor-${Date.now()}-${i}`;
-        await env.client.workflow.execute('noopSaga', { taskQueue, workflowId: lastFloorId });
+        await env.client.workflow.execute('noopSaga', { taskQueue: queue, workflowId: lastFloorId });
       } else if (kind === 'like') {
         lastLikeId = `bench-like-${Date.now()}-${i}`;
-        await env.client.workflow.execute('noopSagaLikeForLike', { taskQueue, workflowId: lastLikeId });
+        await env.client.workflow.execute('noopSagaLikeForLike', { taskQueue: queue, workflowId: lastLikeId });
       } else {
         const order: OrderInput = {
           orderId: `bench-${Date.now()}-${i}`,
@@ -185,7 +199,7 @@ export async function measureSagaOverhead(
           items: [{ sku: `${sku}-${i % 100}`, qty: 1, unitPriceCents: 100 }],
         };
         const r = (await (kind === 'plain' ? plainClient : env.client).workflow.execute('orderSaga', {
-          taskQueue: kind === 'plain' ? plainQueue : taskQueue,
+          taskQueue: kind === 'plain' ? plainQueue : queue,
           workflowId: workflowIdFor(order.orderId),
           args: [order],
         })) as { status: string };
@@ -238,6 +252,12 @@ export async function measureSagaOverhead(
             runs[kind].push(await runBatch(kind));
           }
         }
+        // The counts: one workflow at a time on the counting worker, nothing else running.
+        progress('saga overhead: counting the promises of workflow code…');
+        const promises = await countWorker.runUntil(async () => ({
+          saga: await sandboxPromises(COUNTED, () => one('saga', countQueue)),
+          like: await sandboxPromises(COUNTED, () => one('like', countQueue)),
+        }));
         progress('');
         const side = (xs: Batch[]): Side => {
           const all = xs.flatMap((x) => x.latencies).sort((a, b) => a - b);
@@ -303,6 +323,10 @@ export async function measureSagaOverhead(
           ),
           historyEvents: { saga: sagaEvents!.length, floor: floorEvents!.length, like: likeEvents!.length },
           kinds: { saga: kindsOf(sagaEvents!), like: kindsOf(likeEvents!) },
+          cost: {
+            saga: { ...historyCost(sagaEvents!), promises: promises.saga },
+            like: { ...historyCost(likeEvents!), promises: promises.like },
+          },
         };
       });
     } finally {
