@@ -4,4 +4,6 @@ WORKDIR /app
 COPY package.json package-lock.json ./
 RUN npm ci --omit=dev && npm cache clean --force
 COPY . .
+# The command line's build (bin/client), made here while node_modules is writable.
+RUN node bin/client --help >/dev/null
 USER node
