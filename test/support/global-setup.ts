@@ -17,6 +17,7 @@ import { realServerPortBlock, startRealTemporal, type RealTemporal } from '../..
 import { startCodecServer, type CodecServer } from '../../lib/codec-server';
 import type { ConnectionSettings } from '../../lib/temporal-connection';
 import { EncryptionCodec, parseKeyList } from '../../platform/payload-codec';
+import { dropPersonalTemporalConfig } from './hermetic-env';
 import { TEST_PAYLOAD_KEYS } from './payload-keys';
 
 export const TEST_PROVIDER_API_KEY = 'test-provider-key';
@@ -46,6 +47,7 @@ let codec: CodecServer | undefined;
 let tmp: string | undefined;
 
 export async function setup(project: TestProject): Promise<void> {
+  dropPersonalTemporalConfig();
   tmp = mkdtempSync(path.join(os.tmpdir(), 'order-saga-test-'));
   chmodSync(tmp, 0o755); // as root, Postgres runs as the postgres user and must reach its data dir
   pg = await ensurePostgres({
