@@ -168,7 +168,7 @@ class OrderSaga {
       if (end === 'past-pivot') return { kind: 'forward' };
       // A cancel that arrived while a non-cancellable step ran still wins before the pivot.
       await saga.recordQueuedCancels();
-      if (saga.stopRequested()) throw new CancelledFailure(saga.stopReason());
+      if (saga.stopRequested()) return this.recovery.afterStop(new CancelledFailure(saga.stopReason()));
       return { kind: 'forward' };
     } catch (err) {
       return this.recovery.afterStop(err);

@@ -49,8 +49,7 @@ export class SagaRun {
   readonly compensations: Compensation[] = [];
   /** Cancelled by a Temporal cancellation request or the deadline: ends the steps before the pivot. */
   readonly preScope = new CancellationScope();
-  /** Where the run stands; changed only with `enter`. */
-  phase: Phase = { name: 'forward' };
+  private current: Phase = { name: 'forward' };
   /** The cancel recorded on the order row (Postgres decided it), as this run has learnt of it. */
   cancel: RecordedCancel | undefined;
   /** The cancels and resolves a person sent, and the answers to them. */
@@ -81,9 +80,14 @@ export class SagaRun {
     };
   }
 
+  /** Where the run stands; changed only with `enter`. */
+  get phase(): Phase {
+    return this.current;
+  }
+
   /** Moves the run to `phase`; past the pivot, the state says so from then on. */
   enter(phase: Phase): void {
-    this.phase = phase;
+    this.current = phase;
     if (phase.name === 'shipped') this.state.pivotPassed = true;
   }
 
