@@ -41,7 +41,7 @@ export type AskAboutCharge = (reason: string) => Promise<Answer>;
 
 export class ChargeProtocol {
   constructor(
-    private readonly run: SagaRun,
+    private readonly saga: SagaRun,
     private readonly askAboutCharge: AskAboutCharge,
   ) {}
 
@@ -51,11 +51,11 @@ export class ChargeProtocol {
    * status afterwards (CHARGED, or further along).
    */
   async charge(): Promise<OrderStatus> {
-    const { run } = this;
-    const { order } = run;
-    const key = chargeKeyFor(run.orderId);
+    const { saga } = this;
+    const { order } = saga;
+    const key = chargeKeyFor(saga.orderId);
     const request = {
-      orderId: run.orderId,
+      orderId: saga.orderId,
       amountCents: orderTotalCents(order),
       currency: order.currency,
       paymentMethod: order.paymentMethod,
@@ -63,9 +63,9 @@ export class ChargeProtocol {
       markCharged: true,
     };
     for (let round = 1; ; round++) {
-      await CancellationScope.nonCancellable(() => run.recordQueuedCancels());
-      if (run.stopCharging()) throw new CancelledFailure(run.stopReason());
-      run.state.attempts.charge = round;
+      await CancellationScope.nonCancellable(() => saga.recordQueuedCancels());
+      if (saga.stopCharging()) throw new CancelledFailure(saga.stopReason());
+      saga.state.attempts.charge = round;
       try {
         // Not cancellable: a cancel waits for this request's answer (it may already be at the provider).
         const r = await CancellationScope.nonCancellable(() =>
@@ -78,16 +78,16 @@ export class ChargeProtocol {
         );
         return r.status ?? 'CHARGED';
       } catch (err) {
-        run.learnCancel(err);
+        saga.learnCancel(err);
         if (FINAL_CHARGE_ANSWERS.includes(failureType(err) ?? '')) throw err;
         log.warn('charge timed out or failed; inquiring before deciding', {
-          orderId: run.orderId,
+          orderId: saga.orderId,
           error: failureMessage(err),
         });
       }
       const verdict = await CancellationScope.nonCancellable(() => this.inquireUntilKnown());
-      if (verdict === 'succeeded') return run.status({ to: 'CHARGED' });
-      if (verdict === 'cancelled') throw new CancelledFailure(run.stopReason());
+      if (verdict === 'succeeded') return saga.status({ to: 'CHARGED' });
+      if (verdict === 'cancelled') throw new CancelledFailure(saga.stopReason());
       if (verdict !== 'not_found') throw refusal(verdict, key);
       if (round >= CHARGE_ROUNDS) {
         throw ApplicationFailure.create({
@@ -97,9 +97,9 @@ export class ChargeProtocol {
         });
       }
       // not_found: nothing was charged yet. Pause, unless a cancel or the deadline comes first.
-      const pauseMs = Math.min(run.cfg.inquiryMaxMs, 1000 * 2 ** (round - 1));
+      const pauseMs = Math.min(saga.cfg.inquiryMaxMs, 1000 * 2 ** (round - 1));
       await CancellationScope.nonCancellable(() =>
-        condition(() => run.stopCharging() || run.inbox.hasQueuedCancel(), pauseMs, {
+        condition(() => saga.stopCharging() || saga.inbox.hasQueuedCancel(), pauseMs, {
           summary: `the provider never took charge request ${round}; request ${round + 1} in ${duration(pauseMs)} unless cancelled`,
         }),
       );
@@ -112,14 +112,14 @@ export class ChargeProtocol {
    * inquiries' own time is not counted.
    */
   async inquireUntilKnown(): Promise<ChargeVerdict> {
-    const { run } = this;
-    const { state, cfg } = run;
+    const { saga } = this;
+    const { state, cfg } = saga;
     state.unknowns = ['charge'];
-    run.refresh();
+    saga.refresh();
     let slept = 0;
     for (let n = 0; ; n++) {
       try {
-        const r = await this.inquire(`inquire charge ${chargeKeyFor(run.orderId)}`);
+        const r = await this.inquire(`inquire charge ${chargeKeyFor(saga.orderId)}`);
         state.attempts.inquiry = n + 1;
         if (r.status !== 'processing') {
           state.unknowns = [];
@@ -127,23 +127,23 @@ export class ChargeProtocol {
           return r.status === 'succeeded' && (r.refundedCents ?? 0) > 0 ? 'refunded' : r.status;
         }
       } catch (err) {
-        log.warn('inquiry failed; charge outcome unknown', { orderId: run.orderId, error: failureMessage(err) });
+        log.warn('inquiry failed; charge outcome unknown', { orderId: saga.orderId, error: failureMessage(err) });
       }
       if (state.status !== 'UNKNOWN_PAYMENT') {
         // The row already CHARGED (the charge's own write committed, its answer was lost): it is paid.
-        const now = await run.status({ to: 'UNKNOWN_PAYMENT' });
+        const now = await saga.status({ to: 'UNKNOWN_PAYMENT' });
         if (now === 'CHARGED' || isPastPivot(now)) {
           state.unknowns = [];
           return 'succeeded';
         }
       }
       const wait = Math.min(cfg.inquiryMaxMs, cfg.inquiryBaseMs * 2 ** n);
-      const overdue = run.phase.name === 'overdue';
+      const overdue = saga.phase.name === 'overdue';
       if (overdue || slept + wait > cfg.unknownEscalationMs) {
         const why = overdue ? 'saga deadline passed' : `no answer after ${duration(slept)}`;
         // Never refund blindly: a person settles it (after checking the provider's dashboard), or the
         // customer cancels (the refund then closes the key, or refunds what the provider took).
-        const action = await this.askAboutCharge(`charge ${chargeKeyFor(run.orderId)} outcome unknown (${why})`);
+        const action = await this.askAboutCharge(`charge ${chargeKeyFor(saga.orderId)} outcome unknown (${why})`);
         state.unknowns = [];
         return action === 'cancelled' ? 'cancelled' : action === 'charge-succeeded' ? 'succeeded' : 'failed';
       }
@@ -155,7 +155,7 @@ export class ChargeProtocol {
 
   /** What the provider knows of `<orderId>:charge`, asked by its key. */
   private inquire(summary: string): ReturnType<typeof act<'inquireCharge'>> {
-    const { orderId } = this.run;
+    const { orderId } = this.saga;
     return act(inquiryOpts, 'inquireCharge', summary, { orderId, chargeKey: chargeKeyFor(orderId) });
   }
 
@@ -166,14 +166,14 @@ export class ChargeProtocol {
    * refunds only what the provider says was charged.
    */
   registerRefund(): void {
-    const { run } = this;
-    const keys = { chargeKey: chargeKeyFor(run.orderId), idempotencyKey: refundKeyFor(run.orderId) };
-    run.register('refundPayment', () =>
+    const { saga } = this;
+    const keys = { chargeKey: chargeKeyFor(saga.orderId), idempotencyKey: refundKeyFor(saga.orderId) };
+    saga.register('refundPayment', () =>
       act(
-        compensationOpts(run.cfg.compensationRetryMaxMs),
+        compensationOpts(saga.cfg.compensationRetryMaxMs),
         'refundPayment',
         `compensate: close key ${keys.chargeKey} at the provider, refund what it took (key ${keys.idempotencyKey})`,
-        { orderId: run.orderId, ...keys },
+        { orderId: saga.orderId, ...keys },
       ),
     );
   }

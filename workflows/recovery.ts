@@ -41,7 +41,7 @@ export class Recovery {
   private redecisions = 0;
 
   constructor(
-    private readonly run: SagaRun,
+    private readonly saga: SagaRun,
     private readonly charge: ChargeProtocol,
   ) {}
 
@@ -50,24 +50,24 @@ export class Recovery {
    * `forward` when the row is charged or shipped by another run, else `backward` with how the order ends.
    */
   async afterStop(err: unknown): Promise<Outcome> {
-    const { run } = this;
+    const { saga } = this;
     // createOrder did not succeed in this run (it runs even after a cancel and cannot be cut off once
     // sent): nothing to compensate, and the row, if any, is not this run's.
-    if (run.state.stepsDone.length === 0) return ending(err);
-    if (failureType(err) === SagaFailureTypes.OrderSettled && run.compensations.length === 0) return ending(err);
-    run.learnCancel(err);
-    await CancellationScope.nonCancellable(() => run.recordQueuedCancels());
+    if (saga.state.stepsDone.length === 0) return ending(err);
+    if (failureType(err) === SagaFailureTypes.OrderSettled && saga.compensations.length === 0) return ending(err);
+    saga.learnCancel(err);
+    await CancellationScope.nonCancellable(() => saga.recordQueuedCancels());
     // Stopped by a cancel, the deadline or a Temporal cancellation, or refused because a cancel is recorded.
     const cancelled = isCancellation(err) || recordedCancelIn(err) !== undefined;
-    const reason = cancelled ? run.stopReason() : failureMessage(err);
+    const reason = cancelled ? saga.stopReason() : failureMessage(err);
     const ahead = await CancellationScope.nonCancellable(() => this.fromRow(err));
     if (ahead === 'forward') return { kind: 'forward' };
-    const stopped = cancelled || run.cancel !== undefined;
+    const stopped = cancelled || saga.cancel !== undefined;
     const why = !stopped
       ? (failureType(err) ?? SagaFailureTypes.SagaFailed)
-      : run.cancel !== undefined
+      : saga.cancel !== undefined
         ? SagaFailureTypes.OrderCancelled
-        : run.phase.name === 'overdue'
+        : saga.phase.name === 'overdue'
           ? SagaFailureTypes.DeadlineExceeded
           : TEMPORAL_CANCELLATION;
     return { kind: 'backward', reason, ends: stopped ? 'CANCELLED' : 'FAILED', failureType: why };
@@ -78,12 +78,12 @@ export class Recovery {
    * on the row before the shipment, which the shipment's write refuses.
    */
   shipmentFailed(err: unknown): Outcome {
-    const { run } = this;
+    const { saga } = this;
     if (failureType(err) === SagaFailureTypes.OrderSettled) return ending(err);
-    if (run.learnCancel(err))
+    if (saga.learnCancel(err))
       return {
         kind: 'backward',
-        reason: run.stopReason(),
+        reason: saga.stopReason(),
         ends: 'CANCELLED',
         failureType: SagaFailureTypes.OrderCancelled,
       };
@@ -102,20 +102,20 @@ export class Recovery {
    * run left is taken as the operator's retry.
    */
   private async fromRow(err: unknown): Promise<'forward' | 'backward'> {
-    const { run } = this;
+    const { saga } = this;
     for (let e = err; ;) {
-      run.learnCancel(e);
+      saga.learnCancel(e);
       let status = conflictStatus(e);
       if (failureType(e) !== ErrorTypes.OrderStateConflict || status === undefined) return 'backward';
       // Escalated at or after the pivot (or shipped): never backward, whatever was asked.
       const ahead = pastPivotStatus(e);
       if (ahead) return this.carryForward(ahead);
       try {
-        if (status === 'NEEDS_ATTENTION') status = await run.status({ resume: run.state.status });
-        if (status === 'UNKNOWN_PAYMENT' && !run.stopRequested()) {
+        if (status === 'NEEDS_ATTENTION') status = await saga.status({ resume: saga.state.status });
+        if (status === 'UNKNOWN_PAYMENT' && !saga.stopRequested()) {
           const verdict = await this.charge.inquireUntilKnown();
           if (verdict !== 'succeeded') return 'backward';
-          status = await run.status({ to: 'CHARGED' });
+          status = await saga.status({ to: 'CHARGED' });
         }
       } catch (inner) {
         // The row moved again meanwhile (another run): read it again, a bounded number of times.
@@ -123,20 +123,20 @@ export class Recovery {
         e = inner;
         continue;
       }
-      if (!isPastPivot(status) && (status !== 'CHARGED' || run.stopRequested())) return 'backward';
+      if (!isPastPivot(status) && (status !== 'CHARGED' || saga.stopRequested())) return 'backward';
       log.warn('order already charged or shipped by another run; carrying on forward', {
-        orderId: run.orderId,
+        orderId: saga.orderId,
         status,
       });
-      run.status({ seen: status });
+      saga.status({ seen: status });
       return 'forward';
     }
   }
 
   /** The row is past the pivot (another run shipped it, or escalated at the pivot): the run goes forward. */
   private carryForward(status: OrderStatus): 'forward' {
-    log.warn('the order row is past the pivot; carrying it forward', { orderId: this.run.orderId, status });
-    this.run.status({ seen: status });
+    log.warn('the order row is past the pivot; carrying it forward', { orderId: this.saga.orderId, status });
+    this.saga.status({ seen: status });
     return 'forward';
   }
 
@@ -148,19 +148,19 @@ export class Recovery {
    * turns the run forward instead.
    */
   async backward({ reason, ends, failureType: why }: Backward): Promise<Outcome> {
-    const { run } = this;
-    log.warn('saga failed before the pivot; compensating', { orderId: run.orderId, reason });
-    run.enter({ name: 'unwinding', reason, shipmentRefused: run.phase.name === 'pivot' });
+    const { saga } = this;
+    log.warn('saga failed before the pivot; compensating', { orderId: saga.orderId, reason });
+    saga.enter({ name: 'unwinding', reason, shipmentRefused: saga.phase.name === 'pivot' });
     const stopped = await CancellationScope.nonCancellable(() => this.compensate(reason));
     if (stopped) return stopped;
     return CancellationScope.nonCancellable(async () => {
-      await run.status({ to: ends, reason });
+      await saga.status({ to: ends, reason });
       await condition(allHandlersFinished);
-      const result: OrderResult = { orderId: run.orderId, status: run.state.status, reason };
+      const result: OrderResult = { orderId: saga.orderId, status: saga.state.status, reason };
       if (why === TEMPORAL_CANCELLATION) return { kind: 'failed', failure: new CancelledFailure(reason) };
       const failure = ApplicationFailure.create({
         type: why,
-        message: `order ${run.orderId} ${run.state.status}: ${reason}`,
+        message: `order ${saga.orderId} ${saga.state.status}: ${reason}`,
         nonRetryable: true,
         details: [result],
         category: ApplicationFailureCategory.BENIGN,
@@ -176,20 +176,20 @@ export class Recovery {
    * `forward`.
    */
   private async compensate(reason: string): Promise<Outcome | undefined> {
-    const { run } = this;
+    const { saga } = this;
     let settledAs: OrderStatus | undefined;
     try {
-      await run.status({ to: 'COMPENSATING', reason });
+      await saga.status({ to: 'COMPENSATING', reason });
     } catch (err) {
       settledAs = settledStatus(err);
       const ahead = pastPivotStatus(err);
       if (ahead) return { kind: this.carryForward(ahead) };
       if (!settledAs) throw err;
     }
-    while (run.compensations.length > 0) {
-      const c = run.compensations[run.compensations.length - 1]!;
-      run.state.step = `compensate:${c.name}`;
-      run.refresh();
+    while (saga.compensations.length > 0) {
+      const c = saga.compensations[saga.compensations.length - 1]!;
+      saga.state.step = `compensate:${c.name}`;
+      saga.refresh();
       try {
         await c.run();
       } catch (err) {
@@ -204,27 +204,27 @@ export class Recovery {
         );
         if (action === 'retry') continue;
       }
-      run.compensations.pop();
-      run.state.compensationsRun.push(c.name);
-      run.refresh();
+      saga.compensations.pop();
+      saga.state.compensationsRun.push(c.name);
+      saga.refresh();
     }
     return settledAs ? { kind: 'settled', status: settledAs } : undefined;
   }
 
   /** Another run settled this order: this run ends at once, with the order's status, and changes nothing more. */
   async alreadySettled(status: OrderStatus): Promise<OrderResult> {
-    const { run } = this;
-    log.warn('order already settled by another run; this run stops', { orderId: run.orderId, status });
-    run.compensations.length = 0;
-    run.state.step = 'already settled';
-    run.enter({ name: 'settled-elsewhere' });
-    run.state.awaiting = undefined; // nothing here is waiting for a person any more
-    run.status({
+    const { saga } = this;
+    log.warn('order already settled by another run; this run stops', { orderId: saga.orderId, status });
+    saga.compensations.length = 0;
+    saga.state.step = 'already settled';
+    saga.enter({ name: 'settled-elsewhere' });
+    saga.state.awaiting = undefined; // nothing here is waiting for a person any more
+    saga.status({
       seen: status,
-      reason: `order ${run.orderId} is already ${status}: settled by another run; this run stopped without effects`,
+      reason: `order ${saga.orderId} is already ${status}: settled by another run; this run stopped without effects`,
     });
     await condition(allHandlersFinished);
-    return { orderId: run.orderId, status: 'ALREADY_SETTLED', orderStatus: status, reason: run.state.reason };
+    return { orderId: saga.orderId, status: 'ALREADY_SETTLED', orderStatus: status, reason: saga.state.reason };
   }
 
   /**
@@ -233,56 +233,56 @@ export class Recovery {
    * cancel ends the wait: 'cancelled'.
    */
   async escalate(awaiting: NonNullable<SagaState['awaiting']>, reason: string, compensation?: string): Promise<Answer> {
-    const { run } = this;
-    const { state, inbox } = run;
+    const { saga } = this;
+    const { state, inbox } = saga;
     const previous = state.status;
     state.awaiting = awaiting;
-    log.error('ALERT saga needs attention', { orderId: run.orderId, reason, awaiting });
+    log.error('ALERT saga needs attention', { orderId: saga.orderId, reason, awaiting });
     try {
-      await run.status({ to: 'NEEDS_ATTENTION', reason });
+      await saga.status({ to: 'NEEDS_ATTENTION', reason });
     } catch (err) {
       // A row that cannot take NEEDS_ATTENTION (another run moved it): the run still waits for a
       // person, who sees it in the Web UI (current details, the state query); it never just ends.
       if (failureType(err) !== ErrorTypes.OrderStateConflict || settledStatus(err)) throw err;
       log.error('the order row refused NEEDS_ATTENTION; waiting for a person anyway', {
-        orderId: run.orderId,
+        orderId: saga.orderId,
         error: failureMessage(err),
       });
       state.reason = reason;
-      run.refresh();
+      saga.refresh();
       upsertSearchAttributes([{ key: NeedsAttentionKey, value: true }]); // it is in the needs-attention view
     }
     const cancellable = awaiting === 'charge-outcome';
     let request: Resolution | undefined;
     for (;;) {
       await condition(
-        () => inbox.resolution !== undefined || inbox.hasQueuedCancel() || (cancellable && run.stopRequested()),
+        () => inbox.resolution !== undefined || inbox.hasQueuedCancel() || (cancellable && saga.stopRequested()),
       );
       if (inbox.resolution === undefined && inbox.hasQueuedCancel()) {
         // Postgres decides it: accepted only while the order may still be cancelled (an unknown charge).
-        await CancellationScope.nonCancellable(() => run.recordQueuedCancels());
-        if (!(cancellable && run.stopRequested())) continue;
+        await CancellationScope.nonCancellable(() => saga.recordQueuedCancels());
+        if (!(cancellable && saga.stopRequested())) continue;
       }
       if (inbox.resolution === undefined) break; // cancelled
       request = inbox.resolution;
-      const refused = await checkAnswer(run.orderId, request, awaiting, compensation);
+      const refused = await checkAnswer(saga.orderId, request, awaiting, compensation);
       inbox.answerResolve(refused);
       if (!refused) break;
       request = undefined;
     }
     state.awaiting = undefined;
     if (request === undefined) {
-      log.warn('cancelled while waiting for a person', { orderId: run.orderId });
-      run.refresh();
+      log.warn('cancelled while waiting for a person', { orderId: saga.orderId });
+      saga.refresh();
       return 'cancelled';
     }
     const { action, note, reference } = request;
-    log.warn('operator resolved', { orderId: run.orderId, action, note, reference });
+    log.warn('operator resolved', { orderId: saga.orderId, action, note, reference });
     state.reason = `${reason} (operator: ${action}${reference ? `, reference ${reference}` : ''}${note ? `, ${note}` : ''})`;
-    run.refresh();
+    saga.refresh();
     if (previous !== 'NEEDS_ATTENTION') {
       // Back to where the row stood when it escalated, which may be further than this run knows.
-      await run.status({ resume: previous, reason: state.reason });
+      await saga.status({ resume: previous, reason: state.reason });
     }
     return action;
   }

@@ -40,6 +40,7 @@ export type StatusChange =
   /** Leave NEEDS_ATTENTION for the status the row escalated from (`resume`: where this run thinks it was). */
   | { resume: OrderStatus; reason?: string };
 
+/** One run of the saga: what its rooms read and change. The main path alone issues commands through it. */
 export class SagaRun {
   readonly orderId: string;
   /** The order's lines, `2×SKU-1, 1×SKU-2`, for the activities' summaries. */
@@ -49,6 +50,7 @@ export class SagaRun {
   readonly compensations: Compensation[] = [];
   /** Cancelled by a Temporal cancellation request or the deadline: ends the steps before the pivot. */
   readonly preScope = new CancellationScope();
+  /** Where the run stands: read with `phase`, changed with `enter`. */
   private current: Phase = { name: 'forward' };
   /** The cancel recorded on the order row (Postgres decided it), as this run has learnt of it. */
   cancel: RecordedCancel | undefined;
@@ -80,7 +82,6 @@ export class SagaRun {
     };
   }
 
-  /** Where the run stands; changed only with `enter`. */
   get phase(): Phase {
     return this.current;
   }
