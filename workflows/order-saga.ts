@@ -252,7 +252,8 @@ class OrderSaga {
   /**
    * 4. The pivot: ship (the row moves to SHIPPED, the lines to SOLD, in one transaction). Key: the order
    * ID (the tracking number derives from it). Retried for the forward limit, then escalated; a
-   * rejection means nothing shipped (the run turns back: `Recovery.shipmentFailed`); nothing else ever compensates.
+   * rejection means nothing shipped (the run turns back: `Recovery.shipmentFailed`); nothing else
+   * ever compensates.
    */
   private async createShipment(): Promise<void> {
     const { saga } = this;
