@@ -20,6 +20,7 @@ import {
   type ResolveRequest,
   type SagaState,
 } from './messages';
+import type { Phase } from './saga-phase';
 
 /** Answers kept for the `answer` query. */
 const ANSWERS_KEPT = 50;
@@ -28,12 +29,10 @@ const ANSWERS_KEPT = 50;
 export interface SagaView {
   readonly orderId: string;
   snapshot(): SagaState;
+  /** Where the run stands (workflows/saga-phase.ts). */
+  phase(): Phase;
   /** The cancel recorded on the order row, as this run knows it. */
   cancel(): { requestId: string; reason: string } | undefined;
-  /** Backward recovery has begun, for this reason. */
-  unwinding(): string | undefined;
-  /** Another run had already settled the order. */
-  settledElsewhere(): boolean;
 }
 
 export interface Resolution {
@@ -111,6 +110,7 @@ export class SagaInbox {
   /** The answer to one cancel or resolve; undefined when the saga has not seen it. */
   private answerTo(requestId: string): RequestAnswer | undefined {
     const { saga } = this;
+    const phase = saga.phase().name;
     const given = this.answers.get(requestId);
     const accepted = (): RequestAnswer => ({ requestId, outcome: 'accepted', state: saga.snapshot() });
     if (given)
@@ -121,7 +121,7 @@ export class SagaInbox {
       // Accepted in Postgres: the order will not ship. It ends CANCELLED (or waits for a person while
       // compensating); one another run had settled, or that ended otherwise, tells the customer so.
       if (status === 'CANCELLED') return accepted();
-      if (saga.settledElsewhere())
+      if (phase === 'settled-elsewhere')
         return {
           requestId,
           outcome: 'refused',
@@ -133,12 +133,12 @@ export class SagaInbox {
           outcome: 'refused',
           message: `order ${orderId} ended ${status} before the cancel could apply`,
         };
-      if (status === 'NEEDS_ATTENTION' && saga.unwinding() !== undefined) return accepted();
+      if (status === 'NEEDS_ATTENTION' && phase === 'unwinding') return accepted();
       return { requestId, outcome: 'pending' };
     }
     if (this.queued.some((q) => q.requestId === requestId)) return { requestId, outcome: 'pending' };
     if (requestId === this.resolution?.requestId)
-      return saga.settledElsewhere() ? accepted() : { requestId, outcome: 'pending' };
+      return phase === 'settled-elsewhere' ? accepted() : { requestId, outcome: 'pending' };
     return undefined;
   }
 
@@ -155,7 +155,7 @@ export class SagaInbox {
       return this.answered(requestId, (err as Error).message);
     }
     // Compensating for a cancel already recorded on the order: this one is the same promise.
-    if (this.saga.unwinding() !== undefined && this.saga.cancel() !== undefined) {
+    if (this.saga.phase().name === 'unwinding' && this.saga.cancel() !== undefined) {
       this.acceptedCancels.add(requestId);
       return;
     }
@@ -168,15 +168,17 @@ export class SagaInbox {
    */
   private validateCancel(reason: unknown): asserts reason is string | undefined | null {
     const { orderId } = this.saga;
-    const { status, pivotPassed } = this.saga.snapshot();
+    const { status } = this.saga.snapshot();
+    const phase = this.saga.phase();
     if (reason !== undefined && reason !== null && (typeof reason !== 'string' || reason.length > 500))
       throw new Error('reason must be a string of at most 500 characters');
-    if (pivotPassed || isPastPivot(status))
+    if (phase.name === 'shipped' || isPastPivot(status))
       throw new Error(`order ${orderId} has reached the shipment (the pivot); it can only move forward`);
     if (isTerminal(status)) throw new Error(`order ${orderId} is already ${status}`);
-    const unwinding = this.saga.unwinding();
-    if (unwinding !== undefined && this.saga.cancel() === undefined)
-      throw new Error(`order ${orderId} is already being compensated (${unwinding}); there is nothing left to cancel`);
+    if (phase.name === 'unwinding' && this.saga.cancel() === undefined)
+      throw new Error(
+        `order ${orderId} is already being compensated (${phase.reason}); there is nothing left to cancel`,
+      );
   }
 
   /** Records the resolve, or refuses it now. */

@@ -1,0 +1,289 @@
+/**
+ * The recovery of the order saga: what a run does when a step before the pivot fails or is stopped,
+ * when a refused shipment turns it back, or when it needs a person. It decides from the order row
+ * (charged or shipped by another run: forward; else backward), runs the compensations LIFO in a
+ * non-cancellable scope, ends the order FAILED or CANCELLED, and escalates to NEEDS_ATTENTION what
+ * only a person can settle. Each method answers with an outcome (saga-phase.ts) that
+ * `OrderSaga.run()` acts on: nothing here calls back into the steps. Workflow code: deterministic.
+ */
+import { ApplicationFailureCategory } from '@temporalio/common';
+import {
+  allHandlersFinished,
+  ApplicationFailure,
+  CancellationScope,
+  CancelledFailure,
+  condition,
+  isCancellation,
+  log,
+  upsertSearchAttributes,
+} from '@temporalio/workflow';
+import { ErrorTypes, SagaFailureTypes } from '../domain/failures';
+import { isPastPivot, type OrderResult, type OrderStatus } from '../domain/order';
+import { checkAnswer, type Answer, type ChargeProtocol } from './charge-protocol';
+import type { SagaState } from './messages';
+import {
+  conflictStatus,
+  failureMessage,
+  failureType,
+  pastPivotStatus,
+  recordedCancelIn,
+  settledStatus,
+} from './saga-activities';
+import type { Resolution } from './saga-inbox';
+import { ending, TEMPORAL_CANCELLATION, type Backward, type Outcome } from './saga-phase';
+import type { SagaRun } from './saga-run';
+import { NeedsAttentionKey } from './search-attributes';
+
+/** How many times one run re-reads the row after a refusal before it asks a person. */
+const MAX_REDECISIONS = 5;
+
+export class Recovery {
+  private redecisions = 0;
+
+  constructor(
+    private readonly saga: SagaRun,
+    private readonly charge: ChargeProtocol,
+  ) {}
+
+  /**
+   * A step before the pivot failed (or a cancel, the deadline or a Temporal cancellation stopped it):
+   * `forward` when the row is charged or shipped by another run, else `backward` with how the order ends.
+   */
+  async afterStop(err: unknown): Promise<Outcome> {
+    const { saga } = this;
+    // createOrder did not succeed in this run (it runs even after a cancel and cannot be cut off once
+    // sent): nothing to compensate, and the row, if any, is not this run's.
+    if (saga.state.stepsDone.length === 0) return ending(err);
+    if (failureType(err) === SagaFailureTypes.OrderSettled && saga.compensations.length === 0) return ending(err);
+    saga.learnCancel(err);
+    await CancellationScope.nonCancellable(() => saga.recordQueuedCancels());
+    // Stopped by a cancel, the deadline or a Temporal cancellation, or refused because a cancel is recorded.
+    const cancelled = isCancellation(err) || recordedCancelIn(err) !== undefined;
+    const reason = cancelled ? saga.stopReason() : failureMessage(err);
+    const ahead = await CancellationScope.nonCancellable(() => this.fromRow(err));
+    if (ahead === 'forward') return { kind: 'forward' };
+    const stopped = cancelled || saga.cancel !== undefined;
+    const why = !stopped
+      ? (failureType(err) ?? SagaFailureTypes.SagaFailed)
+      : saga.cancel !== undefined
+        ? SagaFailureTypes.OrderCancelled
+        : saga.phase.name === 'overdue'
+          ? SagaFailureTypes.DeadlineExceeded
+          : TEMPORAL_CANCELLATION;
+    return { kind: 'backward', reason, ends: stopped ? 'CANCELLED' : 'FAILED', failureType: why };
+  }
+
+  /**
+   * The shipment failed: a refusal (nothing shipped) is the last backward way; so is a cancel recorded
+   * on the row before the shipment, which the shipment's write refuses.
+   */
+  shipmentFailed(err: unknown): Outcome {
+    const { saga } = this;
+    if (failureType(err) === SagaFailureTypes.OrderSettled) return ending(err);
+    if (saga.learnCancel(err))
+      return {
+        kind: 'backward',
+        reason: saga.stopReason(),
+        ends: 'CANCELLED',
+        failureType: SagaFailureTypes.OrderCancelled,
+      };
+    return {
+      kind: 'backward',
+      reason: failureMessage(err),
+      ends: 'FAILED',
+      failureType: failureType(err) ?? SagaFailureTypes.SagaFailed,
+    };
+  }
+
+  /**
+   * A step before the pivot was refused because another run of this order (reset, or terminated and
+   * started again) has moved the row on, or a cancel stopped it. Decides from where the row stands:
+   * `forward` when the row is charged (and no cancel) or shipped, else `backward`. An escalation that
+   * run left is taken as the operator's retry.
+   */
+  private async fromRow(err: unknown): Promise<'forward' | 'backward'> {
+    const { saga } = this;
+    for (let e = err; ;) {
+      saga.learnCancel(e);
+      let status = conflictStatus(e);
+      if (failureType(e) !== ErrorTypes.OrderStateConflict || status === undefined) return 'backward';
+      // Escalated at or after the pivot (or shipped): never backward, whatever was asked.
+      const ahead = pastPivotStatus(e);
+      if (ahead) return this.carryForward(ahead);
+      try {
+        if (status === 'NEEDS_ATTENTION') status = await saga.status({ resume: saga.state.status });
+        if (status === 'UNKNOWN_PAYMENT' && !saga.stopRequested()) {
+          const verdict = await this.charge.inquireUntilKnown();
+          if (verdict !== 'succeeded') return 'backward';
+          status = await saga.status({ to: 'CHARGED' });
+        }
+      } catch (inner) {
+        // The row moved again meanwhile (another run): read it again, a bounded number of times.
+        if (failureType(inner) !== ErrorTypes.OrderStateConflict || ++this.redecisions > MAX_REDECISIONS) throw inner;
+        e = inner;
+        continue;
+      }
+      if (!isPastPivot(status) && (status !== 'CHARGED' || saga.stopRequested())) return 'backward';
+      log.warn('order already charged or shipped by another run; carrying on forward', {
+        orderId: saga.orderId,
+        status,
+      });
+      saga.status({ seen: status });
+      return 'forward';
+    }
+  }
+
+  /** The row is past the pivot (another run shipped it, or escalated at the pivot): the run goes forward. */
+  private carryForward(status: OrderStatus): 'forward' {
+    log.warn('the order row is past the pivot; carrying it forward', { orderId: this.saga.orderId, status });
+    this.saga.status({ seen: status });
+    return 'forward';
+  }
+
+  /**
+   * Backward recovery: compensate LIFO, then end FAILED or CANCELLED with the reason, and fail the
+   * workflow, so the Web UI's list tells the outcome at a glance: a benign ApplicationFailure whose
+   * type is the business reason and whose details carry the result (client.ts reads it back), or, for
+   * a Temporal cancellation, Canceled. A row found past the pivot meanwhile (another run shipped it)
+   * turns the run forward instead.
+   */
+  async backward({ reason, ends, failureType: why }: Backward): Promise<Outcome> {
+    const { saga } = this;
+    log.warn('saga failed before the pivot; compensating', { orderId: saga.orderId, reason });
+    saga.enter({ name: 'unwinding', reason, shipmentRefused: saga.phase.name === 'pivot' });
+    const stopped = await CancellationScope.nonCancellable(() => this.compensate(reason));
+    if (stopped) return stopped;
+    return CancellationScope.nonCancellable(async () => {
+      await saga.status({ to: ends, reason });
+      await condition(allHandlersFinished);
+      const result: OrderResult = { orderId: saga.orderId, status: saga.state.status, reason };
+      if (why === TEMPORAL_CANCELLATION) return { kind: 'failed', failure: new CancelledFailure(reason) };
+      const failure = ApplicationFailure.create({
+        type: why,
+        message: `order ${saga.orderId} ${saga.state.status}: ${reason}`,
+        nonRetryable: true,
+        details: [result],
+        category: ApplicationFailureCategory.BENIGN,
+      });
+      return { kind: 'failed', failure };
+    });
+  }
+
+  /**
+   * Runs the compensations LIFO; undefined once they all ran. If another run has already settled the
+   * order (terminal), the compensations still run (each is safe when there is nothing to undo, and
+   * never acts on a shipped order), then the run stops: `settled`. A row past the pivot stops them:
+   * `forward`.
+   */
+  private async compensate(reason: string): Promise<Outcome | undefined> {
+    const { saga } = this;
+    let settledAs: OrderStatus | undefined;
+    try {
+      await saga.status({ to: 'COMPENSATING', reason });
+    } catch (err) {
+      settledAs = settledStatus(err);
+      const ahead = pastPivotStatus(err);
+      if (ahead) return { kind: this.carryForward(ahead) };
+      if (!settledAs) throw err;
+    }
+    while (saga.compensations.length > 0) {
+      const c = saga.compensations[saga.compensations.length - 1]!;
+      saga.state.step = `compensate:${c.name}`;
+      saga.refresh();
+      try {
+        await c.run();
+      } catch (err) {
+        settledAs = settledStatus(err);
+        if (settledAs) break; // shipped and settled elsewhere: nothing here may be undone
+        const ahead = pastPivotStatus(err);
+        if (ahead) return { kind: this.carryForward(ahead) };
+        const action = await this.escalate(
+          'compensation',
+          `compensation ${c.name} failed: ${failureMessage(err)}`,
+          c.name,
+        );
+        if (action === 'retry') continue;
+      }
+      saga.compensations.pop();
+      saga.state.compensationsRun.push(c.name);
+      saga.refresh();
+    }
+    return settledAs ? { kind: 'settled', status: settledAs } : undefined;
+  }
+
+  /** Another run settled this order: this run ends at once, with the order's status, and changes nothing more. */
+  async alreadySettled(status: OrderStatus): Promise<OrderResult> {
+    const { saga } = this;
+    log.warn('order already settled by another run; this run stops', { orderId: saga.orderId, status });
+    saga.compensations.length = 0;
+    saga.state.step = 'already settled';
+    saga.enter({ name: 'settled-elsewhere' });
+    saga.state.awaiting = undefined; // nothing here is waiting for a person any more
+    saga.status({
+      seen: status,
+      reason: `order ${saga.orderId} is already ${status}: settled by another run; this run stopped without effects`,
+    });
+    await condition(allHandlersFinished);
+    return { orderId: saga.orderId, status: 'ALREADY_SETTLED', orderStatus: status, reason: saga.state.reason };
+  }
+
+  /**
+   * Escalates to NEEDS_ATTENTION and waits for an operator's resolve (an answer is checked against the
+   * ledger first, here on the main path). While it waits on an unknown charge before the pivot, a
+   * cancel ends the wait: 'cancelled'.
+   */
+  async escalate(awaiting: NonNullable<SagaState['awaiting']>, reason: string, compensation?: string): Promise<Answer> {
+    const { saga } = this;
+    const { state, inbox } = saga;
+    const previous = state.status;
+    state.awaiting = awaiting;
+    log.error('ALERT saga needs attention', { orderId: saga.orderId, reason, awaiting });
+    try {
+      await saga.status({ to: 'NEEDS_ATTENTION', reason });
+    } catch (err) {
+      // A row that cannot take NEEDS_ATTENTION (another run moved it): the run still waits for a
+      // person, who sees it in the Web UI (current details, the state query); it never just ends.
+      if (failureType(err) !== ErrorTypes.OrderStateConflict || settledStatus(err)) throw err;
+      log.error('the order row refused NEEDS_ATTENTION; waiting for a person anyway', {
+        orderId: saga.orderId,
+        error: failureMessage(err),
+      });
+      state.reason = reason;
+      saga.refresh();
+      upsertSearchAttributes([{ key: NeedsAttentionKey, value: true }]); // it is in the needs-attention view
+    }
+    const cancellable = awaiting === 'charge-outcome';
+    let request: Resolution | undefined;
+    for (;;) {
+      await condition(
+        () => inbox.resolution !== undefined || inbox.hasQueuedCancel() || (cancellable && saga.stopRequested()),
+      );
+      if (inbox.resolution === undefined && inbox.hasQueuedCancel()) {
+        // Postgres decides it: accepted only while the order may still be cancelled (an unknown charge).
+        await CancellationScope.nonCancellable(() => saga.recordQueuedCancels());
+        if (!(cancellable && saga.stopRequested())) continue;
+      }
+      if (inbox.resolution === undefined) break; // cancelled
+      request = inbox.resolution;
+      const refused = await checkAnswer(saga.orderId, request, awaiting, compensation);
+      inbox.answerResolve(refused);
+      if (!refused) break;
+      request = undefined;
+    }
+    state.awaiting = undefined;
+    if (request === undefined) {
+      log.warn('cancelled while waiting for a person', { orderId: saga.orderId });
+      saga.refresh();
+      return 'cancelled';
+    }
+    const { action, note, reference } = request;
+    log.warn('operator resolved', { orderId: saga.orderId, action, note, reference });
+    state.reason = `${reason} (operator: ${action}${reference ? `, reference ${reference}` : ''}${note ? `, ${note}` : ''})`;
+    saga.refresh();
+    if (previous !== 'NEEDS_ATTENTION') {
+      // Back to where the row stood when it escalated, which may be further than this run knows.
+      await saga.status({ resume: previous, reason: state.reason });
+    }
+    return action;
+  }
+}

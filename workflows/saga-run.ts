@@ -1,0 +1,272 @@
+/**
+ * What the rooms of one saga run share (the steps in order-saga.ts, the charge protocol in
+ * charge-protocol.ts, the recovery in recovery.ts): the order, the run's state as the `state` query
+ * shows it, its phase, the one way to change the order's status, the compensation list, the cancels
+ * and the stop they ask for, the deadline, and the handlers of the run's messages. Workflow code:
+ * deterministic.
+ */
+import {
+  CancellationScope,
+  condition,
+  isCancellation,
+  log,
+  setCurrentDetails,
+  setHandler,
+  sleep,
+  upsertSearchAttributes,
+} from '@temporalio/workflow';
+import { isPastPivot, isTerminal, type OrderInput, type OrderStatus } from '../domain/order';
+import type { RecordedCancel } from '../activities/order-lock';
+import { currentDetails } from './details';
+import { acceptedUpdate, stateQuery, type Acceptance, type SagaState } from './messages';
+import { act, duration, recordedCancelIn, statusOpts } from './saga-activities';
+import type { SagaConfig } from './saga-config';
+import { SagaInbox } from './saga-inbox';
+import { pivotAsked, type Phase } from './saga-phase';
+import { NeedsAttentionKey, OrderStatusKey, newOrderSearchAttributes } from './search-attributes';
+
+/** A compensation: its name (as the state shows it) and the activity that undoes its step. */
+export interface Compensation {
+  name: string;
+  run: () => Promise<unknown>;
+}
+
+/** What the row's status did, as `SagaRun.status` takes it. */
+export type StatusChange =
+  /** A step's own transaction moved the row (or found it further along): mirror it, write nothing. */
+  | { seen: OrderStatus; reason?: string }
+  /** A guarded transition of the row (refused if the row does not allow it). */
+  | { to: OrderStatus; reason?: string }
+  /** Leave NEEDS_ATTENTION for the status the row escalated from (`resume`: where this run thinks it was). */
+  | { resume: OrderStatus; reason?: string };
+
+/** One run of the saga: what its rooms read and change. The main path alone issues commands through it. */
+export class SagaRun {
+  readonly orderId: string;
+  /** The order's lines, `2×SKU-1, 1×SKU-2`, for the activities' summaries. */
+  readonly lines: string;
+  readonly state: Omit<SagaState, 'compensations'>;
+  /** The one list of compensations, bottom first; they run from the top (LIFO). */
+  readonly compensations: Compensation[] = [];
+  /** Cancelled by a Temporal cancellation request or the deadline: ends the steps before the pivot. */
+  readonly preScope = new CancellationScope();
+  /** Where the run stands: read with `phase`, changed with `enter`. */
+  private current: Phase = { name: 'forward' };
+  /** The cancel recorded on the order row (Postgres decided it), as this run has learnt of it. */
+  cancel: RecordedCancel | undefined;
+  /** The cancels and resolves a person sent, and the answers to them. */
+  readonly inbox: SagaInbox;
+  private deadlineTimer: CancellationScope | undefined;
+
+  constructor(
+    readonly order: OrderInput,
+    readonly cfg: SagaConfig,
+  ) {
+    this.orderId = order.orderId;
+    this.lines = order.items.map((i) => `${i.qty}×${i.sku}`).join(', ');
+    this.inbox = new SagaInbox({
+      orderId: this.orderId,
+      snapshot: () => this.snapshot(),
+      phase: () => this.phase,
+      cancel: () => this.cancel,
+    });
+    this.state = {
+      orderId: this.orderId,
+      status: 'PENDING',
+      step: 'start',
+      stepsDone: [],
+      compensationsRun: [],
+      unknowns: [],
+      attempts: {},
+      pivotPassed: false,
+    };
+  }
+
+  get phase(): Phase {
+    return this.current;
+  }
+
+  /** Moves the run to `phase`; past the pivot, the state says so from then on. */
+  enter(phase: Phase): void {
+    this.current = phase;
+    if (phase.name === 'shipped') this.state.pivotPassed = true;
+  }
+
+  // ---- The order's status ---------------------------------------------------------------------
+
+  /**
+   * The one way the run changes the order's status. `seen` mirrors what a step's own transaction did,
+   * at once; `to` and `resume` write the row (not cancellable) and mirror its answer, which may be
+   * further along than this run knows. Returns the row's status. Mirroring sets the saga's own view
+   * (the `state` query, the current details) and the Web UI's search attributes; it writes nothing.
+   */
+  status(change: Extract<StatusChange, { seen: OrderStatus }>): OrderStatus;
+  status(change: Exclude<StatusChange, { seen: OrderStatus }>): Promise<OrderStatus>;
+  status(change: StatusChange): OrderStatus | Promise<OrderStatus> {
+    if ('seen' in change) {
+      this.mirror(change.seen, change.reason);
+      return change.seen;
+    }
+    if ('resume' in change) return CancellationScope.nonCancellable(() => this.resumeRow(change.resume, change.reason));
+    return this.writeRow(change.to, change.reason);
+  }
+
+  private async writeRow(status: OrderStatus, reason: string | undefined): Promise<OrderStatus> {
+    const write = reason ?? this.state.reason;
+    const now = await CancellationScope.nonCancellable(() =>
+      act(statusOpts, 'setOrderStatus', `order ${this.orderId} → ${status}`, {
+        orderId: this.orderId,
+        status,
+        reason: write,
+      }),
+    );
+    this.mirror(now, now === status ? reason : undefined);
+    return now;
+  }
+
+  private async resumeRow(status: OrderStatus, reason: string | undefined): Promise<OrderStatus> {
+    const now = await act(statusOpts, 'setOrderStatus', `order ${this.orderId} → back from NEEDS_ATTENTION`, {
+      orderId: this.orderId,
+      status,
+      ...(reason !== undefined ? { reason } : {}),
+      resume: true,
+    });
+    this.mirror(now);
+    return this.state.status;
+  }
+
+  private mirror(status: OrderStatus, reason?: string): void {
+    this.state.status = status;
+    if (reason !== undefined) this.state.reason = reason;
+    this.refresh();
+    upsertSearchAttributes([
+      { key: OrderStatusKey, value: status },
+      { key: NeedsAttentionKey, value: status === 'NEEDS_ATTENTION' },
+    ]);
+  }
+
+  // ---- Compensations, cancels and stops ---------------------------------------------------------
+
+  register(name: string, run: () => Promise<unknown>): void {
+    this.compensations.push({ name, run });
+  }
+
+  /**
+   * Records in Postgres each cancel that came as a Signal (a Signal only wakes the run; one from
+   * client.ts is recorded already, and recording it again returns its first answer), and learns the
+   * decision: accepted (the order will not ship) or refused. No command when nothing was sent.
+   */
+  async recordQueuedCancels(): Promise<void> {
+    for (let q = this.inbox.nextCancel(); q !== undefined; q = this.inbox.nextCancel()) {
+      const { requestId, reason } = q;
+      const decision = await act(statusOpts, 'recordCancel', `record the cancel ${requestId} of ${this.orderId}`, {
+        orderId: this.orderId,
+        requestId,
+        reason,
+      });
+      if (decision.cancel) this.cancel ??= decision.cancel;
+      this.inbox.cancelDecided(requestId, decision.outcome === 'refused' ? (decision.message ?? 'refused') : undefined);
+      this.refresh();
+    }
+  }
+
+  /** Learns of a cancel recorded on the row from a refused write; true when there is one. */
+  learnCancel(err: unknown): boolean {
+    const cancel = recordedCancelIn(err);
+    if (cancel) this.cancel ??= cancel;
+    return cancel !== undefined;
+  }
+
+  /** A cancel, the deadline or a Temporal cancellation has asked the saga to stop before the pivot. */
+  stopRequested(): boolean {
+    return this.cancel !== undefined || this.preScope.consideredCancelled;
+  }
+  /** After a cancel or the deadline, no new charge request goes out. */
+  stopCharging(): boolean {
+    return this.stopRequested() || this.phase.name === 'overdue';
+  }
+  stopReason(): string {
+    return (
+      this.cancel?.reason ??
+      (this.phase.name === 'overdue' ? 'saga deadline passed' : 'cancelled by a Temporal cancellation request')
+    );
+  }
+
+  // ---- What the Web UI and the queries show -----------------------------------------------------
+
+  /** What the `state` query returns; the compensations are the one list's names. */
+  snapshot(): SagaState {
+    return { ...this.state, compensations: this.compensations.map((c) => c.name) };
+  }
+
+  /** The run's current details in the Web UI (user metadata), kept up to date with the state. */
+  refresh(): void {
+    setCurrentDetails(currentDetails(this.order, this.snapshot()));
+  }
+
+  publishSearchAttributes(): void {
+    upsertSearchAttributes(newOrderSearchAttributes(this.order));
+  }
+
+  // ---- The deadline ---------------------------------------------------------------------------
+
+  /**
+   * The global deadline: an in-workflow timer, since a server-side timeout could not compensate.
+   * Shielded from a Temporal cancellation; `stopDeadline` cancels it when the saga ends.
+   */
+  startDeadline(): void {
+    void CancellationScope.nonCancellable(async () => {
+      const summary = `saga deadline (${duration(this.cfg.deadlineMs)}): an order not shipped by then is compensated`;
+      this.deadlineTimer = new CancellationScope();
+      try {
+        await this.deadlineTimer.run(() => sleep(this.cfg.deadlineMs, { summary }));
+      } catch (err) {
+        if (isCancellation(err)) return; // the saga ended first
+        throw err;
+      }
+      if (this.phase.name === 'forward') this.enter({ name: 'overdue' });
+      if (!pivotAsked(this.phase) && this.state.unknowns.length === 0 && !isTerminal(this.state.status)) {
+        log.warn('saga deadline passed before the pivot; compensating', { orderId: this.orderId });
+        this.preScope.cancel();
+      }
+    });
+  }
+
+  /** The saga has ended: its deadline timer stops, so the timeline shows it only while the saga ran. */
+  stopDeadline(): void {
+    this.deadlineTimer?.cancel();
+  }
+
+  // ---- Messages: the state query, the early answer; cancel and resolve are the inbox's ----------
+  // The handlers record a request or wait for the main path; they issue no command.
+
+  listen(): void {
+    setHandler(stateQuery, () => this.snapshot());
+    setHandler(acceptedUpdate, () => this.accepted());
+    this.inbox.listen(); // cancel, resolve and their answers
+  }
+
+  /** The early answer: reserved (or found already further along), or refused and why. */
+  private async accepted(): Promise<Acceptance> {
+    const { orderId, state } = this;
+    const reserved = (): boolean =>
+      state.stepsDone.includes('reserveInventory') ||
+      pivotAsked(this.phase) ||
+      state.status === 'CHARGED' ||
+      isPastPivot(state.status);
+    const settledElsewhere = (): boolean => this.phase.name === 'settled-elsewhere';
+    // Waits are shielded from a Temporal cancellation: the saga's own end answers them.
+    await CancellationScope.nonCancellable(() =>
+      condition(() => reserved() || this.phase.name === 'unwinding' || settledElsewhere() || isTerminal(state.status)),
+    );
+    if (settledElsewhere()) return { orderId, accepted: false, status: 'ALREADY_SETTLED', reason: state.reason };
+    if (reserved()) return { orderId, accepted: true, status: state.status };
+    const { phase } = this;
+    return {
+      orderId,
+      accepted: false,
+      status: state.status,
+      reason: phase.name === 'unwinding' ? phase.reason : state.reason,
+    };
+  }
+}
