@@ -1,0 +1,210 @@
+/**
+ * What the sweeper reads, beside the open rows' own columns: the settled orders whose run is still
+ * open, and of one run its pending activities, its last event, its task queue's pollers, its last
+ * workflow tasks and its start config; the order's money and stock for a person's message; and
+ * whether a failure means Temporal is out of reach. Read only: every write is activities/sweeper.ts's.
+ */
+import { isGrpcServiceError, type Client } from '@temporalio/client';
+import { log } from '@temporalio/activity';
+import type { google } from '@temporalio/proto';
+import { temporal } from '@temporalio/proto';
+import type { Pool } from 'pg';
+import { decodeHistoryPayload } from '../platform/payload-codec';
+import { taskFailureMessage } from '../platform/task-failures';
+import { WorkflowNames } from '../domain/names';
+import { orderIdOf, TERMINAL_STATUSES, type OrderInput, type OrderStatus } from '../domain/order';
+import type { PendingActivityFacts, RunFacts } from './sweep-classify';
+
+const { EventType, TaskQueueKind, TaskQueueType, WorkerVersioningMode } = temporal.api.enums.v1;
+
+/** An order as the sweeper reads its row. */
+export interface OpenOrderRow {
+  order_id: string;
+  status: OrderStatus;
+  customer_id: string;
+  currency: string;
+  payment_method: string;
+  items: OrderInput['items'];
+  age_ms: string;
+}
+
+/**
+ * Settled orders whose run is still open: the row is terminal, but the run never closed (a versioning
+ * override sent its last workflow task to a build nobody polls, say). The order's money and stock are
+ * settled; its run still reads RUNNING in the Web UI, so it is swept like an open order's: past the
+ * grace and the stall bound, the same cases heal it or tell a person.
+ */
+export async function settledButRunning(
+  db: Pool,
+  client: Client,
+  o: { graceMs: number; orderIds?: string[] },
+): Promise<OpenOrderRow[]> {
+  const startedBefore = new Date(Date.now() - o.graceMs).toISOString();
+  const ids: string[] = [];
+  const query = `WorkflowType = '${WorkflowNames.orderSaga}' AND ExecutionStatus = 'Running' AND StartTime < '${startedBefore}'`;
+  try {
+    for await (const wf of client.workflow.list({ query })) {
+      const id = orderIdOf(wf.workflowId);
+      if (id !== undefined && (!o.orderIds || o.orderIds.includes(id))) ids.push(id);
+    }
+  } catch (err) {
+    // Visibility out of order must not stop the sweep of the open orders: they come first.
+    log.warn('sweep: could not list the running sagas; settled orders with an open run are looked at next time', {
+      error: err instanceof Error ? err.message : String(err),
+    });
+    return [];
+  }
+  if (ids.length === 0) return [];
+  const { rows } = await db.query<OpenOrderRow>({
+    text: `SELECT order_id, status, customer_id, currency, payment_method, items,
+                  (extract(epoch FROM now() - updated_at) * 1000)::bigint AS age_ms
+             FROM orders WHERE order_id = ANY ($1::text[]) AND status = ANY ($2::text[])
+               AND updated_at < now() - ($3::bigint * interval '1 millisecond')
+             ORDER BY updated_at`,
+    values: [ids, TERMINAL_STATUSES, o.graceMs],
+  });
+  return rows;
+}
+
+export const millis = (t: google.protobuf.ITimestamp | null | undefined): number | undefined =>
+  t?.seconds == null ? undefined : Number(t.seconds) * 1000 + Math.floor((t.nanos ?? 0) / 1e6);
+const iso = (t: google.protobuf.ITimestamp | null | undefined): string | undefined => {
+  const ms = millis(t);
+  return ms === undefined ? undefined : new Date(ms).toISOString();
+};
+
+/** A pending activity as the classifier sees it: its pause (who, when, why) and its last failure, decoded. */
+export async function activityFacts(
+  client: Client,
+  a: temporal.api.workflow.v1.IPendingActivityInfo,
+): Promise<PendingActivityFacts> {
+  const out: PendingActivityFacts = {
+    type: a.activityType?.name ?? '',
+    attempt: a.attempt ?? 1,
+    lastFailure: await taskFailureMessage(client.options.loadedDataConverter, a.lastFailure),
+  };
+  if (a.paused) {
+    const by = a.pauseInfo?.manual ?? a.pauseInfo?.rule;
+    const at = iso(a.pauseInfo?.pauseTime);
+    out.paused = {
+      ...(by?.identity ? { by: by.identity } : {}),
+      ...(by?.reason ? { reason: by.reason } : {}),
+      ...(at ? { at } : {}),
+    };
+  }
+  return out;
+}
+
+/** The time of a run's last event, in ms since the epoch: one event, read from the end. */
+export async function lastEventMs(client: Client, workflowId: string, runId: string): Promise<number> {
+  const res = await client.workflowService.getWorkflowExecutionHistoryReverse({
+    namespace: client.options.namespace,
+    execution: { workflowId, runId },
+    maximumPageSize: 1,
+  });
+  return millis(res.history?.events?.[0]?.eventTime) ?? 0;
+}
+
+/**
+ * A poller last seen longer ago than this is gone: a live worker polls again as soon as a long poll
+ * (about a minute) ends, while the server lists a stopped one for five minutes.
+ */
+const POLLER_GONE_MS = 120_000;
+
+/** The versions polling a task queue's workflow tasks (`name:build`, or `''` for an unversioned worker). */
+export async function pollersOf(client: Client, queue: string): Promise<string[]> {
+  const res = await client.workflowService.describeTaskQueue({
+    namespace: client.options.namespace,
+    taskQueue: { name: queue, kind: TaskQueueKind.TASK_QUEUE_KIND_NORMAL },
+    taskQueueType: TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+  });
+  const live = (res.pollers ?? []).filter((p) => Date.now() - (millis(p.lastAccessTime) ?? 0) < POLLER_GONE_MS);
+  return live.map((p) => {
+    const d = p.deploymentOptions;
+    return d?.workerVersioningMode === WorkerVersioningMode.WORKER_VERSIONING_MODE_VERSIONED && d.buildId
+      ? `${d.deploymentName}:${d.buildId}`
+      : '';
+  });
+}
+
+/**
+ * How a run's pending workflow task's last attempts ended (failed or timed out, the failure's
+ * message), and its last WorkflowTaskCompleted event (where a reset takes it back to).
+ */
+export async function lastTasks(
+  client: Client,
+  workflowId: string,
+  runId: string,
+): Promise<Pick<RunFacts['workflowTask'] & object, 'lastAttempts' | 'failure' | 'resetTo'>> {
+  const history = await client.workflow.getHandle(workflowId, runId).fetchHistory();
+  let resetTo: number | undefined;
+  let lastAttempts: 'failed' | 'timed-out' | undefined;
+  let failure: temporal.api.failure.v1.IFailure | null | undefined;
+  for (const e of history.events ?? []) {
+    if (e.eventType === EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED) {
+      resetTo = Number(e.eventId);
+      lastAttempts = undefined;
+    }
+    if (e.eventType === EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT) lastAttempts = 'timed-out';
+    if (e.eventType === EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED) {
+      lastAttempts = 'failed';
+      failure = e.workflowTaskFailedEventAttributes?.failure;
+    }
+  }
+  return {
+    ...(resetTo !== undefined ? { resetTo } : {}),
+    ...(lastAttempts ? { lastAttempts } : {}),
+    ...(lastAttempts === 'failed'
+      ? { failure: await taskFailureMessage(client.options.loadedDataConverter, failure) }
+      : {}),
+  };
+}
+
+/** The saga config a run was started with (its second argument), from its first event. */
+export async function startConfig(client: Client, workflowId: string, runId: string): Promise<unknown> {
+  const res = await client.workflowService.getWorkflowExecutionHistory({
+    namespace: client.options.namespace,
+    execution: { workflowId, runId },
+    maximumPageSize: 1,
+  });
+  const started = res.history?.events?.[0]?.workflowExecutionStartedEventAttributes;
+  const config = await decodeHistoryPayload(client.options.loadedDataConverter, started?.input?.payloads?.[1]);
+  return config === null ? undefined : config;
+}
+
+/** The order's money and stock as its row says, for a person's message. */
+export async function holdings(db: Pool, orderId: string): Promise<string> {
+  const { rows } = await db.query<{ status: string; total_cents: string; currency: string; held: string | null }>({
+    text: `SELECT o.status, o.total_cents, o.currency,
+                  (SELECT string_agg(r.sku || ' x' || r.qty, ', ' ORDER BY r.sku) FROM reservations r
+                    WHERE r.order_id = o.order_id AND r.status = 'HELD') AS held
+             FROM orders o WHERE o.order_id = $1`,
+    values: [orderId],
+  });
+  const r = rows[0];
+  if (!r) return 'no order row';
+  const amount = `${(Number(r.total_cents) / 100).toFixed(2)} ${r.currency}`;
+  return `order ${r.status}, total ${amount}, stock held: ${r.held ?? 'none'}`;
+}
+
+/** gRPC status codes that say the server was not reached (or did not answer), not that the order is unreadable. */
+const TRANSPORT_CODES = new Set([1 /* CANCELLED */, 4 /* DEADLINE_EXCEEDED */, 14 /* UNAVAILABLE */]);
+
+/**
+ * Whether an order's failure is Temporal being out of reach rather than the order: a transport error
+ * (at any depth of its causes) and the server does not answer a cheap call either.
+ */
+export async function unreachable(client: Client, err: unknown): Promise<boolean> {
+  let transport = false;
+  for (let e: unknown = err, depth = 0; e && depth < 5; e = (e as { cause?: unknown }).cause, depth++) {
+    if (isGrpcServiceError(e) && TRANSPORT_CODES.has(e.code)) transport = true;
+    if (/ECONNREFUSED|No connection established|failed to connect/i.test((e as Error).message ?? '')) transport = true;
+  }
+  if (!transport) return false;
+  try {
+    await client.workflowService.getSystemInfo({});
+    return false;
+  } catch {
+    return true;
+  }
+}
