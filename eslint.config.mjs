@@ -61,6 +61,36 @@ export default defineConfig(
     },
   },
   {
+    // The saga's rooms wait only through SagaRun (workflows/saga-run.ts), which lets the Web UI's search
+    // attributes catch up with the status before each wait: a wait around it would leave them behind.
+    files: [
+      'workflows/order-saga.ts',
+      'workflows/charge-protocol.ts',
+      'workflows/recovery.ts',
+      'workflows/saga-inbox.ts',
+    ],
+    rules: {
+      'no-restricted-imports': [
+        'error',
+        {
+          paths: [
+            {
+              name: '@temporalio/workflow',
+              importNames: ['sleep', 'condition', 'upsertSearchAttributes'],
+              message: 'wait through SagaRun (saga.sleep, saga.condition): it updates the search attributes first',
+            },
+            {
+              name: './saga-activities',
+              importNames: ['act', 'actLocalFirst'],
+              message:
+                'call activities through SagaRun (saga.act, saga.actLocalFirst): it updates the search attributes first',
+            },
+          ],
+        },
+      ],
+    },
+  },
+  {
     files: ['**/*.mjs'],
     extends: [tseslint.configs.disableTypeChecked],
   },

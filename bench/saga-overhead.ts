@@ -12,6 +12,7 @@ import { Client } from '@temporalio/client';
 import { bundleWorkflowCode, Worker, type WorkerOptions } from '@temporalio/worker';
 import { createPool } from '../db/pool';
 import { workflowIdFor, type OrderInput } from '../domain/order';
+import { sagaStartOptions } from '../workflows/saga-start';
 import { stopProcess } from '../platform/processes';
 import { startDevServer } from '../servers/temporal-dev';
 import { WORKER_TUNING } from '../worker';
@@ -198,11 +199,11 @@ export async function measureSagaOverhead(
           paymentMethod: 'tok_visa',
           items: [{ sku: `${sku}-${i % 100}`, qty: 1, unitPriceCents: 100 }],
         };
-        const r = (await (kind === 'plain' ? plainClient : env.client).workflow.execute('orderSaga', {
-          taskQueue: kind === 'plain' ? plainQueue : queue,
-          workflowId: workflowIdFor(order.orderId),
-          args: [order],
-        })) as { status: string };
+        // Started as client.ts place starts it: the new order's search attributes in the request.
+        const r = await (kind === 'plain' ? plainClient : env.client).workflow.execute(
+          'orderSaga',
+          sagaStartOptions(order, kind === 'plain' ? plainQueue : queue, { searchAttributesAtStart: true }),
+        );
         if (r.status !== 'COMPLETED') throw new Error(`bench saga ended ${r.status}`);
         if (kind === 'saga') lastSagaId = workflowIdFor(order.orderId);
       }

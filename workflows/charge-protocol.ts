@@ -6,7 +6,7 @@
  * the key at the provider: the technical cancel. An operator's answer is checked against the ledger
  * before the saga acts on it. Workflow code: deterministic.
  */
-import { ApplicationFailure, CancellationScope, CancelledFailure, condition, log, sleep } from '@temporalio/workflow';
+import { ApplicationFailure, CancellationScope, CancelledFailure, log } from '@temporalio/workflow';
 import { ErrorTypes, FINAL_CHARGE_ANSWERS, SagaFailureTypes } from '../domain/failures';
 import {
   chargeKeyFor,
@@ -18,7 +18,6 @@ import {
 } from '../domain/order';
 import type { SagaState } from './messages';
 import {
-  act,
   CHARGE_ROUNDS,
   chargeOnceOpts,
   compensationOpts,
@@ -26,6 +25,7 @@ import {
   failureMessage,
   failureType,
   inquiryOpts,
+  type Ret,
 } from './saga-activities';
 import type { Resolution } from './saga-inbox';
 import type { SagaRun } from './saga-run';
@@ -69,7 +69,7 @@ export class ChargeProtocol {
       try {
         // Not cancellable: a cancel waits for this request's answer (it may already be at the provider).
         const r = await CancellationScope.nonCancellable(() =>
-          act(
+          saga.act(
             chargeOnceOpts,
             'chargePayment',
             `charge ${formatMoney(request.amountCents, order.currency)} (key ${key}, request ${round})`,
@@ -99,7 +99,7 @@ export class ChargeProtocol {
       // not_found: nothing was charged yet. Pause, unless a cancel or the deadline comes first.
       const pauseMs = Math.min(saga.cfg.inquiryMaxMs, 1000 * 2 ** (round - 1));
       await CancellationScope.nonCancellable(() =>
-        condition(() => saga.stopCharging() || saga.inbox.hasQueuedCancel(), pauseMs, {
+        saga.condition(() => saga.stopCharging() || saga.inbox.hasQueuedCancel(), pauseMs, {
           summary: `the provider never took charge request ${round}; request ${round + 1} in ${duration(pauseMs)} unless cancelled`,
         }),
       );
@@ -148,15 +148,15 @@ export class ChargeProtocol {
         return action === 'cancelled' ? 'cancelled' : action === 'charge-succeeded' ? 'succeeded' : 'failed';
       }
       // A durable timer (the caller runs this loop non-cancellably: an unknown charge is settled first).
-      await sleep(wait, { summary: `charge outcome unknown; next inquiry in ${duration(wait)}` });
+      await saga.sleep(wait, { summary: `charge outcome unknown; next inquiry in ${duration(wait)}` });
       slept += wait;
     }
   }
 
   /** What the provider knows of `<orderId>:charge`, asked by its key. */
-  private inquire(summary: string): ReturnType<typeof act<'inquireCharge'>> {
+  private inquire(summary: string): Promise<Ret<'inquireCharge'>> {
     const { orderId } = this.saga;
-    return act(inquiryOpts, 'inquireCharge', summary, { orderId, chargeKey: chargeKeyFor(orderId) });
+    return this.saga.act(inquiryOpts, 'inquireCharge', summary, { orderId, chargeKey: chargeKeyFor(orderId) });
   }
 
   /**
@@ -169,7 +169,7 @@ export class ChargeProtocol {
     const { saga } = this;
     const keys = { chargeKey: chargeKeyFor(saga.orderId), idempotencyKey: refundKeyFor(saga.orderId) };
     saga.register('refundPayment', () =>
-      act(
+      saga.act(
         compensationOpts(saga.cfg.compensationRetryMaxMs),
         'refundPayment',
         `compensate: close key ${keys.chargeKey} at the provider, refund what it took (key ${keys.idempotencyKey})`,
@@ -195,15 +195,15 @@ function refusal(verdict: 'failed' | 'refunded' | 'closed', key: string): Applic
  * the stock) and records it in Postgres: the refusal, with the figures, or undefined when it agrees.
  */
 export async function checkAnswer(
-  orderId: string,
+  saga: SagaRun,
   request: Resolution,
   awaiting: NonNullable<SagaState['awaiting']>,
   compensation: string | undefined,
 ): Promise<string | undefined> {
   const { requestId, action, note, reference } = request;
   try {
-    const r = await act(inquiryOpts, 'checkResolution', `resolve ${action}: check it against the ledger`, {
-      orderId,
+    const r = await saga.act(inquiryOpts, 'checkResolution', `resolve ${action}: check it against the ledger`, {
+      orderId: saga.orderId,
       requestId,
       action,
       awaiting,

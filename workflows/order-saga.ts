@@ -20,7 +20,6 @@ import {
   ApplicationFailure,
   CancellationScope,
   CancelledFailure,
-  condition,
   log,
   workflowInfo,
 } from '@temporalio/workflow';
@@ -38,8 +37,6 @@ import {
 import { ChargeProtocol } from './charge-protocol';
 import { Recovery } from './recovery';
 import {
-  act,
-  actLocalFirst,
   compensationOpts,
   conflictStatus,
   failureMessage,
@@ -150,6 +147,7 @@ class OrderSaga {
       }
     } finally {
       saga.stopDeadline();
+      saga.flush(); // the search attributes show how it ended
     }
   }
 
@@ -192,7 +190,7 @@ class OrderSaga {
       if (await this.sendConfirmation())
         saga.status({ seen: 'COMPLETED' }); // the confirmation's own transaction completed the order
       else await saga.status({ to: 'COMPLETED' });
-      await condition(allHandlersFinished);
+      await saga.condition(allHandlersFinished);
       const { status, reason } = saga.state;
       return { kind: 'completed', result: { orderId: saga.orderId, status, ...(reason ? { reason } : {}) } };
     });
@@ -212,14 +210,19 @@ class OrderSaga {
     const summary = `create order ${saga.orderId} (PENDING)`;
     // Not cancellable: once sent, the row exists, so a cancel compensates it.
     const created = await this.step('createOrder', () =>
-      CancellationScope.nonCancellable(() => actLocalFirst(orderOpts, 'createOrder', summary, saga.order)),
+      CancellationScope.nonCancellable(() => saga.actLocalFirst(orderOpts, 'createOrder', summary, saga.order)),
     );
     if (created.outcome === 'settled') throw settled(created.status);
     if (created.cancel) saga.cancel = created.cancel; // a cancel recorded before this run took the order over
     saga.register('releaseInventory', () =>
-      act(compensationOpts(saga.cfg.compensationRetryMaxMs), 'releaseInventory', `compensate: release ${saga.lines}`, {
-        orderId: saga.orderId,
-      }),
+      saga.act(
+        compensationOpts(saga.cfg.compensationRetryMaxMs),
+        'releaseInventory',
+        `compensate: release ${saga.lines}`,
+        {
+          orderId: saga.orderId,
+        },
+      ),
     );
     this.charge.registerRefund();
     if (created.outcome !== 'owned') return 'next';
@@ -267,7 +270,7 @@ class OrderSaga {
               ? `record the shipment made by hand for ${saga.orderId} (pivot)`
               : `create shipment for ${saga.orderId} (pivot)`;
             const req = { orderId: saga.orderId, byOperator };
-            this.tracking = (await actLocalFirst(opts, 'createShipment', summary, req)).trackingNumber;
+            this.tracking = (await saga.actLocalFirst(opts, 'createShipment', summary, req)).trackingNumber;
             return;
           } catch (err) {
             if (failureType(err) === SagaFailureTypes.OrderSettled) throw err;
@@ -310,7 +313,7 @@ class OrderSaga {
     await this.step('sendConfirmation', async () => {
       for (;;) {
         try {
-          await actLocalFirst(opts, 'sendConfirmation', summary, req);
+          await saga.actLocalFirst(opts, 'sendConfirmation', summary, req);
           confirmed = true;
           return;
         } catch (err) {
@@ -359,7 +362,7 @@ class OrderSaga {
     const req = { orderId: this.saga.orderId, customerId: this.saga.order.customerId, items: this.saga.order.items };
     let why: string;
     try {
-      const r = await act(inventoryOpts, 'reserveInventory', `reserve ${this.saga.lines} (CAS)`, req);
+      const r = await this.saga.act(inventoryOpts, 'reserveInventory', `reserve ${this.saga.lines} (CAS)`, req);
       this.saga.state.attempts.reserveCas = r.attempts;
       if (r.outcome !== 'route-to-lane') return r.status;
       why = r.reason;
@@ -376,7 +379,7 @@ class OrderSaga {
     // A lane no worker polls must not hold the saga past its deadline.
     // eslint-disable-next-line no-restricted-properties -- an activity's timeout, not a decision
     const untilDeadline = Math.max(1_000, this.saga.cfg.deadlineMs - (Date.now() - this.started));
-    const r = await act(
+    const r = await this.saga.act(
       {
         ...laneOpts,
         taskQueue: laneTaskQueue(workflowInfo().taskQueue, lane),

@@ -12,10 +12,8 @@ import {
   ApplicationFailure,
   CancellationScope,
   CancelledFailure,
-  condition,
   isCancellation,
   log,
-  upsertSearchAttributes,
 } from '@temporalio/workflow';
 import { ErrorTypes, SagaFailureTypes } from '../domain/failures';
 import { isPastPivot, type OrderResult, type OrderStatus } from '../domain/order';
@@ -32,7 +30,6 @@ import {
 import type { Resolution } from './saga-inbox';
 import { ending, TEMPORAL_CANCELLATION, type Backward, type Outcome } from './saga-phase';
 import type { SagaRun } from './saga-run';
-import { NeedsAttentionKey } from './search-attributes';
 
 /** How many times one run re-reads the row after a refusal before it asks a person. */
 const MAX_REDECISIONS = 5;
@@ -155,7 +152,7 @@ export class Recovery {
     if (stopped) return stopped;
     return CancellationScope.nonCancellable(async () => {
       await saga.status({ to: ends, reason });
-      await condition(allHandlersFinished);
+      await saga.condition(allHandlersFinished);
       const result: OrderResult = { orderId: saga.orderId, status: saga.state.status, reason };
       if (why === TEMPORAL_CANCELLATION) return { kind: 'failed', failure: new CancelledFailure(reason) };
       const failure = ApplicationFailure.create({
@@ -223,7 +220,7 @@ export class Recovery {
       seen: status,
       reason: `order ${saga.orderId} is already ${status}: settled by another run; this run stopped without effects`,
     });
-    await condition(allHandlersFinished);
+    await saga.condition(allHandlersFinished);
     return { orderId: saga.orderId, status: 'ALREADY_SETTLED', orderStatus: status, reason: saga.state.reason };
   }
 
@@ -250,12 +247,12 @@ export class Recovery {
       });
       state.reason = reason;
       saga.refresh();
-      upsertSearchAttributes([{ key: NeedsAttentionKey, value: true }]); // it is in the needs-attention view
+      saga.showNeedsAttention(); // it is in the needs-attention view
     }
     const cancellable = awaiting === 'charge-outcome';
     let request: Resolution | undefined;
     for (;;) {
-      await condition(
+      await saga.condition(
         () => inbox.resolution !== undefined || inbox.hasQueuedCancel() || (cancellable && saga.stopRequested()),
       );
       if (inbox.resolution === undefined && inbox.hasQueuedCancel()) {
@@ -265,7 +262,7 @@ export class Recovery {
       }
       if (inbox.resolution === undefined) break; // cancelled
       request = inbox.resolution;
-      const refused = await checkAnswer(saga.orderId, request, awaiting, compensation);
+      const refused = await checkAnswer(saga, request, awaiting, compensation);
       inbox.answerResolve(refused);
       if (!refused) break;
       request = undefined;

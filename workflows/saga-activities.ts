@@ -69,7 +69,7 @@ export const forwardOpts = (limitMs: number): ActivityOptions => ({
   retry: { ...backoff, maximumInterval: '30m', nonRetryableErrorTypes: nonRetryable },
 });
 
-type ActName = keyof OrderActivities;
+export type ActName = keyof OrderActivities;
 export type Args<K extends ActName> = Parameters<OrderActivities[K]>;
 export type Ret<K extends ActName> = Awaited<ReturnType<OrderActivities[K]>>;
 
@@ -92,6 +92,8 @@ export function act<K extends ActName>(
  */
 export async function actLocalFirst<K extends ActName>(
   opts: ActivityOptions,
+  /** Called before the regular activity takes over (a round trip to the server). */
+  beforeRoundTrip: () => void,
   name: K,
   summary: string,
   ...args: Args<K>
@@ -109,6 +111,7 @@ export async function actLocalFirst<K extends ActName>(
     if (isFinalFailure(err, opts)) throw err;
     log.warn('local attempt failed; the activity retries it', { activity: name, error: failureMessage(err) });
   }
+  beforeRoundTrip();
   return act(opts, name, `${summary} (retry after a failed local attempt)`, ...args);
 }
 

@@ -14,12 +14,23 @@ import {
   setHandler,
   sleep,
   upsertSearchAttributes,
+  workflowInfo,
+  type ActivityOptions,
 } from '@temporalio/workflow';
 import { isPastPivot, isTerminal, type OrderInput, type OrderStatus } from '../domain/order';
 import type { RecordedCancel } from '../activities/order-lock';
 import { currentDetails } from './details';
 import { acceptedUpdate, stateQuery, type Acceptance, type SagaState } from './messages';
-import { act, duration, recordedCancelIn, statusOpts } from './saga-activities';
+import {
+  act,
+  actLocalFirst,
+  duration,
+  recordedCancelIn,
+  statusOpts,
+  type ActName,
+  type Args,
+  type Ret,
+} from './saga-activities';
 import type { SagaConfig } from './saga-config';
 import { SagaInbox } from './saga-inbox';
 import { pivotAsked, type Phase } from './saga-phase';
@@ -57,6 +68,11 @@ export class SagaRun {
   /** The cancels and resolves a person sent, and the answers to them. */
   readonly inbox: SagaInbox;
   private deadlineTimer: CancellationScope | undefined;
+  /** The status the Web UI's search attributes show, and the one they are to show at the next wait. */
+  private shown: OrderStatus | undefined;
+  private toShow: OrderStatus | undefined;
+  /** The new order's attributes are still to be set (its start request did not carry them). */
+  private toPublish = false;
 
   constructor(
     readonly order: OrderInput,
@@ -114,7 +130,7 @@ export class SagaRun {
   private async writeRow(status: OrderStatus, reason: string | undefined): Promise<OrderStatus> {
     const write = reason ?? this.state.reason;
     const now = await CancellationScope.nonCancellable(() =>
-      act(statusOpts, 'setOrderStatus', `order ${this.orderId} → ${status}`, {
+      this.act(statusOpts, 'setOrderStatus', `order ${this.orderId} → ${status}`, {
         orderId: this.orderId,
         status,
         reason: write,
@@ -125,7 +141,7 @@ export class SagaRun {
   }
 
   private async resumeRow(status: OrderStatus, reason: string | undefined): Promise<OrderStatus> {
-    const now = await act(statusOpts, 'setOrderStatus', `order ${this.orderId} → back from NEEDS_ATTENTION`, {
+    const now = await this.act(statusOpts, 'setOrderStatus', `order ${this.orderId} → back from NEEDS_ATTENTION`, {
       orderId: this.orderId,
       status,
       ...(reason !== undefined ? { reason } : {}),
@@ -135,14 +151,68 @@ export class SagaRun {
     return this.state.status;
   }
 
+  /**
+   * The saga's own view (the `state` query, the current details) changes at once; the Web UI's search
+   * attributes at the run's next wait (`flush`): statuses passed within one workflow task (CHARGED,
+   * SHIPPED, COMPLETED in the last one) would reach the server together anyway, so they go as one update.
+   */
   private mirror(status: OrderStatus, reason?: string): void {
     this.state.status = status;
     if (reason !== undefined) this.state.reason = reason;
     this.refresh();
+    this.toShow = status;
+  }
+
+  /**
+   * Before the run waits (a round trip to the server, a timer, a condition) and when it ends: the search
+   * attributes catch up with the status, in one update, and only when they differ from what they show.
+   */
+  flush(): void {
+    const status = this.toShow ?? this.shown ?? 'PENDING';
+    this.toShow = undefined;
+    if (this.toPublish) {
+      this.toPublish = false;
+      this.shown = status;
+      upsertSearchAttributes(newOrderSearchAttributes(this.order, status));
+      return;
+    }
+    if (status === this.shown) return;
+    this.shown = status;
     upsertSearchAttributes([
       { key: OrderStatusKey, value: status },
       { key: NeedsAttentionKey, value: status === 'NEEDS_ATTENTION' },
     ]);
+  }
+
+  /** A row that refused NEEDS_ATTENTION: the run is in the needs-attention view all the same. */
+  showNeedsAttention(): void {
+    this.flush();
+    upsertSearchAttributes([{ key: NeedsAttentionKey, value: true }]);
+  }
+
+  // ---- Waits: each lets the search attributes catch up first (the main path's only waits) --------
+
+  act<K extends ActName>(opts: ActivityOptions, name: K, summary: string, ...args: Args<K>): Promise<Ret<K>> {
+    this.flush();
+    return act(opts, name, summary, ...args);
+  }
+
+  /** A local attempt first (inside the workflow task, no wait), then the regular activity. */
+  actLocalFirst<K extends ActName>(opts: ActivityOptions, name: K, summary: string, ...args: Args<K>): Promise<Ret<K>> {
+    return actLocalFirst(opts, () => this.flush(), name, summary, ...args);
+  }
+
+  sleep(ms: number, options: { summary: string }): Promise<void> {
+    this.flush();
+    return sleep(ms, options);
+  }
+
+  condition(fn: () => boolean): Promise<void>;
+  condition(fn: () => boolean, timeout: number, options?: { summary: string }): Promise<boolean>;
+  condition(fn: () => boolean, timeout?: number, options?: { summary: string }): Promise<void | boolean> {
+    this.flush();
+    if (timeout === undefined) return condition(fn);
+    return options ? condition(fn, timeout, options) : condition(fn, timeout);
   }
 
   // ---- Compensations, cancels and stops ---------------------------------------------------------
@@ -159,7 +229,7 @@ export class SagaRun {
   async recordQueuedCancels(): Promise<void> {
     for (let q = this.inbox.nextCancel(); q !== undefined; q = this.inbox.nextCancel()) {
       const { requestId, reason } = q;
-      const decision = await act(statusOpts, 'recordCancel', `record the cancel ${requestId} of ${this.orderId}`, {
+      const decision = await this.act(statusOpts, 'recordCancel', `record the cancel ${requestId} of ${this.orderId}`, {
         orderId: this.orderId,
         requestId,
         reason,
@@ -204,8 +274,14 @@ export class SagaRun {
     setCurrentDetails(currentDetails(this.order, this.snapshot()));
   }
 
+  /**
+   * The new order's search attributes: already set when its start request carried them (client.ts
+   * place), else set with the first update (`flush`).
+   */
   publishSearchAttributes(): void {
-    upsertSearchAttributes(newOrderSearchAttributes(this.order));
+    const atStart = workflowInfo().typedSearchAttributes.get(OrderStatusKey);
+    if (atStart === undefined) this.toPublish = true;
+    else this.shown = atStart as OrderStatus;
   }
 
   // ---- The deadline ---------------------------------------------------------------------------

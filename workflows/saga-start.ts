@@ -30,8 +30,8 @@ export interface SagaStartChoices<P extends SagaIdPolicies> {
   config?: Partial<SagaConfig>;
   /**
    * Put the new order's search attributes (PENDING, customer, total) in the start request, so the
-   * order is listed from the start on, before a worker has run its first task. Without them the saga
-   * sets the same values as its first act.
+   * order is listed from the start on, before a worker has run its first task, and the saga has one
+   * update of them fewer to make. Without them the saga sets the same values with its first update.
    */
   searchAttributesAtStart?: boolean;
   /** How a start meets an existing workflow with this order's ID; each caller says why it sets them. */

@@ -1,5 +1,5 @@
 import { defineSearchAttributeKey, SearchAttributeType, type SearchAttributePair } from '@temporalio/common';
-import { orderTotalCents, type OrderInput } from '../domain/order';
+import { orderTotalCents, type OrderInput, type OrderStatus } from '../domain/order';
 
 /** Typed search attributes of the order saga: the Web UI's columns and filters, and `client.ts list`. */
 export const OrderStatusKey = defineSearchAttributeKey('OrderStatus', SearchAttributeType.KEYWORD);
@@ -8,12 +8,12 @@ export const NeedsAttentionKey = defineSearchAttributeKey('NeedsAttention', Sear
 export const TotalCentsKey = defineSearchAttributeKey('TotalCents', SearchAttributeType.INT);
 
 /** A new order's search attributes: set by the saga as its first act, and by `place` in the start request. */
-export function newOrderSearchAttributes(order: OrderInput): SearchAttributePair[] {
+export function newOrderSearchAttributes(order: OrderInput, status: OrderStatus = 'PENDING'): SearchAttributePair[] {
   return [
-    { key: OrderStatusKey, value: 'PENDING' },
+    { key: OrderStatusKey, value: status },
     { key: CustomerIdKey, value: order.customerId },
     { key: TotalCentsKey, value: orderTotalCents(order) },
-    { key: NeedsAttentionKey, value: false },
+    { key: NeedsAttentionKey, value: status === 'NEEDS_ATTENTION' },
   ];
 }
 
