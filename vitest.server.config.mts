@@ -12,7 +12,9 @@ export default defineConfig({
   test: {
     ...base.test,
     include: [
-      'test/e2e.devserver.test.ts',
+      'test/e2e-orders.devserver.test.ts',
+      'test/e2e-commands.devserver.test.ts',
+      'test/e2e-web-ui.devserver.test.ts',
       'test/crash-safety.devserver.test.ts',
       'test/lanes-processes.devserver.test.ts',
       'test/mtls.server.test.ts',

@@ -5,7 +5,7 @@
  * no old history has to replay on new code. When this test fails after an intended change, the change
  * is incompatible with running histories: it ships as a new build (every deploy has its own build ID),
  * and the fixtures are recorded afresh with
- * UPDATE_FIXTURES=1 npx vitest run test/saga-semantics.timeskip.test.ts
+ * UPDATE_FIXTURES=1 npx vitest run test/saga-semantics-
  * The fixtures hold what the server holds: payloads sealed by the payload codec, with the tests' key
  * (test/support/payload-keys.ts); the replay decodes them with it.
  */
