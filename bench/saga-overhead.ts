@@ -12,6 +12,7 @@ import { Client } from '@temporalio/client';
 import { bundleWorkflowCode, Worker, type WorkerOptions } from '@temporalio/worker';
 import { createPool } from '../db/pool';
 import { workflowIdFor, type OrderInput } from '../domain/order';
+import type { orderSaga } from '../workflows';
 import { sagaStartOptions } from '../workflows/saga-start';
 import { stopProcess } from '../platform/processes';
 import { startDevServer } from '../servers/temporal-dev';
@@ -200,7 +201,7 @@ export async function measureSagaOverhead(
           items: [{ sku: `${sku}-${i % 100}`, qty: 1, unitPriceCents: 100 }],
         };
         // Started as client.ts place starts it: the new order's search attributes in the request.
-        const r = await (kind === 'plain' ? plainClient : env.client).workflow.execute(
+        const r = await (kind === 'plain' ? plainClient : env.client).workflow.execute<typeof orderSaga>(
           'orderSaga',
           sagaStartOptions(order, kind === 'plain' ? plainQueue : queue, { searchAttributesAtStart: true }),
         );

@@ -7,7 +7,7 @@
  *  - README.md links to a docs/ page that does not exist, or
  *  - a test/*.test.ts file is not named in docs/development.md (which lists every test file), or
  *  - docs/saga.md or docs/decisions.md give the happy path's workflow tasks and history events
- *    ("three workflow tasks (27 history events)") other than the recorded happy path counts
+ *    ("three workflow tasks (25 history events)") other than the recorded happy path counts
  *    (scripts/happy-path.ts), or docs/saga.md gives none.
  *
  * A link is a Markdown link whose target is `docs/<page>.md`, optionally with an `#anchor`.
