@@ -63,7 +63,7 @@ export class ChargeProtocol {
       markCharged: true,
     };
     for (let round = 1; ; round++) {
-      await CancellationScope.nonCancellable(() => saga.recordQueuedCancels());
+      await saga.recordQueuedCancels();
       if (saga.stopCharging()) throw new CancelledFailure(saga.stopReason());
       saga.state.attempts.charge = round;
       try {

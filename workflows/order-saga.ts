@@ -338,7 +338,7 @@ class OrderSaga {
     // Steps before the pivot run their activities non-cancellably; a stop takes effect between steps.
     // createOrder runs even then: the run must own the row to settle it.
     if (!pivotAsked(saga.phase) && name !== 'createOrder') {
-      await CancellationScope.nonCancellable(() => saga.recordQueuedCancels());
+      await saga.recordQueuedCancels();
       if (saga.stopRequested()) throw new CancelledFailure(saga.stopReason());
     }
     saga.state.step = name;

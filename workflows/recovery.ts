@@ -53,7 +53,7 @@ export class Recovery {
     if (saga.state.stepsDone.length === 0) return ending(err);
     if (failureType(err) === SagaFailureTypes.OrderSettled && saga.compensations.length === 0) return ending(err);
     saga.learnCancel(err);
-    await CancellationScope.nonCancellable(() => saga.recordQueuedCancels());
+    await saga.recordQueuedCancels();
     // Stopped by a cancel, the deadline or a Temporal cancellation, or refused because a cancel is recorded.
     const cancelled = isCancellation(err) || recordedCancelIn(err) !== undefined;
     const reason = cancelled ? saga.stopReason() : failureMessage(err);
@@ -257,7 +257,7 @@ export class Recovery {
       );
       if (inbox.resolution === undefined && inbox.hasQueuedCancel()) {
         // Postgres decides it: accepted only while the order may still be cancelled (an unknown charge).
-        await CancellationScope.nonCancellable(() => saga.recordQueuedCancels());
+        await saga.recordQueuedCancels();
         if (!(cancellable && saga.stopRequested())) continue;
       }
       if (inbox.resolution === undefined) break; // cancelled

@@ -115,15 +115,13 @@ export async function actLocalFirst<K extends ActName>(
   return act(opts, name, `${summary} (retry after a failed local attempt)`, ...args);
 }
 
-async function stopIfSettled<T>(call: Promise<T>): Promise<T> {
-  try {
-    return await call;
-  } catch (err) {
+/** The call's own promise with one rejection handler: no wrapper of its own (one promise fewer per call). */
+function stopIfSettled<T>(call: Promise<T>): Promise<T> {
+  return call.catch((err: unknown) => {
     // The row says the order is settled (terminal, owned by another run): this run must stop.
     const status = settledStatus(err);
-    if (status) throw settled(status);
-    throw err;
-  }
+    throw status ? settled(status) : err;
+  });
 }
 
 /** Each ApplicationFailure in the error's cause chain, outermost first. */

@@ -224,9 +224,16 @@ export class SagaRun {
   /**
    * Records in Postgres each cancel that came as a Signal (a Signal only wakes the run; one from
    * client.ts is recorded already, and recording it again returns its first answer), and learns the
-   * decision: accepted (the order will not ship) or refused. No command when nothing was sent.
+   * decision: accepted (the order will not ship) or refused. Shielded from a Temporal cancellation (a
+   * cancel already at the row must be learnt). Nothing at all, not even a scope or a promise, when no
+   * cancel was sent (the happy path asks before every step).
    */
-  async recordQueuedCancels(): Promise<void> {
+  recordQueuedCancels(): Promise<void> | undefined {
+    if (!this.inbox.hasQueuedCancel()) return undefined;
+    return CancellationScope.nonCancellable(() => this.recordEachCancel());
+  }
+
+  private async recordEachCancel(): Promise<void> {
     for (let q = this.inbox.nextCancel(); q !== undefined; q = this.inbox.nextCancel()) {
       const { requestId, reason } = q;
       const decision = await this.act(statusOpts, 'recordCancel', `record the cancel ${requestId} of ${this.orderId}`, {
