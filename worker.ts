@@ -22,7 +22,7 @@ import { InventoryMetrics, type SkuStats } from './activities/inventory-metrics'
 import { SweeperStats } from './activities/sweeper';
 import { createPool, WARM_CONNECTIONS } from './db/pool';
 import { laneTaskQueue } from './domain/lanes';
-import { DEFAULT_PORTS, readConfig, type AppConfig } from './lib/config';
+import { readConfig, readWorkerSettings, type AppConfig } from './lib/config';
 import { TemporalProfileError } from './lib/temporal-connection';
 import { DEPLOYMENT_NAME, makeVersionCurrent, orderTaskQueues, resolveBuildId, versionName } from './lib/deployments';
 import { jsonApp, jsonServer, rawPath } from './platform/http';
@@ -313,43 +313,31 @@ export function startMetricsServer(
   });
 }
 
-const LOG_LEVELS = ['TRACE', 'DEBUG', 'INFO', 'WARN', 'ERROR'] as const;
-function workerLogLevel(v: string | undefined): (typeof LOG_LEVELS)[number] {
-  const level = (v ?? 'WARN').toUpperCase();
-  if (!(LOG_LEVELS as readonly string[]).includes(level))
-    throw new Error(`WORKER_LOG_LEVEL must be one of ${LOG_LEVELS.join(', ')}, not "${v}"`);
-  return level as (typeof LOG_LEVELS)[number];
-}
-
 async function main(): Promise<void> {
   // First: off (no OTEL_EXPORTER_OTLP_ENDPOINT), nothing; on, the pool, the provider client and the workers get traced.
   const tracing = startTracing('order-saga-worker');
   const cfg = readConfig();
-  const runtimeMetrics = process.env.TEMPORAL_METRICS_ADDRESS ?? `127.0.0.1:${DEFAULT_PORTS.temporalMetrics}`;
+  const own = readWorkerSettings();
+  const runtimeMetrics = own.runtimeMetrics;
   // The SDK's own lines at WARN (WORKER_LOG_LEVEL to change): its INFO lines say each worker started,
   // which the worker's one "polling task queue" line already does; the saga's warnings and alerts stay.
   installRuntime(
-    workerLogLevel(process.env.WORKER_LOG_LEVEL),
+    own.logLevel,
     runtimeMetrics !== 'off' ? { metrics: { prometheus: { bindAddress: runtimeMetrics } } } : {},
   );
   const connection = await NativeConnection.connect(cfg.temporal.connection);
   // As many lanes as the workflows hash SKUs over (DEFAULT_SAGA_CONFIG.inventoryLanes).
   const lanes = DEFAULT_SAGA_CONFIG.inventoryLanes;
   // WORKFLOW_BUNDLE: a prebuilt workflow bundle (bundleWorkflowCode), so a restart does not bundle again.
-  const bundlePath = process.env.WORKFLOW_BUNDLE;
+  const bundlePath = own.workflowBundle;
   // A Worker Deployment version unless WORKER_VERSIONING=off; BUILD_ID names the build.
-  const versioning = process.env.WORKER_VERSIONING === 'off' ? undefined : { buildId: resolveBuildId(process.env) };
+  const versioning = own.versioned ? { buildId: resolveBuildId() } : undefined;
   const w = await createOrderWorkers(cfg, connection, {
     lanes,
     ...(bundlePath ? { workflowBundle: { codePath: bundlePath } } : {}),
     ...(versioning ? { versioning } : {}),
   });
-  const server = await startMetricsServer(
-    w.metrics,
-    Number(process.env.WORKER_METRICS_PORT ?? DEFAULT_PORTS.workerMetrics),
-    '127.0.0.1',
-    w.sweeperStats,
-  );
+  const server = await startMetricsServer(w.metrics, own.metricsPort, '127.0.0.1', w.sweeperStats);
   const port = (server.address() as AddressInfo).port;
   process.stdout.write(
     `worker: polling task queue "${cfg.taskQueue}" and ${lanes} serial lane(s) on ${cfg.temporal.summary} ` +
@@ -358,7 +346,7 @@ async function main(): Promise<void> {
   );
   try {
     const running = w.run(); // SIGINT/SIGTERM shut the workers down gracefully (the SDK installs those handlers)
-    if (w.version && process.env.WORKER_MAKE_CURRENT === 'true') void promote(cfg, w, lanes);
+    if (w.version && own.makeCurrent) void promote(cfg, w, lanes);
     await running;
   } finally {
     server.close();

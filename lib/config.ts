@@ -1,6 +1,15 @@
-/** The environment variables the processes read, in one place, with their loopback defaults. */
+/**
+ * The environment variables of the worker and of the programs that talk to the system (client.ts,
+ * npm start, the soak, the bench, the codec server), with their loopback defaults: AppConfig, which
+ * they all read, and WorkerSettings, the worker's own. Read elsewhere, each beside the code that uses
+ * it: the provider's settings (provider/config.ts: the provider sits below lib/ and does not import
+ * it), the build ID (BUILD_ID, lib/deployments.ts), where the connection profile's file is
+ * (lib/temporal-connection.ts), tracing and the payload keys (platform/, cli/keys.ts), and the
+ * programs' own options (scripts/start.ts, scripts/codec-server.ts, the bench's sections).
+ */
 import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
+import { WorkflowNames } from '../domain/names';
 import { DEV_PROVIDER_API_KEY, PROVIDER_ADMIN_PORT, PROVIDER_PORT } from '../provider/defaults';
 import { loadTemporalProfile, type TemporalProfile } from './temporal-connection';
 
@@ -96,6 +105,43 @@ export function readConfig(processEnv: NodeJS.ProcessEnv = process.env): AppConf
   };
 }
 
+/** The Temporal SDK's log levels, for WORKER_LOG_LEVEL. */
+const LOG_LEVELS = ['TRACE', 'DEBUG', 'INFO', 'WARN', 'ERROR'] as const;
+
+/** What the worker process (worker.ts) alone reads, beside AppConfig. */
+export interface WorkerSettings {
+  /** TEMPORAL_METRICS_ADDRESS: the Temporal runtime's Prometheus endpoint in the worker, or `off`. */
+  runtimeMetrics: string;
+  /** WORKER_LOG_LEVEL: the SDK's own log level; WARN when unset. */
+  logLevel: (typeof LOG_LEVELS)[number];
+  /** WORKFLOW_BUNDLE: a prebuilt workflow bundle (bundleWorkflowCode), so a restart does not bundle again. */
+  workflowBundle: string | undefined;
+  /** A Worker Deployment version, unless WORKER_VERSIONING=off (BUILD_ID names the build: lib/deployments.ts). */
+  versioned: boolean;
+  /** WORKER_METRICS_PORT: where the worker serves its inventory metrics. */
+  metricsPort: number;
+  /** WORKER_MAKE_CURRENT=true: the worker makes its own version current once it polls. */
+  makeCurrent: boolean;
+}
+
+/**
+ * The worker's own settings, from its environment as given (not what `npm start` recorded: npm start
+ * sets these for the workers it starts). Throws naming WORKER_LOG_LEVEL when it is not a level.
+ */
+export function readWorkerSettings(env: NodeJS.ProcessEnv = process.env): WorkerSettings {
+  const level = (env.WORKER_LOG_LEVEL ?? 'WARN').toUpperCase();
+  if (!(LOG_LEVELS as readonly string[]).includes(level))
+    throw new Error(`WORKER_LOG_LEVEL must be one of ${LOG_LEVELS.join(', ')}, not "${env.WORKER_LOG_LEVEL}"`);
+  return {
+    runtimeMetrics: env.TEMPORAL_METRICS_ADDRESS ?? `127.0.0.1:${DEFAULT_PORTS.temporalMetrics}`,
+    logLevel: level as (typeof LOG_LEVELS)[number],
+    workflowBundle: env.WORKFLOW_BUNDLE,
+    versioned: env.WORKER_VERSIONING !== 'off',
+    metricsPort: Number(env.WORKER_METRICS_PORT ?? DEFAULT_PORTS.workerMetrics),
+    makeCurrent: env.WORKER_MAKE_CURRENT === 'true',
+  };
+}
+
 /** The Web UI page of one workflow run. */
 export function runUrl(cfg: Pick<AppConfig, 'uiUrl' | 'namespace'>, workflowId: string, runId?: string): string {
   const base = `${cfg.uiUrl}/namespaces/${encodeURIComponent(cfg.namespace)}/workflows/${encodeURIComponent(workflowId)}`;
@@ -113,22 +159,28 @@ export function operatorViews(now: Date, customerId = '<customerId>'): { name: s
   return [
     {
       name: 'needs attention',
-      query: `WorkflowType = 'orderSaga' AND ExecutionStatus = 'Running' AND NeedsAttention = true`,
+      query: `WorkflowType = '${WorkflowNames.orderSaga}' AND ExecutionStatus = 'Running' AND NeedsAttention = true`,
     },
     {
       name: 'failed in the last hour',
-      query: `WorkflowType = 'orderSaga' AND ExecutionStatus = 'Failed' AND CloseTime > '${hourAgo}'`,
+      query: `WorkflowType = '${WorkflowNames.orderSaga}' AND ExecutionStatus = 'Failed' AND CloseTime > '${hourAgo}'`,
     },
     {
       name: 'cancelled (Temporal cancellation) in the last hour',
-      query: `WorkflowType = 'orderSaga' AND ExecutionStatus = 'Canceled' AND CloseTime > '${hourAgo}'`,
+      query: `WorkflowType = '${WorkflowNames.orderSaga}' AND ExecutionStatus = 'Canceled' AND CloseTime > '${hourAgo}'`,
     },
     {
       // The sweeper tells a person about these (client.ts sweeps); the list shows their last runs.
       name: 'stranded: needed a person, and its run has closed',
-      query: `WorkflowType = 'orderSaga' AND ExecutionStatus != 'Running' AND NeedsAttention = true`,
+      query: `WorkflowType = '${WorkflowNames.orderSaga}' AND ExecutionStatus != 'Running' AND NeedsAttention = true`,
     },
-    { name: 'waiting on an unknown charge', query: `WorkflowType = 'orderSaga' AND OrderStatus = 'UNKNOWN_PAYMENT'` },
-    { name: `a customer's orders`, query: `WorkflowType = 'orderSaga' AND CustomerId = '${customerId}'` },
+    {
+      name: 'waiting on an unknown charge',
+      query: `WorkflowType = '${WorkflowNames.orderSaga}' AND OrderStatus = 'UNKNOWN_PAYMENT'`,
+    },
+    {
+      name: `a customer's orders`,
+      query: `WorkflowType = '${WorkflowNames.orderSaga}' AND CustomerId = '${customerId}'`,
+    },
   ];
 }

@@ -1,7 +1,8 @@
 /**
  * The payment provider: a separate HTTP process that behaves like a real gateway, with its state in
  * Postgres (schema `provider`) and API-key authentication. Start: `npm run provider`. This file is
- * its entry (the environment, the keys, listening); the ledger is in ledger.ts, the routes in routes.ts.
+ * its entry (listening, and stopping on a signal); its settings are read in config.ts, the ledger is in
+ * ledger.ts, the routes in routes.ts.
  */
 import type http from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -9,41 +10,12 @@ import type { Pool } from 'pg';
 import { createPool, WARM_CONNECTIONS } from '../db/pool';
 import { jsonServer } from '../platform/http';
 import { startTracing } from '../platform/tracing';
-import { DEV_PROVIDER_ADMIN_KEY, DEV_PROVIDER_API_KEY, PROVIDER_ADMIN_PORT, PROVIDER_PORT } from './defaults';
+import { readProviderConfig, type ProviderConfig } from './config';
+import { DEV_PROVIDER_ADMIN_KEY, DEV_PROVIDER_API_KEY } from './defaults';
 import { FaultBook } from './faults';
 import { openLedger } from './ledger';
 import { log } from './log';
 import { createAdminApp, createProviderApp } from './routes';
-
-export interface ProviderConfig {
-  databaseUrl: string;
-  host: string;
-  port: number;
-  /** The API keys accepted now (more than one only while rotating); any other key gets 401. */
-  apiKeys: string[];
-  /** The admin API (fault switches) listens apart from the payment API, with its own keys. */
-  adminPort: number;
-  /** Loopback unless asked otherwise: the payment API may face a network, the fault switches not. */
-  adminHost: string;
-  adminKeys: string[];
-}
-
-/**
- * The keys from `<NAME>S` (a comma-separated list, for a rotation's overlap) or `<NAME>`, else the
- * development default. Throws naming the variable when a key is empty or malformed.
- */
-export function keysFromEnv(env: NodeJS.ProcessEnv, name: string, fallback: string): string[] {
-  const list = env[`${name}S`];
-  const keys = list !== undefined ? list.split(',').map((k) => k.trim()) : [env[name] ?? fallback];
-  for (const k of keys) {
-    if (!/^[\x21-\x7e]{8,200}$/.test(k) || k.includes(',')) {
-      throw new Error(
-        `${list !== undefined ? `${name}S` : name}: each key must be 8 to 200 printable characters, without spaces or commas`,
-      );
-    }
-  }
-  return keys;
-}
 
 /** Opens the ledger and starts both APIs (a port 0 takes a free one); resolves with the ports bound. */
 export async function startProvider(
@@ -67,22 +39,9 @@ export async function startProvider(
 if (require.main === module) {
   // First: off (no OTEL_EXPORTER_OTLP_ENDPOINT), nothing; on, its HTTP requests and SQL become spans.
   const tracing = startTracing('order-saga-provider');
-  const databaseUrl = process.env.DATABASE_URL;
-  if (!databaseUrl) {
-    process.stderr.write('provider: DATABASE_URL is required\n');
-    process.exit(2);
-  }
   let cfg: ProviderConfig;
   try {
-    cfg = {
-      databaseUrl,
-      host: process.env.PROVIDER_HOST ?? '127.0.0.1',
-      port: Number(process.env.PROVIDER_PORT ?? PROVIDER_PORT),
-      apiKeys: keysFromEnv(process.env, 'PROVIDER_API_KEY', DEV_PROVIDER_API_KEY),
-      adminPort: Number(process.env.PROVIDER_ADMIN_PORT ?? PROVIDER_ADMIN_PORT),
-      adminHost: process.env.PROVIDER_ADMIN_HOST ?? '127.0.0.1',
-      adminKeys: keysFromEnv(process.env, 'PROVIDER_ADMIN_KEY', DEV_PROVIDER_ADMIN_KEY),
-    };
+    cfg = readProviderConfig();
   } catch (err) {
     process.stderr.write(`provider: ${(err as Error).message}\n`);
     process.exit(2);

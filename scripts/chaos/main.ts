@@ -8,7 +8,7 @@
  *     `processing` for a while (those sagas reach UNKNOWN_PAYMENT and a person);
  *   - each worker process is SIGKILLed on its own schedule and restarted; Postgres is restarted once
  *     and the provider once, each confirmed;
- *   - people meddle, through client.ts and the Temporal client (scripts/chaos/people.ts): cancels at
+ *   - people meddle, through client.ts and the Temporal client (scripts/chaos/people/): cancels at
  *     chosen moments, Resets of open and closed runs, second starts of closed orders, and operators
  *     who resolve every NEEDS_ATTENTION saga as the provider's ledger supports.
  * Then it waits until every saga has closed, runs the invariant checker and a per-order audit

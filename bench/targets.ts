@@ -1,0 +1,186 @@
+/**
+ * The bench's targets: what each section's figures must meet, as the report's last table shows them
+ * (PASS or FAIL, with what was measured).
+ */
+import type { CliStartupResult } from './cli-startup';
+import type { EngineSide } from './engines';
+import type { IdleStep } from './idle-latency';
+import { SKU_LEVELS } from './options';
+import type { SagaOverheadResult } from './saga-overhead';
+import type { CellResult } from './strategies';
+
+export interface Target {
+  name: string;
+  pass: boolean;
+  detail: string;
+}
+
+/** The targets of the sections that ran, in the report's order. */
+export function targets(
+  cells: CellResult[] | undefined,
+  idle: IdleStep[] | undefined,
+  saga: SagaOverheadResult | undefined,
+  commit: { ratio?: number } | undefined,
+  cli: CliStartupResult | undefined,
+  engines: EngineSide[] | string | undefined,
+): Target[] {
+  return [
+    ...(cells ? contentionTargets(cells) : []),
+    ...(idle ? [idleTarget(idle)] : []),
+    ...(saga ? sagaOverheadTargets(saga) : []),
+    ...(commit ? [commitPathTarget(commit)] : []),
+    ...(cli ? cliTargets(cli) : []),
+    ...(engines === undefined ? [] : [enginesTarget(engines)]),
+  ];
+}
+
+function cliTargets(cli: CliStartupResult): Target[] {
+  const row = (command: string) => cli.rows.find((r) => r.command === command)!;
+  return [
+    { command: 'bin/client --help', limit: 300 },
+    { command: 'bin/client status <finished order>', limit: 500 },
+  ].map(({ command, limit }) => ({
+    name: `${command}: whole command p50 ≤ ${limit} ms`,
+    pass: row(command).p50 <= limit,
+    detail: `${row(command).p50} ms (max ${row(command).max}, ${row(command).runs} runs)`,
+  }));
+}
+
+function contentionTargets(cells: CellResult[]): Target[] {
+  const cell = (s: string, k: number): CellResult => cells.find((c) => c.strategy === s && c.skus === k)!;
+  const out: Target[] = [];
+  for (const k of SKU_LEVELS) {
+    const best = ['for-update-logic-in-tx', 'for-update-short', 'cas']
+      .map((s) => cell(s, k))
+      .sort((a, b) => b.throughput - a.throughput)[0]!;
+    const a = cell('adaptive', k);
+    out.push({
+      name: `adaptive ≥ 0.9× best pure (${best.strategy}) at ${k} SKU(s)`,
+      pass: a.throughput >= 0.9 * best.throughput,
+      detail: `${a.throughput} vs ${best.throughput} (${(a.throughput / best.throughput).toFixed(2)}×)`,
+    });
+    const tail = ['for-update-logic-in-tx', 'for-update-short', 'cas']
+      .map((s) => cell(s, k))
+      .sort((a, b) => a.p99 - b.p99)[0]!;
+    out.push({
+      name: `adaptive p99 ≤ 2× best non-naive p99 (${tail.strategy}) at ${k} SKU(s)`,
+      pass: a.p99 <= 2 * tail.p99,
+      detail: `${a.p99} ms vs ${tail.p99} ms (${(a.p99 / tail.p99).toFixed(2)}×)`,
+    });
+  }
+  const a1 = cell('adaptive', 1);
+  const lock1 = cell('for-update-logic-in-tx', 1);
+  out.push({
+    name: 'at 1 SKU: adaptive throughput ≥ 3× FOR UPDATE with logic in tx',
+    pass: a1.throughput >= 3 * lock1.throughput,
+    detail: `${a1.throughput} vs ${lock1.throughput} (${(a1.throughput / lock1.throughput).toFixed(1)}×)`,
+  });
+  out.push({
+    name: 'at 1 SKU: adaptive p99 ≤ 1/3 of FOR UPDATE with logic in tx',
+    pass: a1.p99 * 3 <= lock1.p99,
+    detail: `${a1.p99} ms vs ${lock1.p99} ms`,
+  });
+  out.push({
+    name: 'at 1 SKU: adaptive abort rate ≤ 30 %',
+    pass: a1.abortRate <= 0.3,
+    detail: `${(a1.abortRate * 100).toFixed(1)} % (pure CAS: ${(cell('cas', 1).abortRate * 100).toFixed(1)} %)`,
+  });
+  const a1000 = cell('adaptive', 1000);
+  const cas1000 = cell('cas', 1000);
+  out.push({
+    name: 'at 1000 SKUs: adaptive ≥ 0.9× pure CAS',
+    pass: a1000.throughput >= 0.9 * cas1000.throughput,
+    detail: `${a1000.throughput} vs ${cas1000.throughput} (${(a1000.throughput / cas1000.throughput).toFixed(2)}×)`,
+  });
+  out.push({
+    name: 'at 1000 SKUs: adaptive abort rate < 10 %',
+    pass: a1000.abortRate < 0.1,
+    detail: `${(a1000.abortRate * 100).toFixed(1)} %`,
+  });
+  const lostElsewhere = cells.filter((c) => c.strategy !== 'naive' && c.lostUpdates !== 0);
+  out.push({
+    name: 'lost updates: 0 for every non-naive strategy',
+    pass: lostElsewhere.length === 0,
+    detail: lostElsewhere.length
+      ? lostElsewhere.map((c) => `${c.strategy}@${c.skus}: ${c.lostUpdates}`).join(', ')
+      : 'none',
+  });
+  const n1 = cell('naive', 1).lostUpdates;
+  const n10 = cell('naive', 10).lostUpdates;
+  out.push({
+    name: 'naive loses updates at 1 and 10 SKUs (the bench contends)',
+    pass: n1 > 0 && n10 > 0,
+    detail: `${n1} at 1, ${n10} at 10`,
+  });
+  return out;
+}
+
+function idleTarget(steps: IdleStep[]): Target {
+  const last = steps[steps.length - 1]!;
+  return {
+    name: 'one order on an idle stack (file-backed dev server, as npm start), every latency setting: p50 ≤ 80 ms',
+    pass: last.p50 <= 80,
+    detail: `${last.p50} ms (p90 ${last.p90}; the dev server's defaults: ${steps[0]!.p50} ms)`,
+  };
+}
+
+function sagaOverheadTargets(saga: SagaOverheadResult): Target[] {
+  const out: Target[] = [];
+  /**
+   * The rounds' spread; a verdict whose rounds fall on both sides of its threshold is marked unstable.
+   * `at-least`: the target is ratio ≥ threshold (throughput); `at-most`: ratio ≤ threshold (p50).
+   */
+  const spread = (x: { min: number; max: number }, threshold: number, kind: 'at-least' | 'at-most'): string => {
+    const both =
+      kind === 'at-least' ? x.min < threshold && x.max >= threshold : x.min <= threshold && x.max > threshold;
+    return `rounds ${x.min}–${x.max}×${both ? '; unstable: the rounds fall on both sides' : ''}`;
+  };
+  out.push({
+    name: 'like-for-like floor: its local and regular steps are the saga’s (a completed saga’s history)',
+    pass: saga.kinds.like.local === saga.kinds.saga.local && saga.kinds.like.regular === saga.kinds.saga.regular,
+    detail: `saga ${saga.kinds.saga.local} local + ${saga.kinds.saga.regular} regular, floor ${saga.kinds.like.local} + ${saga.kinds.like.regular}`,
+  });
+  out.push({
+    name: 'saga throughput ≥ 0.8× the like-for-like floor',
+    pass: saga.likeRatio >= 0.8,
+    detail: `${saga.saga.perSecond}/s vs ${saga.like.perSecond}/s (${saga.likeRatio}×; ${spread(saga.likeSpread.throughput, 0.8, 'at-least')})`,
+  });
+  out.push({
+    name: 'saga p50 ≤ 1.5× the like-for-like floor’s',
+    pass: saga.likeP50Ratio <= 1.5,
+    detail: `${saga.saga.p50} ms vs ${saga.like.p50} ms (${saga.likeP50Ratio}×; ${spread(saga.likeSpread.p50, 1.5, 'at-most')})`,
+  });
+  out.push({
+    name: 'saga CPU per order ≤ 1.5× the like-for-like floor’s (all processes)',
+    pass: saga.likeCpuRatio <= 1.5,
+    detail: `${saga.saga.cpuTotal} ms vs ${saga.like.cpuTotal} ms (${saga.likeCpuRatio}×)`,
+  });
+  out.push({
+    name: 'saga overhead: saga throughput ≥ 0.9× the essential-work floor',
+    pass: saga.ratio >= 0.9,
+    detail: `${saga.saga.perSecond}/s vs ${saga.floor.perSecond}/s (${saga.ratio}×; ${spread(saga.floorSpread.throughput, 0.9, 'at-least')})`,
+  });
+  out.push({
+    name: "saga overhead: saga p50 ≤ 1.25× the essential-work floor's",
+    pass: saga.p50Ratio <= 1.25,
+    detail: `${saga.saga.p50} ms vs ${saga.floor.p50} ms (${saga.p50Ratio}×; ${spread(saga.floorSpread.p50, 1.25, 'at-most')})`,
+  });
+  return out;
+}
+
+function commitPathTarget(commit: { ratio?: number }): Target {
+  return {
+    name: 'commit path: CAS ≥ 0.5 of pgbench',
+    pass: commit.ratio !== undefined && commit.ratio >= 0.5,
+    detail: commit.ratio === undefined ? 'not measured' : `${commit.ratio}×`,
+  };
+}
+
+/** The engines section's one target: every engine measured (a string: why they were not). */
+function enginesTarget(engines: EngineSide[] | string): Target {
+  return {
+    name: 'engines: every engine measured',
+    pass: typeof engines !== 'string',
+    detail: typeof engines === 'string' ? engines : engines.map((e) => e.engine).join(', '),
+  };
+}
