@@ -6,6 +6,7 @@ import type { CliStartupResult } from './cli-startup';
 import type { EngineSide } from './engines';
 import type { IdleStep } from './idle-latency';
 import { SKU_LEVELS } from './options';
+import { ratio } from './measure';
 import type { SagaOverheadResult } from './saga-overhead';
 import type { CellResult } from './strategies';
 
@@ -31,6 +32,36 @@ export function targets(
     ...(commit ? [commitPathTarget(commit)] : []),
     ...(cli ? cliTargets(cli) : []),
     ...(engines === undefined ? [] : [enginesTarget(engines)]),
+    ...(saga && Array.isArray(engines) ? sagaCostTargets(saga, engines) : []),
+  ];
+}
+
+/**
+ * The saga against what an order cannot do without: the like-for-like floor (Temporal running the
+ * same five steps as no-ops) plus the plain work (the same five calls in plain Node, the engines
+ * section), measured in the same run.
+ */
+function sagaCostTargets(saga: SagaOverheadResult, engines: EngineSide[]): Target[] {
+  const plain = engines.find((e) => e.engine.startsWith('plain Node'));
+  if (!plain) return [];
+  const cpuFloor = Math.round((saga.like.cpuTotal + plain.cpuTotal) * 10) / 10;
+  const idleFloor = saga.idle.like + plain.idle.p50;
+  return [
+    {
+      name: "saga CPU per order ≤ 1.25× (the like-for-like floor's + the plain work's)",
+      pass: saga.saga.cpuTotal <= 1.25 * cpuFloor,
+      detail: `${saga.saga.cpuTotal} ms vs ${saga.like.cpuTotal} + ${plain.cpuTotal} = ${cpuFloor} ms (${ratio(saga.saga.cpuTotal, cpuFloor)}×)`,
+    },
+    {
+      name: "saga throughput ≥ 0.7× the like-for-like floor's",
+      pass: saga.likeRatio >= 0.7,
+      detail: `${saga.saga.perSecond}/s vs ${saga.like.perSecond}/s (${saga.likeRatio}×)`,
+    },
+    {
+      name: "one order, idle stack: saga ≤ 1.15× (the like-for-like floor's + the plain work's)",
+      pass: saga.idle.saga <= 1.15 * idleFloor,
+      detail: `${saga.idle.saga} ms vs ${saga.idle.like} + ${plain.idle.p50} = ${idleFloor} ms (${ratio(saga.idle.saga, idleFloor)}×)`,
+    },
   ];
 }
 
