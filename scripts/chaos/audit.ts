@@ -12,6 +12,7 @@ import type { ChaosOrder } from './orders';
 import { decodeHistoryPayload } from '../../platform/payload-codec';
 import { SDK_UPDATE_BUG, taskFailureMessage } from '../../platform/task-failures';
 import type { PeopleViolation } from './people';
+import { UNREADABLE_KEY_ID } from './people/terminate';
 
 interface AuditRow {
   order_id: string;
@@ -195,9 +196,12 @@ export async function readHistories(
           }
         }
         const wft = e.workflowTaskFailedEventAttributes;
-        if (wft && !BENIGN_TASK_FAILURES.has(wft.cause ?? 0)) {
+        const message = wft ? await taskFailureMessage(client.options.loadedDataConverter, wft.failure) : undefined;
+        // The person's unreadable Signal, met by a worker before the Terminate that followed it: the
+        // worker cannot open it (no key), which is what the person sent, not the saga code failing.
+        const unreadableSignal = message?.includes(`key ID "${UNREADABLE_KEY_ID}"`) ?? false;
+        if (wft && message !== undefined && !BENIGN_TASK_FAILURES.has(wft.cause ?? 0) && !unreadableSignal) {
           const cause = WFT[wft.cause ?? 0] ?? String(wft.cause);
-          const message = await taskFailureMessage(client.options.loadedDataConverter, wft.failure);
           const what = `run ${run.runId} event ${String(e.eventId)}: ${cause.replace('WORKFLOW_TASK_FAILED_CAUSE_', '')}: ${message.slice(0, 300)}`;
           const into = SDK_UPDATE_BUG.test(message) ? facts.sdkBugTaskFailures : facts.taskFailures;
           into.set(orderId, [...(into.get(orderId) ?? []), what]);

@@ -38,6 +38,9 @@ export async function terminate(p: PeopleBase, o: ChaosOrder, limitMs: number): 
   return healedBySweeper(p, id, terminated, limitMs);
 }
 
+/** The key ID the unreadable Signal names: no worker has it. */
+export const UNREADABLE_KEY_ID = 'a-key-nobody-has';
+
 /**
  * A cancel Signal whose payload no key opens (as `temporal workflow signal --input-meta
  * encoding=binary/encrypted` sends it), then Terminate: the sweeper must restart the order from its
@@ -62,7 +65,7 @@ export async function unreadableSignal(p: PeopleBase, o: ChaosOrder, limitMs: nu
           {
             metadata: {
               encoding: Buffer.from('binary/encrypted'),
-              'encryption-key-id': Buffer.from('a-key-nobody-has'),
+              'encryption-key-id': Buffer.from(UNREADABLE_KEY_ID),
             },
             data: Buffer.from('not a sealed payload'),
           },
