@@ -246,6 +246,15 @@ const pinToGhost = (orderId: string) =>
     updateMask: { paths: ['versioning_override'] },
   });
 
+/** Until the run waits for a workflow task nobody takes, then past the stall bound. */
+async function untilStalledOnTask(orderId: string): Promise<void> {
+  await until('a workflow task nobody takes', async () => {
+    const raw = await pending(orderId);
+    return !!raw.pendingWorkflowTask && !raw.pendingActivities?.length;
+  });
+  await sleepMs(1_200);
+}
+
 describe('a versioning override to a build nobody polls', () => {
   it('is removed by the sweeper, and the run completes', async () => {
     const { order } = await newOrder('override');
@@ -255,11 +264,7 @@ describe('a versioning override to a build nobody polls', () => {
     await pinToGhost(order.orderId);
     held.release();
     // The charge completes; the next workflow task waits for the ghost build.
-    await until('a workflow task nobody takes', async () => {
-      const raw = await pending(order.orderId);
-      return !!raw.pendingWorkflowTask && !raw.pendingActivities?.length;
-    });
-    await sleepMs(1_200);
+    await untilStalledOnTask(order.orderId);
     expect(await rowStatus(order.orderId)).toBe('CHARGED');
 
     const report = await sweep([order.orderId]);
@@ -279,11 +284,7 @@ describe('a versioning override to a build nobody polls', () => {
     expect(await rowStatus(order.orderId)).toBe('COMPLETED');
     await pinToGhost(order.orderId);
     held.release();
-    await until('a workflow task nobody takes', async () => {
-      const raw = await pending(order.orderId);
-      return !!raw.pendingWorkflowTask && !raw.pendingActivities?.length;
-    });
-    await sleepMs(1_200);
+    await untilStalledOnTask(order.orderId);
     expect((await handle.describe()).status.name).toBe('RUNNING');
 
     const report = await sweep([order.orderId]);
