@@ -5,7 +5,7 @@
  * the case's handler; nothing here reads a clock, a database or a server, so every case has a unit
  * test without one (test/sweep-classify.test.ts).
  */
-import type { OrderStatus } from '../domain/order';
+import { isTerminal, type OrderStatus } from '../domain/order';
 import { SDK_UPDATE_BUG } from '../platform/task-failures';
 
 /** The bounds a sweep decides with (activities/sweeper.ts's SweepOptions). */
@@ -121,8 +121,24 @@ const duration = (ms: number): string =>
 /** A run's status as words: `TIMED_OUT` → `timed out`. */
 const spoken = (status: string): string => status.toLowerCase().replace(/_/g, ' ');
 
-/** The order's situation, as one case. */
+/**
+ * The order's situation, as one case. A settled order (its row terminal) is only looked at for its
+ * run: a closed or missing run leaves nothing to do, and a run that cannot go on is never replaced
+ * (a new run would only find the order settled): a person is told.
+ */
 export function classifyOrder(o: OrderFacts, b: SweepBounds): SweepCase {
+  if (!isTerminal(o.status)) return classifyOpen(o, b);
+  if (o.run?.status !== 'RUNNING') return { case: 'leave', why: `it is ${o.status} and its run has closed` };
+  const c = classifyOpen(o, b);
+  if (c.case !== 'replace') return c;
+  return {
+    case: 'person',
+    cause: c.cause,
+    why: `${c.why}; the order is ${o.status} already, only its run is left open (terminate it)`,
+  };
+}
+
+function classifyOpen(o: OrderFacts, b: SweepBounds): SweepCase {
   const run = o.run;
   if (!run) return restartOrPerson(o, b, 'missing', 'it has no workflow');
   if (run.status !== 'RUNNING') return restartOrPerson(o, b, 'closed', `its run ${run.runId} is ${spoken(run.status)}`);

@@ -5,14 +5,14 @@
  * whether a failure means Temporal is out of reach. Read only: every write is activities/sweeper.ts's.
  */
 import { isGrpcServiceError, type Client } from '@temporalio/client';
-import { log } from '@temporalio/activity';
+import { heartbeat, log } from '@temporalio/activity';
 import type { google } from '@temporalio/proto';
 import { temporal } from '@temporalio/proto';
 import type { Pool } from 'pg';
 import { decodeHistoryPayload } from '../platform/payload-codec';
 import { taskFailureMessage } from '../platform/task-failures';
 import { WorkflowNames } from '../domain/names';
-import { orderIdOf, TERMINAL_STATUSES, type OrderInput, type OrderStatus } from '../domain/order';
+import { orderIdOf, TERMINAL_STATUSES, workflowIdFor, type OrderInput, type OrderStatus } from '../domain/order';
 import type { PendingActivityFacts, RunFacts } from './sweep-classify';
 
 const { EventType, TaskQueueKind, TaskQueueType, WorkerVersioningMode } = temporal.api.enums.v1;
@@ -41,11 +41,14 @@ export async function settledButRunning(
 ): Promise<OpenOrderRow[]> {
   const startedBefore = new Date(Date.now() - o.graceMs).toISOString();
   const ids: string[] = [];
-  const query = `WorkflowType = '${WorkflowNames.orderSaga}' AND ExecutionStatus = 'Running' AND StartTime < '${startedBefore}'`;
+  // Only these orders' runs when an operator sweeps a few (their IDs are plain identifiers: quoted as they are).
+  const only = o.orderIds ? ` AND WorkflowId IN (${o.orderIds.map((id) => `'${workflowIdFor(id)}'`).join(', ')})` : '';
+  const query = `WorkflowType = '${WorkflowNames.orderSaga}' AND ExecutionStatus = 'Running' AND StartTime < '${startedBefore}'${only}`;
   try {
     for await (const wf of client.workflow.list({ query })) {
       const id = orderIdOf(wf.workflowId);
-      if (id !== undefined && (!o.orderIds || o.orderIds.includes(id))) ids.push(id);
+      if (id !== undefined) ids.push(id);
+      heartbeat({ listing: ids.length }); // a long list of running sagas is progress too
     }
   } catch (err) {
     // Visibility out of order must not stop the sweep of the open orders: they come first.

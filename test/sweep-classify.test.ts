@@ -80,10 +80,10 @@ describe('a workflow task that keeps failing', () => {
   });
 });
 
-describe('a running run that stopped moving', () => {
-  const stalled = (r: Partial<RunFacts>): RunFacts => run({ sinceProgressMs: 6 * MIN, ...r });
-  const unpicked = { state: 'scheduled' as const, attempt: 1 };
+const stalled = (r: Partial<RunFacts>): RunFacts => run({ sinceProgressMs: 6 * MIN, ...r });
+const unpicked = { state: 'scheduled' as const, attempt: 1 };
 
+describe('a running run that stopped moving', () => {
   it('is moving while its last event is within the bound, or when it was not asked', () => {
     expect(classify({ run: run({ sinceProgressMs: 4 * MIN, workflowTask: unpicked }), pollers: [] })).toEqual({
       case: 'leave',
@@ -198,5 +198,30 @@ describe('a run that waits on purpose', () => {
     expect(classify({ status: 'NEEDS_ATTENTION', ageMs: 90 * MIN, run: quiet, record: alerted })).toMatchObject({
       case: 'leave',
     });
+  });
+});
+
+describe('a settled order (its row terminal) whose run is still open', () => {
+  const r = stalled({ workflowTask: unpicked, build: 'order-saga:a', override: { pinnedTo: 'order-saga:ghost' } });
+
+  it('pinned by an override to a version nobody polls, its own polled: the override is removed', () => {
+    expect(classify({ status: 'COMPLETED', run: r, pollers: ['order-saga:a'] })).toMatchObject({
+      case: 'remove-override',
+      cause: 'override-unpolled',
+    });
+  });
+
+  it('that cannot go on is never replaced (a new run would find it settled): a person is told', () => {
+    const c = classify({ status: 'COMPLETED', run: r, pollers: ['order-saga:new'] });
+    expect(c).toMatchObject({ case: 'person', cause: 'build-unpolled' });
+    expect(c.why).toMatch(/the order is COMPLETED already, only its run is left open/);
+  });
+
+  it('with its run closed (or gone) meanwhile: nothing to do, whatever the restarts', () => {
+    const many = { restarts: 3, resets: 0, alertedWithinAttentionAge: false };
+    expect(classify({ status: 'CANCELLED', run: run({ status: 'COMPLETED' }), record: many })).toMatchObject({
+      case: 'leave',
+    });
+    expect(classify({ status: 'FAILED', run: undefined })).toMatchObject({ case: 'leave' });
   });
 });

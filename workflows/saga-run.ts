@@ -34,7 +34,13 @@ import {
 import type { SagaConfig } from './saga-config';
 import { SagaInbox } from './saga-inbox';
 import { pivotAsked, type Phase } from './saga-phase';
-import { NeedsAttentionKey, OrderStatusKey, newOrderSearchAttributes } from './search-attributes';
+import {
+  CustomerIdKey,
+  NeedsAttentionKey,
+  OrderStatusKey,
+  TotalCentsKey,
+  newOrderSearchAttributes,
+} from './search-attributes';
 
 /** A compensation: its name (as the state shows it) and the activity that undoes its step. */
 export interface Compensation {
@@ -188,6 +194,7 @@ export class SagaRun {
   showNeedsAttention(): void {
     this.flush();
     upsertSearchAttributes([{ key: NeedsAttentionKey, value: true }]);
+    this.shown = undefined; // the next update sets both again, whatever the status
   }
 
   // ---- Waits: each lets the search attributes catch up first (the main path's only waits) --------
@@ -286,8 +293,10 @@ export class SagaRun {
    * place), else set with the first update (`flush`).
    */
   publishSearchAttributes(): void {
-    const atStart = workflowInfo().typedSearchAttributes.get(OrderStatusKey);
-    if (atStart === undefined) this.toPublish = true;
+    const given = workflowInfo().typedSearchAttributes;
+    const atStart = given.get(OrderStatusKey);
+    if (atStart === undefined || given.get(CustomerIdKey) === undefined || given.get(TotalCentsKey) === undefined)
+      this.toPublish = true;
     else this.shown = atStart as OrderStatus;
   }
 
