@@ -28,6 +28,11 @@ export interface PendingActivityFacts {
   paused?: { by?: string; reason?: string; at?: string };
   /** Its last failure's message, decoded; empty when it has none. */
   lastFailure: string;
+  /**
+   * How long its current attempt is past one of its own timeouts (schedule-to-start while no worker
+   * has it, start-to-close or heartbeat once one has), which the server should have fired by then.
+   */
+  overdue?: { ms: number; timeout: 'schedule-to-start' | 'start-to-close' | 'heartbeat' };
 }
 
 /** The run's workflow task that has not completed yet. */
@@ -82,6 +87,7 @@ export type SweepCause =
   | 'task-timing-out'
   | 'override-unpolled'
   | 'build-unpolled'
+  | 'timeout-lost'
   | 'activity-paused'
   | 'activity-retrying'
   | 'stalled'
@@ -93,6 +99,7 @@ export const STALL_CAUSES: readonly SweepCause[] = [
   'task-timing-out',
   'override-unpolled',
   'build-unpolled',
+  'timeout-lost',
   'activity-paused',
   'activity-retrying',
   'stalled',
@@ -105,7 +112,7 @@ export type SweepCase =
   /** The run is closed or missing: start the saga again from the row. */
   | { case: 'restart'; cause: 'closed' | 'missing'; why: string }
   /** The run cannot go on as it is (a reset would replay the same failure, its build has no workers): terminate it and start the saga again from the row. */
-  | { case: 'replace'; cause: 'sdk-update-bug' | 'build-unpolled'; why: string }
+  | { case: 'replace'; cause: 'sdk-update-bug' | 'build-unpolled' | 'timeout-lost'; why: string }
   /** Its workflow task fails or times out for good: reset the run to its last completed workflow task. */
   | { case: 'reset'; cause: 'task-failing' | 'task-timing-out'; why: string; toEventId: number }
   /** A versioning override sends its tasks to a version nobody polls while its own build is polled: remove the override. */
@@ -182,6 +189,16 @@ function classifyOpen(o: OrderFacts, b: SweepBounds): SweepCase {
         cause: 'activity-paused',
         why: `${idle}: its activity ${paused.type} is paused${by}${since}${reason}; the sweeper never unpauses`,
       };
+    }
+    // Temporal lost an activity's timeout (the soak saw one around a restart of the server and its
+    // database): the run would wait forever. A new run from the row is safe (the row fences the old
+    // run's writes; every call is idempotent by key), and it asks again where the old one waited.
+    const lost = run.activities.find((a) => a.overdue && a.overdue.ms > b.stallAfterMs);
+    if (lost) {
+      const why = `${idle}: its activity ${lost.type} (attempt ${lost.attempt}) is ${duration(lost.overdue!.ms)} past its own ${lost.overdue!.timeout} timeout, which the server never fired`;
+      return o.record.restarts >= b.maxRestarts
+        ? { case: 'person', cause: 'timeout-lost', why: `${why}, and it was restarted ${b.maxRestarts} times` }
+        : { case: 'replace', cause: 'timeout-lost', why };
     }
   }
   if (o.status === 'NEEDS_ATTENTION' || o.status === 'UNKNOWN_PAYMENT') {

@@ -15,7 +15,7 @@ import { WorkflowNames } from '../domain/names';
 import { orderIdOf, TERMINAL_STATUSES, workflowIdFor, type OrderInput, type OrderStatus } from '../domain/order';
 import type { PendingActivityFacts, RunFacts } from './sweep-classify';
 
-const { EventType, TaskQueueKind, TaskQueueType, WorkerVersioningMode } = temporal.api.enums.v1;
+const { EventType, PendingActivityState, TaskQueueKind, TaskQueueType, WorkerVersioningMode } = temporal.api.enums.v1;
 
 /** An order as the sweeper reads its row. */
 export interface OpenOrderRow {
@@ -86,6 +86,8 @@ export async function activityFacts(
     attempt: a.attempt ?? 1,
     lastFailure: await taskFailureMessage(client.options.loadedDataConverter, a.lastFailure),
   };
+  const overdue = a.paused ? undefined : overdueOf(a);
+  if (overdue) out.overdue = overdue;
   if (a.paused) {
     const by = a.pauseInfo?.manual ?? a.pauseInfo?.rule;
     const at = iso(a.pauseInfo?.pauseTime);
@@ -96,6 +98,38 @@ export async function activityFacts(
     };
   }
   return out;
+}
+
+/** A protobuf duration in ms (undefined or 0: not set). */
+const durationMs = (d: google.protobuf.IDuration | null | undefined): number =>
+  d?.seconds == null ? 0 : Number(d.seconds) * 1000 + Math.floor((d.nanos ?? 0) / 1e6);
+
+/**
+ * How far past one of its own timeouts the activity's current attempt is, by the server's own
+ * description: schedule-to-start while it is scheduled (and not waiting for a retry's backoff),
+ * start-to-close or heartbeat once a worker has it. Undefined when none is due yet, or none is set.
+ */
+export function overdueOf(
+  a: temporal.api.workflow.v1.IPendingActivityInfo,
+  now = Date.now(),
+): PendingActivityFacts['overdue'] {
+  const opts = a.activityOptions;
+  const due: { at: number; timeout: 'schedule-to-start' | 'start-to-close' | 'heartbeat' }[] = [];
+  if (a.state === PendingActivityState.PENDING_ACTIVITY_STATE_SCHEDULED) {
+    const scheduled = millis(a.scheduledTime);
+    const backoffUntil = millis(a.nextAttemptScheduleTime) ?? 0;
+    const s2s = durationMs(opts?.scheduleToStartTimeout);
+    if (scheduled && s2s && backoffUntil <= now)
+      due.push({ at: Math.max(scheduled, backoffUntil) + s2s, timeout: 'schedule-to-start' });
+  } else if (a.state === PendingActivityState.PENDING_ACTIVITY_STATE_STARTED) {
+    const started = millis(a.lastStartedTime);
+    const s2c = durationMs(opts?.startToCloseTimeout);
+    const hb = durationMs(opts?.heartbeatTimeout);
+    if (started && s2c) due.push({ at: started + s2c, timeout: 'start-to-close' });
+    if (started && hb) due.push({ at: Math.max(started, millis(a.lastHeartbeatTime) ?? 0) + hb, timeout: 'heartbeat' });
+  }
+  const first = due.sort((x, y) => x.at - y.at)[0];
+  return first && now > first.at ? { ms: now - first.at, timeout: first.timeout } : undefined;
 }
 
 /** The time of a run's last event, in ms since the epoch: one event, read from the end. */

@@ -1,9 +1,12 @@
 /**
  * The sweeper's decision table (activities/sweep-classify.ts), one case at a time, without a server:
- * each test is an order's situation and the case the sweeper must pick for it.
+ * each test is an order's situation and the case the sweeper must pick for it; and how an activity's
+ * attempt is found past its own timeouts (activities/sweep-reads.ts).
  */
 import { describe, expect, it } from 'vitest';
+import { temporal } from '@temporalio/proto';
 import { classifyOrder, type OrderFacts, type RunFacts, type SweepBounds } from '../activities/sweep-classify';
+import { overdueOf } from '../activities/sweep-reads';
 
 const bounds: SweepBounds = { maxRestarts: 3, failedTaskAttempts: 3, attentionAgeMs: 3_600_000, stallAfterMs: 300_000 };
 const MIN = 60_000;
@@ -223,5 +226,70 @@ describe('a settled order (its row terminal) whose run is still open', () => {
       case: 'leave',
     });
     expect(classify({ status: 'FAILED', run: undefined })).toMatchObject({ case: 'leave' });
+  });
+});
+
+describe('an activity past its own timeout, which the server never fired', () => {
+  const lostCharge = {
+    type: 'chargePayment',
+    attempt: 1,
+    lastFailure: '',
+    overdue: { ms: 8 * MIN, timeout: 'schedule-to-start' as const },
+  };
+
+  it('is replaced by a new run from the row (bounded like every restart); a settled order goes to a person', () => {
+    const r = stalled({ activities: [lostCharge] });
+    const c = classify({ status: 'RESERVED', run: r });
+    expect(c).toMatchObject({ case: 'replace', cause: 'timeout-lost' });
+    expect(c.why).toMatch(/chargePayment \(attempt 1\) is 8 min past its own schedule-to-start timeout/);
+    const many = { restarts: 3, resets: 0, alertedWithinAttentionAge: false };
+    expect(classify({ status: 'RESERVED', run: r, record: many })).toMatchObject({
+      case: 'person',
+      cause: 'timeout-lost',
+    });
+    expect(classify({ status: 'COMPLETED', run: r })).toMatchObject({ case: 'person', cause: 'timeout-lost' });
+  });
+
+  it('within the stall bound past it (the server may be late) is not acted on for that', () => {
+    const late = { ...lostCharge, overdue: { ms: 2 * MIN, timeout: 'start-to-close' as const } };
+    expect(classify({ status: 'RESERVED', run: stalled({ activities: [late] }) })).toMatchObject({
+      case: 'person',
+      cause: 'stalled',
+    });
+  });
+});
+
+describe('overdueOf: an attempt against its own timeouts, from the server description', () => {
+  const { PendingActivityState } = temporal.api.enums.v1;
+  // int64 fields: protobufjs takes a plain number where its types say Long.
+  const at = (ms: number) => ({ seconds: Math.floor(ms / 1000) as never, nanos: (ms % 1000) * 1e6 });
+  const secs = (s: number) => ({ seconds: s as never });
+  const now = 1_000_000_000;
+  const options = { scheduleToStartTimeout: secs(10), startToCloseTimeout: secs(15), heartbeatTimeout: secs(0) };
+
+  it('scheduled: past schedule-to-start; not while a retry waits for its backoff', () => {
+    const scheduled = { state: PendingActivityState.PENDING_ACTIVITY_STATE_SCHEDULED, activityOptions: options };
+    expect(overdueOf({ ...scheduled, scheduledTime: at(now - 70_000) }, now)).toEqual({
+      ms: 60_000,
+      timeout: 'schedule-to-start',
+    });
+    expect(overdueOf({ ...scheduled, scheduledTime: at(now - 5_000) }, now)).toBeUndefined();
+    const backoff = { ...scheduled, scheduledTime: at(now - 70_000), nextAttemptScheduleTime: at(now + 1_000) };
+    expect(overdueOf(backoff, now)).toBeUndefined();
+  });
+
+  it('started: past start-to-close, or past the heartbeat timeout since the last heartbeat', () => {
+    const started = { state: PendingActivityState.PENDING_ACTIVITY_STATE_STARTED, lastStartedTime: at(now - 45_000) };
+    expect(overdueOf({ ...started, activityOptions: options }, now)).toEqual({ ms: 30_000, timeout: 'start-to-close' });
+    const beating = {
+      ...started,
+      activityOptions: { ...options, startToCloseTimeout: secs(600), heartbeatTimeout: secs(10) },
+      lastHeartbeatTime: at(now - 8_000),
+    };
+    expect(overdueOf(beating, now)).toBeUndefined();
+    expect(overdueOf({ ...beating, lastHeartbeatTime: at(now - 40_000) }, now)).toEqual({
+      ms: 30_000,
+      timeout: 'heartbeat',
+    });
   });
 });
