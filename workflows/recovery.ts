@@ -268,6 +268,7 @@ export class Recovery {
       request = undefined;
     }
     state.awaiting = undefined;
+    saga.attentionOver();
     if (request === undefined) {
       log.warn('cancelled while waiting for a person', { orderId: saga.orderId });
       saga.refresh();

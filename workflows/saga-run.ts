@@ -74,9 +74,10 @@ export class SagaRun {
   /** The cancels and resolves a person sent, and the answers to them. */
   readonly inbox: SagaInbox;
   private deadlineTimer: CancellationScope | undefined;
-  /** The status the Web UI's search attributes show, and the one they are to show at the next wait. */
+  /** The status the Web UI's search attributes show (the next wait brings them to `state.status`). */
   private shown: OrderStatus | undefined;
-  private toShow: OrderStatus | undefined;
+  /** NeedsAttention was set by hand (the row refused NEEDS_ATTENTION): cleared when the wait is over. */
+  private attentionForced = false;
   /** The new order's attributes are still to be set (its start request did not carry them). */
   private toPublish = false;
 
@@ -166,7 +167,6 @@ export class SagaRun {
     this.state.status = status;
     if (reason !== undefined) this.state.reason = reason;
     this.refresh();
-    this.toShow = status;
   }
 
   /**
@@ -174,8 +174,7 @@ export class SagaRun {
    * attributes catch up with the status, in one update, and only when they differ from what they show.
    */
   flush(): void {
-    const status = this.toShow ?? this.shown ?? 'PENDING';
-    this.toShow = undefined;
+    const status = this.state.status;
     if (this.toPublish) {
       this.toPublish = false;
       this.shown = status;
@@ -194,7 +193,14 @@ export class SagaRun {
   showNeedsAttention(): void {
     this.flush();
     upsertSearchAttributes([{ key: NeedsAttentionKey, value: true }]);
-    this.shown = undefined; // the next update sets both again, whatever the status
+    this.attentionForced = true;
+  }
+
+  /** The person answered: a NeedsAttention set by hand is cleared at the next update. */
+  attentionOver(): void {
+    if (!this.attentionForced) return;
+    this.attentionForced = false;
+    this.shown = undefined; // the next update sets both keys from the status
   }
 
   // ---- Waits: each lets the search attributes catch up first (the main path's only waits) --------
