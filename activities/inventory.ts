@@ -174,7 +174,10 @@ export async function reserveOptimistic(
   const skus = items.map((i) => i.sku);
   let conflicts = 0;
   for (let attempt = 0; attempt < opts.maxAttempts; attempt++) {
-    io.heartbeat({ attempt, conflicts }); // every attempt: a stuck one is detected by its heartbeat timeout
+    // Each retry heartbeats, so a stuck one is detected by its heartbeat timeout. The first attempt does
+    // not: that timeout counts from the activity's start, and a heartbeat then would cost a round trip
+    // to the server (and a write of the run's state) on every order for nothing it did not know.
+    if (attempt > 0) io.heartbeat({ attempt, conflicts });
     const gate = await reserveGate(db, req.orderId);
     if (gate !== 'reserve')
       return { outcome: 'already-reserved', path: 'cas', attempts: attempt, conflicts, status: gate };

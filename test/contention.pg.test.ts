@@ -15,6 +15,7 @@ import { laneFor } from '../domain/lanes';
 import {
   bothReadFirst,
   createProduct,
+  mockActivityEnv,
   productRow,
   reservations,
   runActivity,
@@ -164,6 +165,30 @@ describe('undo log', () => {
     });
     expect(rows.rows.map((r) => r.quota_qty)).toEqual([3, 4]); // each reservation records its own hold
     expect((await productRow(db, p.sku)).stock).toBe(13);
+  });
+
+  it('a reservation heartbeats before each retry after a conflict, never on its first attempt', async () => {
+    // The heartbeat timeout counts from the activity's start: a first heartbeat would tell the server nothing.
+    const p = await createProduct(db, { stock: 20 });
+    const [a, b] = [`beat-a-${uid()}`, `beat-b-${uid()}`];
+    await orderRows([a, b]);
+    const acts = createActivities({
+      db,
+      provider: testProvider(),
+      reserveLogic: bothReadFirst(),
+      cas: { baseMs: 1, maxMs: 5, jitterMs: 5 },
+    });
+    const beats: Record<string, unknown[]> = { [a]: [], [b]: [] };
+    const reserve = (orderId: string) => {
+      const env = mockActivityEnv();
+      env.on('heartbeat', (d: unknown) => beats[orderId]!.push(d));
+      return env.run(acts.reserveInventory, { orderId, customerId: 'c', items: [{ sku: p.sku, qty: 1 }] });
+    };
+    const [ra, rb] = await Promise.all([reserve(a), reserve(b)]);
+    const [retried, first] = ra.conflicts === 1 ? [a, b] : [b, a];
+    expect([ra.conflicts, rb.conflicts].sort()).toEqual([0, 1]); // one CAS aborted and was retried
+    expect(beats[retried]).toEqual([{ attempt: 1, conflicts: 1 }]);
+    expect(beats[first]).toEqual([]);
   });
 
   it('the quota is never double-held under a race: one customer, limit 2, five orders of 1 at once', async () => {
