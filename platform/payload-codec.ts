@@ -25,8 +25,11 @@ import { temporal } from '@temporalio/proto';
 export const ENCRYPTED_ENCODING = 'binary/encrypted';
 const KEY_ID = 'encryption-key-id';
 const COMPRESSION = 'compression';
-/** Below this many bytes compression does not pay for itself. */
-const COMPRESS_FROM = 128;
+/**
+ * Below this many bytes compression does not pay for itself: a one-line order (about 180 bytes) came
+ * out 14 bytes smaller, and deflate took three quarters of its seal's time.
+ */
+export const COMPRESS_FROM = 512;
 const IV_BYTES = 12;
 const TAG_BYTES = 16;
 

@@ -10,6 +10,7 @@ import { defaultPayloadConverter, type Payload } from '@temporalio/common';
 import { afterAll, describe, expect, it } from 'vitest';
 import { startCodecServer } from '../lib/codec-server';
 import {
+  COMPRESS_FROM,
   ENCRYPTED_ENCODING,
   EncryptionCodec,
   ensureKeyFile,
@@ -46,6 +47,18 @@ describe('the payload codec', () => {
     // Two seals of one payload differ (a fresh IV each time).
     const [again] = await codec.encode([plain]);
     expect(Buffer.from(again!.data!).equals(Buffer.from(sealed!.data!))).toBe(false);
+  });
+
+  it('leaves a payload under COMPRESS_FROM bytes uncompressed, and opens it', async () => {
+    const codec = new EncryptionCodec(parseKeyList(`k1:${key()}`));
+    const small = { ...order, items: order.items.slice(0, 2) };
+    const plain = defaultPayloadConverter.toPayload(small);
+    expect(plain.data!.length).toBeLessThan(COMPRESS_FROM);
+    const [sealed] = await codec.encode([plain]);
+    expect(meta(sealed!, 'compression')).toBeUndefined();
+    expect(text(sealed!)).not.toContain('tok_visa');
+    const [opened] = await codec.decode([sealed!]);
+    expect(defaultPayloadConverter.fromPayload(opened!)).toEqual(small);
   });
 
   it('passes a payload in the clear through, both ways of a client without the key', async () => {
