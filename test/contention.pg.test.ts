@@ -182,7 +182,9 @@ describe('undo log', () => {
     const reserve = (orderId: string) => {
       const env = mockActivityEnv();
       env.on('heartbeat', (d: unknown) => beats[orderId]!.push(d));
-      return env.run(acts.reserveInventory, { orderId, customerId: 'c', items: [{ sku: p.sku, qty: 1 }] });
+      const req = { orderId, customerId: 'c', items: [{ sku: p.sku, qty: 1 }] };
+      type Reserve = typeof acts.reserveInventory;
+      return env.run<Parameters<Reserve>, Awaited<ReturnType<Reserve>>, Reserve>(acts.reserveInventory, req);
     };
     const [ra, rb] = await Promise.all([reserve(a), reserve(b)]);
     const [retried, first] = ra.conflicts === 1 ? [a, b] : [b, a];
