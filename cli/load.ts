@@ -1,6 +1,7 @@
 /** `load`: N orders with C in flight, a share on K hot SKUs, on products the run creates; then throughput, latency and aborts. */
 import type { Command } from '@commander-js/extra-typings';
 import {
+  awaitWorkerProcesses,
   LoadOptionsError,
   parseLoadOptions,
   progressBar,
@@ -22,6 +23,9 @@ interface LoadCliOptions {
   json?: boolean;
 }
 
+/** How long `--workers` waits for the worker processes to be seen (each poll reaches one partition of several). */
+const WORKERS_WAIT_MS = 75_000;
+
 async function load(opts: LoadCliOptions, ctx: CliContext): Promise<number> {
   const { cfg, io } = ctx;
   const { orders, concurrency, hotSkus, hotShare, declineShare } = opts;
@@ -36,7 +40,17 @@ async function load(opts: LoadCliOptions, ctx: CliContext): Promise<number> {
   const store = ctx.needStore('app', 'load', 2); // it creates its products
   try {
     const client = await ctx.temporal();
-    const workers = await workerProcesses(client, cfg.taskQueue);
+    const workers =
+      opts.workers === undefined
+        ? await workerProcesses(client, cfg.taskQueue)
+        : await awaitWorkerProcesses(client, cfg.taskQueue, opts.workers, {
+            waitMs: WORKERS_WAIT_MS,
+            everyMs: 5_000,
+            onWait: (seen) =>
+              io.err(
+                `load --workers ${opts.workers}: ${seen} worker process(es) seen polling ${cfg.taskQueue} so far; asking again (up to ${WORKERS_WAIT_MS / 1000} s)`,
+              ),
+          });
     if (opts.workers !== undefined && workers.length < opts.workers) {
       throw new CliError(
         `load --workers ${opts.workers}: ${workers.length} worker process(es) poll task queue ${cfg.taskQueue}${workers.length ? ` (${workers.join(', ')})` : ''}; start them with npm start -- --workers ${opts.workers}`,
@@ -65,7 +79,7 @@ async function load(opts: LoadCliOptions, ctx: CliContext): Promise<number> {
       );
       if (summary.abortRate !== undefined) {
         io.out(
-          `  abort rate:   ${pct(summary.abortRate)} (${band(summary.abortRate)}) over ${summary.casAttempts} CAS attempts; ${summary.fallbacks} sent to the serial lane`,
+          `  abort rate:   ${pct(summary.abortRate)} (${band(summary.abortRate)}) over ${summary.casAttempts} CAS attempts; ${summary.fallbacks} sent to the serial lane${workers.length > 1 ? ` (the worker at ${cfg.workerMetricsUrl} only, one of ${workers.length})` : ''}`,
         );
       }
       for (const e of summary.firstErrors) io.err(`  error: ${e}`);

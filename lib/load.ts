@@ -251,18 +251,41 @@ export function progressBar(
 }
 
 /**
- * How many worker processes poll `taskQueue` now: the distinct identities that polled its workflow
- * tasks in the last 90 s (a worker's long poll lasts up to a minute; a killed one drops out after).
+ * How many worker processes poll `taskQueue` now: the distinct identities that polled its workflow or
+ * activity tasks in the last 90 s (a worker's long poll lasts up to a minute; a killed one drops out
+ * after). The server answers for the queue's root partition only, and each poll goes to one partition
+ * of several, so a worker that is running may not be seen at once: `load --workers` asks again.
  */
 export async function workerProcesses(client: Client, taskQueue: string): Promise<string[]> {
-  const res = await client.workflowService.describeTaskQueue({
-    namespace: client.options.namespace,
-    taskQueue: { name: taskQueue, kind: temporal.api.enums.v1.TaskQueueKind.TASK_QUEUE_KIND_NORMAL },
-    taskQueueType: temporal.api.enums.v1.TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
-  });
+  const { TaskQueueType } = temporal.api.enums.v1;
   const since = Date.now() - 90_000;
-  const seen = (res.pollers ?? [])
-    .filter((p) => p.identity && tsToMs(p.lastAccessTime) >= since)
-    .map((p) => p.identity!);
-  return [...new Set(seen)].sort();
+  const seen = new Set<string>();
+  for (const taskQueueType of [TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW, TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY]) {
+    const res = await client.workflowService.describeTaskQueue({
+      namespace: client.options.namespace,
+      taskQueue: { name: taskQueue, kind: temporal.api.enums.v1.TaskQueueKind.TASK_QUEUE_KIND_NORMAL },
+      taskQueueType,
+    });
+    for (const p of res.pollers ?? []) if (p.identity && tsToMs(p.lastAccessTime) >= since) seen.add(p.identity);
+  }
+  return [...seen].sort();
+}
+
+/**
+ * `workerProcesses` until at least `want` are seen or `waitMs` has passed (a running worker shows up
+ * once one of its polls reaches the root partition); `onWait` hears each count short of it.
+ */
+export async function awaitWorkerProcesses(
+  client: Client,
+  taskQueue: string,
+  want: number,
+  opts: { waitMs: number; everyMs: number; onWait?: (seen: number) => void },
+): Promise<string[]> {
+  const until = Date.now() + opts.waitMs;
+  for (;;) {
+    const seen = await workerProcesses(client, taskQueue);
+    if (seen.length >= want || Date.now() >= until) return seen;
+    opts.onWait?.(seen.length);
+    await new Promise((r) => setTimeout(r, Math.min(opts.everyMs, Math.max(0, until - Date.now()))));
+  }
 }
