@@ -63,7 +63,7 @@ export class ChargeProtocol {
       markCharged: true,
     };
     for (let round = 1; ; round++) {
-      await saga.recordQueuedCancels();
+      if (saga.cancelsQueued) await saga.recordQueuedCancels();
       if (saga.stopCharging()) throw new CancelledFailure(saga.stopReason());
       saga.state.attempts.charge = round;
       try {

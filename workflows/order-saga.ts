@@ -165,7 +165,7 @@ class OrderSaga {
       });
       if (end === 'past-pivot') return { kind: 'forward' };
       // A cancel that arrived while a non-cancellable step ran still wins before the pivot.
-      await saga.recordQueuedCancels();
+      if (saga.cancelsQueued) await saga.recordQueuedCancels();
       if (saga.stopRequested()) return this.recovery.afterStop(new CancelledFailure(saga.stopReason()));
       return { kind: 'forward' };
     } catch (err) {
@@ -184,7 +184,7 @@ class OrderSaga {
     return CancellationScope.nonCancellable(async () => {
       const { saga } = this;
       saga.enter({ name: 'shipped' });
-      await saga.recordQueuedCancels(); // sent while the shipment ran: the row refuses them now
+      if (saga.cancelsQueued) await saga.recordQueuedCancels(); // sent while the shipment ran: the row refuses them now
       saga.compensations.length = 0;
       saga.status({ seen: 'SHIPPED' }); // the shipment's own transaction moved the row
       if (await this.sendConfirmation())
@@ -338,7 +338,7 @@ class OrderSaga {
     // Steps before the pivot run their activities non-cancellably; a stop takes effect between steps.
     // createOrder runs even then: the run must own the row to settle it.
     if (!pivotAsked(saga.phase) && name !== 'createOrder') {
-      await saga.recordQueuedCancels();
+      if (saga.cancelsQueued) await saga.recordQueuedCancels();
       if (saga.stopRequested()) throw new CancelledFailure(saga.stopReason());
     }
     saga.state.step = name;

@@ -53,7 +53,7 @@ export class Recovery {
     if (saga.state.stepsDone.length === 0) return ending(err);
     if (failureType(err) === SagaFailureTypes.OrderSettled && saga.compensations.length === 0) return ending(err);
     saga.learnCancel(err);
-    await saga.recordQueuedCancels();
+    if (saga.cancelsQueued) await saga.recordQueuedCancels();
     // Stopped by a cancel, the deadline or a Temporal cancellation, or refused because a cancel is recorded.
     const cancelled = isCancellation(err) || recordedCancelIn(err) !== undefined;
     const reason = cancelled ? saga.stopReason() : failureMessage(err);

@@ -234,15 +234,20 @@ export class SagaRun {
     this.compensations.push({ name, run });
   }
 
+  /** Whether a cancel sent as a Signal waits to be recorded (`recordQueuedCancels`). */
+  get cancelsQueued(): boolean {
+    return this.inbox.hasQueuedCancel();
+  }
+
   /**
    * Records in Postgres each cancel that came as a Signal (a Signal only wakes the run; one from
    * client.ts is recorded already, and recording it again returns its first answer), and learns the
    * decision: accepted (the order will not ship) or refused. Shielded from a Temporal cancellation (a
-   * cancel already at the row must be learnt). Nothing at all, not even a scope or a promise, when no
-   * cancel was sent (the happy path asks before every step).
+   * cancel already at the row must be learnt). Callers ask `cancelsQueued` first, so the happy path,
+   * which asks before every step, makes no scope and no promise for it (awaiting even an undefined
+   * makes two).
    */
-  recordQueuedCancels(): Promise<void> | undefined {
-    if (!this.inbox.hasQueuedCancel()) return undefined;
+  recordQueuedCancels(): Promise<void> {
     return CancellationScope.nonCancellable(() => this.recordEachCancel());
   }
 
