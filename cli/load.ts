@@ -61,7 +61,9 @@ async function load(opts: LoadCliOptions, ctx: CliContext): Promise<number> {
     const summary = await runLoad(client, store, { ...loadOpts, onProgress: bar, stats: () => fetchStats(cfg) });
     bar.end();
     const { orderIds: _ids, ...printable } = summary;
-    if (opts.json) io.out(JSON.stringify({ ...printable, workers: workers.length }));
+    // With several workers the abort rate is the one worker's at WORKER_METRICS_URL: the JSON says which.
+    const abortRateFrom = summary.abortRate !== undefined ? { abortRateFrom: cfg.workerMetricsUrl } : {};
+    if (opts.json) io.out(JSON.stringify({ ...printable, ...abortRateFrom, workers: workers.length }));
     else {
       io.out(
         `load ${summary.runId}: ${summary.orders} orders, concurrency ${concurrency}, ${hotSkus} hot SKU(s) taking ${pct(hotShare)}, ${workers.length} worker process(es) polling`,
@@ -105,7 +107,7 @@ export function register(cli: Command, ctx: CliContext): void {
     .option('--decline-share <F>', 'the share of orders paid with a declined card, 0 to 1', number, 0)
     .option(
       '--workers <W>',
-      'refuse to start (exit 1, nothing written) unless W worker processes poll the task queue',
+      'refuse to start (exit 1, nothing written) unless W worker processes poll the task queue (asked again for up to 75 s)',
       whole(1, 64),
     )
     .addOption(jsonOption())

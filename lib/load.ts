@@ -273,7 +273,8 @@ export async function workerProcesses(client: Client, taskQueue: string): Promis
 
 /**
  * `workerProcesses` until at least `want` are seen or `waitMs` has passed (a running worker shows up
- * once one of its polls reaches the root partition); `onWait` hears each count short of it.
+ * once one of its polls reaches the root partition); `onWait` hears each count short of it. A check
+ * that fails is asked again while the wait lasts; one failing at its end throws.
  */
 export async function awaitWorkerProcesses(
   client: Client,
@@ -283,7 +284,13 @@ export async function awaitWorkerProcesses(
 ): Promise<string[]> {
   const until = Date.now() + opts.waitMs;
   for (;;) {
-    const seen = await workerProcesses(client, taskQueue);
+    let seen: string[];
+    try {
+      seen = await workerProcesses(client, taskQueue);
+    } catch (err) {
+      if (Date.now() >= until) throw err; // one failed check is asked again while the wait lasts
+      seen = [];
+    }
     if (seen.length >= want || Date.now() >= until) return seen;
     opts.onWait?.(seen.length);
     await new Promise((r) => setTimeout(r, Math.min(opts.everyMs, Math.max(0, until - Date.now()))));

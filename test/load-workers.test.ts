@@ -75,4 +75,24 @@ describe('the worker processes load --workers counts', () => {
     expect(heard.length).toBeGreaterThan(0);
     expect(heard.every((n) => n === 1)).toBe(true);
   });
+
+  it('a check the server fails is asked again while the wait lasts; one failing at its end throws', async () => {
+    let calls = 0;
+    const flaky = {
+      options: { namespace: 'default' },
+      workflowService: {
+        describeTaskQueue: async () => {
+          calls++;
+          if (calls <= 2) throw new Error('unavailable');
+          return { pollers: [{ identity: 'w1', lastAccessTime: ago(0) }] };
+        },
+      },
+    } as unknown as Client;
+    expect(await awaitWorkerProcesses(flaky, 'orders', 1, { waitMs: 5_000, everyMs: 1 })).toEqual(['w1']);
+    const down = {
+      options: { namespace: 'default' },
+      workflowService: { describeTaskQueue: async () => Promise.reject(new Error('unavailable')) },
+    } as unknown as Client;
+    await expect(awaitWorkerProcesses(down, 'orders', 1, { waitMs: 20, everyMs: 5 })).rejects.toThrow('unavailable');
+  });
 });
