@@ -5,7 +5,9 @@
  *
  * Promises are counted with a V8 promise hook (`v8.promiseHooks`, the hook the SDK itself uses for
  * stack traces) while one workflow runs at a time on a worker in `debugMode`, which runs workflow
- * code in this process's main thread instead of a worker thread. A promise counts when it was made
+ * code in its process's main thread instead of a worker thread; in a process of its own
+ * (count-promises.ts, started by `countPromises`), since that worker leaves the SDK's hook on every
+ * promise of its process. A promise counts when it was made
  * in the workflow sandbox (its constructor is the sandbox's `Promise`, not this realm's): the
  * workflow's code and the SDK's workflow library bundled with it, nothing of the worker's own or of
  * the activities.
@@ -13,6 +15,7 @@
 import v8 from 'node:v8';
 import type { temporal } from '@temporalio/proto';
 import { temporal as proto } from '@temporalio/proto';
+import { startTsProcess } from '../platform/processes';
 
 type HistoryEvent = temporal.api.history.v1.IHistoryEvent;
 const { EventType } = proto.api.enums.v1;
@@ -62,6 +65,38 @@ export async function sandboxPromises(times: number, one: () => Promise<unknown>
   }
   counts.sort((a, b) => a - b);
   return counts[Math.floor(counts.length / 2)] ?? 0;
+}
+
+/** Where count-promises.ts finds the stack it counts on. */
+export interface CountStack {
+  /** The dev server's address and namespace. */
+  address: string;
+  namespace: string;
+  databaseUrl: string;
+  providerUrl: string;
+  /** The bench products' prefix (insertBenchProducts). */
+  sku: string;
+  /** Runs of each workflow, one at a time; the median is kept. */
+  times: number;
+}
+
+/** The promises one saga and one like-for-like floor make, counted in a process of its own (count-promises.ts). */
+export async function countPromises(stack: CountStack): Promise<{ saga: number; like: number }> {
+  const { child, match } = await startTsProcess(
+    'bench/count-promises.ts',
+    {
+      COUNT_ADDRESS: stack.address,
+      COUNT_NAMESPACE: stack.namespace,
+      DATABASE_URL: stack.databaseUrl,
+      PROVIDER_URL: stack.providerUrl,
+      COUNT_SKU: stack.sku,
+      COUNT_TIMES: String(stack.times),
+    },
+    /^\{"saga":(\d+),"like":(\d+)\}$/,
+    { readyTimeoutMs: 120_000 + stack.times * 20_000 },
+  );
+  if (child.exitCode === null && child.signalCode === null) await new Promise((r) => child.once('exit', r));
+  return { saga: Number(match[1]), like: Number(match[2]) };
 }
 
 /** The cost table's lines: the saga, the floor, and what the saga adds. */

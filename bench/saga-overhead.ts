@@ -11,16 +11,13 @@ import path from 'node:path';
 import { Client } from '@temporalio/client';
 import { bundleWorkflowCode, Worker, type WorkerOptions } from '@temporalio/worker';
 import { createPool } from '../db/pool';
-import { workflowIdFor, type OrderInput } from '../domain/order';
-import type { orderSaga } from '../workflows';
-import { sagaStartOptions } from '../workflows/saga-start';
 import { stopProcess } from '../platform/processes';
 import { startDevServer } from '../servers/temporal-dev';
 import { WORKER_TUNING } from '../worker';
 import { cpuMsByTree, cpuMsPer, cpuTotal, findDescendant, postmasterPid } from './cpu';
 import { concurrentLoops, median, percentile, progress, ratio } from './measure';
-import { historyCost, sandboxPromises, type Cost } from './saga-cost';
-import { benchActivities, benchDataConverter, insertBenchProducts, startBenchProvider } from './stack';
+import { countPromises, historyCost, type Cost } from './saga-cost';
+import { benchActivities, benchDataConverter, insertBenchProducts, runBenchWorkflow, startBenchProvider } from './stack';
 
 /** One kind of workflow under load: completed per second, and the latency percentiles (ms). */
 export interface Side {
@@ -166,15 +163,6 @@ export async function measureSagaOverhead(
       taskQueue: plainQueue,
       workflowBundle: await bundle(),
     });
-    // The counting worker: workflow code in this thread (debugMode), for the promise hook.
-    const countQueue = 'bench-saga-count';
-    const countWorker = await Worker.create({
-      ...workerOptions,
-      taskQueue: countQueue,
-      dataConverter,
-      debugMode: true,
-      workflowBundle: await bundle(dataConverter.failureConverterPath),
-    });
     const plainClient = new Client({ connection: env.connection, namespace: env.namespace ?? 'default' });
     const sku = `BENCH-SAGA-${Date.now()}`;
     await insertBenchProducts(db, sku, 100);
@@ -183,31 +171,14 @@ export async function measureSagaOverhead(
     let lastFloorId = '';
     let lastLikeId = '';
     /** One workflow, start to result; returns its latency in ms. */
-    const one = async (kind: Kind, queue = taskQueue): Promise<number> => {
-      const i = seq++;
+    const one = async (kind: Kind): Promise<number> => {
       const t = Date.now();
-      if (kind === 'floor') {
-        lastFloorId = `bench-floor-${Date.now()}-${i}`;
-        await env.client.workflow.execute('noopSaga', { taskQueue: queue, workflowId: lastFloorId });
-      } else if (kind === 'like') {
-        lastLikeId = `bench-like-${Date.now()}-${i}`;
-        await env.client.workflow.execute('noopSagaLikeForLike', { taskQueue: queue, workflowId: lastLikeId });
-      } else {
-        const order: OrderInput = {
-          orderId: `bench-${Date.now()}-${i}`,
-          customerId: `bench-${i % 50}`,
-          currency: 'USD',
-          paymentMethod: 'tok_visa',
-          items: [{ sku: `${sku}-${i % 100}`, qty: 1, unitPriceCents: 100 }],
-        };
-        // Started as client.ts place starts it: the new order's search attributes in the request.
-        const r = await (kind === 'plain' ? plainClient : env.client).workflow.execute<typeof orderSaga>(
-          'orderSaga',
-          sagaStartOptions(order, kind === 'plain' ? plainQueue : queue, { searchAttributesAtStart: true }),
-        );
-        if (r.status !== 'COMPLETED') throw new Error(`bench saga ended ${r.status}`);
-        if (kind === 'saga') lastSagaId = workflowIdFor(order.orderId);
-      }
+      const id = await (kind === 'plain'
+        ? runBenchWorkflow(plainClient, 'saga', plainQueue, sku, seq++)
+        : runBenchWorkflow(env.client, kind, taskQueue, sku, seq++));
+      if (kind === 'saga') lastSagaId = id;
+      else if (kind === 'floor') lastFloorId = id;
+      else if (kind === 'like') lastLikeId = id;
       return Date.now() - t;
     };
     /** `orders` workflows of one kind, `concurrency` in flight, and the CPU each process used meanwhile. */
@@ -254,12 +225,16 @@ export async function measureSagaOverhead(
             runs[kind].push(await runBatch(kind));
           }
         }
-        // The counts: one workflow at a time on the counting worker, nothing else running.
+        // The counts: one workflow at a time, nothing else running, in a process of its own.
         progress('saga overhead: counting the promises of workflow code…');
-        const promises = await countWorker.runUntil(async () => ({
-          saga: await sandboxPromises(COUNTED, () => one('saga', countQueue)),
-          like: await sandboxPromises(COUNTED, () => one('like', countQueue)),
-        }));
+        const promises = await countPromises({
+          address: env.address,
+          namespace: env.namespace ?? 'default',
+          databaseUrl: url,
+          providerUrl: provider.url,
+          sku,
+          times: COUNTED,
+        });
         progress('');
         const side = (xs: Batch[]): Side => {
           const all = xs.flatMap((x) => x.latencies).sort((a, b) => a - b);

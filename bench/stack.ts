@@ -4,15 +4,19 @@
  */
 import type { ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import type { Client } from '@temporalio/client';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import type { Pool } from 'pg';
 import { createActivities, type OrderActivities } from '../activities';
+import { workflowIdFor, type OrderInput } from '../domain/order';
 import { readConfig } from '../lib/config';
 import { dataConverterFor, parseKeyList } from '../platform/payload-codec';
 import { startProviderProcess } from '../platform/processes';
 import type { Tracing } from '../platform/tracing';
 import { createProviderClient } from '../provider/client';
 import { createOrderWorkers } from '../worker';
+import type { orderSaga } from '../workflows';
+import { sagaStartOptions } from '../workflows/saga-start';
 
 /** The bench provider's payment API key (its admin key is another). */
 export const BENCH_PROVIDER_KEY = 'bench-key';
@@ -58,6 +62,41 @@ export async function insertBenchProducts(db: Pool, prefix: string, count: numbe
     values: [prefix, count],
   });
   return prefix;
+}
+
+/** What saga-overhead runs: the saga, or a floor of the essential work (bench/workflows.ts). */
+export type BenchWorkflow = 'saga' | 'floor' | 'like';
+
+/**
+ * One workflow of `kind` on `taskQueue`, start to result; returns its workflow ID. The `i`th saga
+ * orders one unit of product `<sku>-<i mod 100>` (insertBenchProducts), started as client.ts place
+ * starts it: the new order's search attributes in the request.
+ */
+export async function runBenchWorkflow(
+  client: Client,
+  kind: BenchWorkflow,
+  taskQueue: string,
+  sku: string,
+  i: number,
+): Promise<string> {
+  if (kind !== 'saga') {
+    const workflowId = `bench-${kind}-${Date.now()}-${i}`;
+    await client.workflow.execute(kind === 'floor' ? 'noopSaga' : 'noopSagaLikeForLike', { taskQueue, workflowId });
+    return workflowId;
+  }
+  const order: OrderInput = {
+    orderId: `bench-${Date.now()}-${i}`,
+    customerId: `bench-${i % 50}`,
+    currency: 'USD',
+    paymentMethod: 'tok_visa',
+    items: [{ sku: `${sku}-${i % 100}`, qty: 1, unitPriceCents: 100 }],
+  };
+  const r = await client.workflow.execute<typeof orderSaga>(
+    'orderSaga',
+    sagaStartOptions(order, taskQueue, { searchAttributesAtStart: true }),
+  );
+  if (r.status !== 'COMPLETED') throw new Error(`bench saga ended ${r.status}`);
+  return workflowIdFor(order.orderId);
 }
 
 /**
