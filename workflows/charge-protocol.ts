@@ -6,7 +6,7 @@
  * the key at the provider: the technical cancel. An operator's answer is checked against the ledger
  * before the saga acts on it. Workflow code: deterministic.
  */
-import { ApplicationFailure, CancellationScope, CancelledFailure, log } from '@temporalio/workflow';
+import { ApplicationFailure, CancelledFailure, log } from '@temporalio/workflow';
 import { ErrorTypes, FINAL_CHARGE_ANSWERS, SagaFailureTypes } from '../domain/failures';
 import {
   chargeKeyFor,
@@ -68,7 +68,7 @@ export class ChargeProtocol {
       saga.state.attempts.charge = round;
       try {
         // Not cancellable: a cancel waits for this request's answer (it may already be at the provider).
-        const r = await CancellationScope.nonCancellable(() =>
+        const r = await this.saga.shielded(() =>
           saga.act(
             chargeOnceOpts,
             'chargePayment',
@@ -85,7 +85,7 @@ export class ChargeProtocol {
           error: failureMessage(err),
         });
       }
-      const verdict = await CancellationScope.nonCancellable(() => this.inquireUntilKnown());
+      const verdict = await this.saga.shielded(() => this.inquireUntilKnown());
       if (verdict === 'succeeded') return saga.status({ to: 'CHARGED' });
       if (verdict === 'cancelled') throw new CancelledFailure(saga.stopReason());
       if (verdict !== 'not_found') throw refusal(verdict, key);
@@ -98,7 +98,7 @@ export class ChargeProtocol {
       }
       // not_found: nothing was charged yet. Pause, unless a cancel or the deadline comes first.
       const pauseMs = Math.min(saga.cfg.inquiryMaxMs, 1000 * 2 ** (round - 1));
-      await CancellationScope.nonCancellable(() =>
+      await this.saga.shielded(() =>
         saga.condition(() => saga.stopCharging() || saga.inbox.hasQueuedCancel(), pauseMs, {
           summary: `the provider never took charge request ${round}; request ${round + 1} in ${duration(pauseMs)} unless cancelled`,
         }),

@@ -18,7 +18,6 @@
 import {
   allHandlersFinished,
   ApplicationFailure,
-  CancellationScope,
   CancelledFailure,
   log,
   workflowInfo,
@@ -142,7 +141,7 @@ class OrderSaga {
           case 'failed':
             throw now.failure;
           case 'settled':
-            return CancellationScope.nonCancellable(() => recovery.alreadySettled(now.status));
+            return this.saga.shielded(() => recovery.alreadySettled(now.status));
         }
       }
     } finally {
@@ -181,7 +180,7 @@ class OrderSaga {
     } catch (err) {
       return this.recovery.shipmentFailed(err);
     }
-    return CancellationScope.nonCancellable(async () => {
+    return this.saga.shielded(async () => {
       const { saga } = this;
       saga.enter({ name: 'shipped' });
       if (saga.cancelsQueued) await saga.recordQueuedCancels(); // sent while the shipment ran: the row refuses them now
@@ -190,7 +189,9 @@ class OrderSaga {
       if (await this.sendConfirmation())
         saga.status({ seen: 'COMPLETED' }); // the confirmation's own transaction completed the order
       else await saga.status({ to: 'COMPLETED' });
-      await saga.condition(allHandlersFinished);
+      // A message handler still running gets its answer first; none running (the usual case): no wait.
+      if (allHandlersFinished()) saga.flush();
+      else await saga.condition(allHandlersFinished);
       const { status, reason } = saga.state;
       return { kind: 'completed', result: { orderId: saga.orderId, status, ...(reason ? { reason } : {}) } };
     });
@@ -210,7 +211,7 @@ class OrderSaga {
     const summary = `create order ${saga.orderId} (PENDING)`;
     // Not cancellable: once sent, the row exists, so a cancel compensates it.
     const created = await this.step('createOrder', () =>
-      CancellationScope.nonCancellable(() => saga.actLocalFirst(orderOpts, 'createOrder', summary, saga.order)),
+      this.saga.shielded(() => saga.actLocalFirst(orderOpts, 'createOrder', summary, saga.order)),
     );
     if (created.outcome === 'settled') throw settled(created.status);
     if (created.cancel) saga.cancel = created.cancel; // a cancel recorded before this run took the order over
@@ -240,7 +241,7 @@ class OrderSaga {
   /** 2. Reserve the stock: optimistic (CAS), else the serial lane. Key: (order ID, SKU). Compensation: release (registered in 1). */
   private async reserveInventory(): Promise<StepEnd> {
     // Not cancellable: its release must never run before a late commit of the reservation.
-    const status = await this.step('reserveInventory', () => CancellationScope.nonCancellable(() => this.reserve()));
+    const status = await this.step('reserveInventory', () => this.saga.shielded(() => this.reserve()));
     this.saga.status({ seen: status }); // the reservation's own transaction moved the row (or found it further along)
     return isPastPivot(status) ? 'past-pivot' : 'next';
   }
@@ -261,7 +262,7 @@ class OrderSaga {
   private async createShipment(): Promise<void> {
     const { saga } = this;
     const opts = forwardOpts(saga.cfg.forwardRetryLimitMs);
-    await CancellationScope.nonCancellable(() =>
+    await this.saga.shielded(() =>
       this.step('createShipment', async () => {
         let byOperator = false;
         for (;;) {

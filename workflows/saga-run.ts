@@ -67,6 +67,12 @@ export class SagaRun {
   readonly compensations: Compensation[] = [];
   /** Cancelled by a Temporal cancellation request or the deadline: ends the steps before the pivot. */
   readonly preScope = new CancellationScope();
+  /**
+   * The run's one non-cancellable scope (`shielded`): what runs in it finishes whatever a Temporal
+   * cancellation asks. One for the run rather than a new one per call: each new scope makes three
+   * promises, and the SDK records a stack trace for every promise.
+   */
+  private readonly shield = new CancellationScope({ cancellable: false });
   /** Where the run stands: read with `phase`, changed with `enter`. */
   private current: Phase = { name: 'forward' };
   /** The cancel recorded on the order row (Postgres decided it), as this run has learnt of it. */
@@ -105,6 +111,11 @@ export class SagaRun {
     };
   }
 
+  /** Runs `fn` shielded from a Temporal cancellation (as `CancellationScope.nonCancellable` does). */
+  shielded<T>(fn: () => Promise<T>): Promise<T> {
+    return this.shield.run(fn);
+  }
+
   get phase(): Phase {
     return this.current;
   }
@@ -130,13 +141,13 @@ export class SagaRun {
       this.mirror(change.seen, change.reason);
       return change.seen;
     }
-    if ('resume' in change) return CancellationScope.nonCancellable(() => this.resumeRow(change.resume, change.reason));
+    if ('resume' in change) return this.shielded(() => this.resumeRow(change.resume, change.reason));
     return this.writeRow(change.to, change.reason);
   }
 
   private async writeRow(status: OrderStatus, reason: string | undefined): Promise<OrderStatus> {
     const write = reason ?? this.state.reason;
-    const now = await CancellationScope.nonCancellable(() =>
+    const now = await this.shielded(() =>
       this.act(statusOpts, 'setOrderStatus', `order ${this.orderId} → ${status}`, {
         orderId: this.orderId,
         status,
@@ -248,7 +259,7 @@ export class SagaRun {
    * makes two).
    */
   recordQueuedCancels(): Promise<void> {
-    return CancellationScope.nonCancellable(() => this.recordEachCancel());
+    return this.shielded(() => this.recordEachCancel());
   }
 
   private async recordEachCancel(): Promise<void> {
@@ -318,21 +329,22 @@ export class SagaRun {
    * Shielded from a Temporal cancellation; `stopDeadline` cancels it when the saga ends.
    */
   startDeadline(): void {
-    void CancellationScope.nonCancellable(async () => {
-      const summary = `saga deadline (${duration(this.cfg.deadlineMs)}): an order not shipped by then is compensated`;
-      this.deadlineTimer = new CancellationScope();
-      try {
-        await this.deadlineTimer.run(() => sleep(this.cfg.deadlineMs, { summary }));
-      } catch (err) {
-        if (isCancellation(err)) return; // the saga ended first
-        throw err;
-      }
-      if (this.phase.name === 'forward') this.enter({ name: 'overdue' });
-      if (!pivotAsked(this.phase) && this.state.unknowns.length === 0 && !isTerminal(this.state.status)) {
-        log.warn('saga deadline passed before the pivot; compensating', { orderId: this.orderId });
-        this.preScope.cancel();
-      }
-    });
+    const summary = `saga deadline (${duration(this.cfg.deadlineMs)}): an order not shipped by then is compensated`;
+    this.deadlineTimer = new CancellationScope({ cancellable: true, parent: this.shield });
+    void this.deadlineTimer.run(() => sleep(this.cfg.deadlineMs, { summary })).then(
+      () => this.deadlinePassed(),
+      (err: unknown) => {
+        if (!isCancellation(err)) throw err; // cancelled: the saga ended first
+      },
+    );
+  }
+
+  private deadlinePassed(): void {
+    if (this.phase.name === 'forward') this.enter({ name: 'overdue' });
+    if (!pivotAsked(this.phase) && this.state.unknowns.length === 0 && !isTerminal(this.state.status)) {
+      log.warn('saga deadline passed before the pivot; compensating', { orderId: this.orderId });
+      this.preScope.cancel();
+    }
   }
 
   /** The saga has ended: its deadline timer stops, so the timeline shows it only while the saga ran. */
@@ -359,7 +371,7 @@ export class SagaRun {
       isPastPivot(state.status);
     const settledElsewhere = (): boolean => this.phase.name === 'settled-elsewhere';
     // Waits are shielded from a Temporal cancellation: the saga's own end answers them.
-    await CancellationScope.nonCancellable(() =>
+    await this.shielded(() =>
       condition(() => reserved() || this.phase.name === 'unwinding' || settledElsewhere() || isTerminal(state.status)),
     );
     if (settledElsewhere()) return { orderId, accepted: false, status: 'ALREADY_SETTLED', reason: state.reason };
