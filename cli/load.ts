@@ -107,7 +107,7 @@ export function register(cli: Command, ctx: CliContext): void {
     .option('--decline-share <F>', 'the share of orders paid with a declined card, 0 to 1', number, 0)
     .option(
       '--workers <W>',
-      'refuse to start (exit 1, nothing written) unless W worker processes poll the task queue (asked again for up to 75 s)',
+      `refuse to start (exit 1, nothing written) unless W worker processes poll the task queue (asked again for up to ${WORKERS_WAIT_MS / 1000} s)`,
       whole(1, 64),
     )
     .addOption(jsonOption())
