@@ -75,7 +75,9 @@ export function reportSagaOverhead(o: SagaOverheadResult, orders: number, rounds
   say(
     `\nSaga against the like-for-like floor, round by round: throughput ${o.likeSpread.throughput.min}–${o.likeSpread.throughput.max}×, p50 ${o.likeSpread.p50.min}–${o.likeSpread.p50.max}×`,
   );
-  say(`\nThe saga's own cost, counted (promises: median of one workflow at a time, workflow code in a counting process of its own):\n`);
+  say(
+    `\nThe saga's own cost, counted (promises: median of one workflow at a time, workflow code in a counting process of its own):\n`,
+  );
   for (const line of costTable(o.cost.saga, o.cost.like)) say(line);
   const procs = Object.keys(o.saga.cpuMs);
   say(

@@ -17,7 +17,13 @@ import { WORKER_TUNING } from '../worker';
 import { cpuMsByTree, cpuMsPer, cpuTotal, findDescendant, postmasterPid } from './cpu';
 import { concurrentLoops, median, percentile, progress, ratio } from './measure';
 import { countPromises, historyCost, type Cost } from './saga-cost';
-import { benchActivities, benchDataConverter, insertBenchProducts, runBenchWorkflow, startBenchProvider } from './stack';
+import {
+  benchActivities,
+  benchDataConverter,
+  insertBenchProducts,
+  runBenchWorkflow,
+  startBenchProvider,
+} from './stack';
 
 /** One kind of workflow under load: completed per second, and the latency percentiles (ms). */
 export interface Side {

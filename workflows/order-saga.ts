@@ -15,13 +15,7 @@
  * Deploys are pinned (Worker Versioning): a run finishes on the build that started it, so there are
  * no patch branches for old runs (docs/versioning.md).
  */
-import {
-  allHandlersFinished,
-  ApplicationFailure,
-  CancelledFailure,
-  log,
-  workflowInfo,
-} from '@temporalio/workflow';
+import { allHandlersFinished, ApplicationFailure, CancelledFailure, log, workflowInfo } from '@temporalio/workflow';
 import { ErrorTypes, SagaFailureTypes } from '../domain/failures';
 import { laneFor, laneTaskQueue } from '../domain/lanes';
 import {

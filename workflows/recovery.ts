@@ -7,13 +7,7 @@
  * `OrderSaga.run()` acts on: nothing here calls back into the steps. Workflow code: deterministic.
  */
 import { ApplicationFailureCategory } from '@temporalio/common';
-import {
-  allHandlersFinished,
-  ApplicationFailure,
-  CancelledFailure,
-  isCancellation,
-  log,
-} from '@temporalio/workflow';
+import { allHandlersFinished, ApplicationFailure, CancelledFailure, isCancellation, log } from '@temporalio/workflow';
 import { ErrorTypes, SagaFailureTypes } from '../domain/failures';
 import { isPastPivot, type OrderResult, type OrderStatus } from '../domain/order';
 import { checkAnswer, type Answer, type ChargeProtocol } from './charge-protocol';

@@ -331,12 +331,14 @@ export class SagaRun {
   startDeadline(): void {
     const summary = `saga deadline (${duration(this.cfg.deadlineMs)}): an order not shipped by then is compensated`;
     this.deadlineTimer = new CancellationScope({ cancellable: true, parent: this.shield });
-    void this.deadlineTimer.run(() => sleep(this.cfg.deadlineMs, { summary })).then(
-      () => this.deadlinePassed(),
-      (err: unknown) => {
-        if (!isCancellation(err)) throw err; // cancelled: the saga ended first
-      },
-    );
+    void this.deadlineTimer
+      .run(() => sleep(this.cfg.deadlineMs, { summary }))
+      .then(
+        () => this.deadlinePassed(),
+        (err: unknown) => {
+          if (!isCancellation(err)) throw err; // cancelled: the saga ended first
+        },
+      );
   }
 
   private deadlinePassed(): void {
