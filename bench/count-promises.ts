@@ -66,6 +66,6 @@ async function main(): Promise<void> {
 }
 
 main().catch((err: unknown) => {
-  process.stderr.write(`count-promises: ${err instanceof Error ? err.message : String(err)}\n`);
+  process.stderr.write(`count-promises: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
   process.exit(1);
 });

@@ -15,7 +15,7 @@
 import v8 from 'node:v8';
 import type { temporal } from '@temporalio/proto';
 import { temporal as proto } from '@temporalio/proto';
-import { startTsProcess } from '../platform/processes';
+import { exited, startTsProcess, stopProcess } from '../platform/processes';
 
 type HistoryEvent = temporal.api.history.v1.IHistoryEvent;
 const { EventType } = proto.api.enums.v1;
@@ -80,6 +80,9 @@ export interface CountStack {
   times: number;
 }
 
+/** How long count-promises.ts may take to exit once it has printed its counts. */
+const COUNT_EXIT_MS = 30_000;
+
 /** The promises one saga and one like-for-like floor make, counted in a process of its own (count-promises.ts). */
 export async function countPromises(stack: CountStack): Promise<{ saga: number; like: number }> {
   const { child, match } = await startTsProcess(
@@ -95,7 +98,15 @@ export async function countPromises(stack: CountStack): Promise<{ saga: number; 
     /^\{"saga":(\d+),"like":(\d+)\}$/,
     { readyTimeoutMs: 120_000 + stack.times * 20_000 },
   );
-  if (child.exitCode === null && child.signalCode === null) await new Promise((r) => child.once('exit', r));
+  // It has printed its counts; it must now exit by itself, promptly and cleanly.
+  const exit = exited(child);
+  const late = new Promise<'late'>((r) => setTimeout(() => r('late'), COUNT_EXIT_MS).unref());
+  const end = await Promise.race([exit, late]);
+  if (end === 'late') {
+    await stopProcess(child);
+    throw new Error(`bench/count-promises.ts did not exit within ${COUNT_EXIT_MS / 1000} s of printing its counts`);
+  }
+  if (end.code !== 0) throw new Error(`bench/count-promises.ts exited ${end.code ?? end.signal} after its counts`);
   return { saga: Number(match[1]), like: Number(match[2]) };
 }
 

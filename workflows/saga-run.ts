@@ -341,6 +341,7 @@ export class SagaRun {
       );
   }
 
+  /** The deadline fired: it only marks the run and cancels the steps' scope, and starts nothing itself. */
   private deadlinePassed(): void {
     if (this.phase.name === 'forward') this.enter({ name: 'overdue' });
     if (!pivotAsked(this.phase) && this.state.unknowns.length === 0 && !isTerminal(this.state.status)) {
