@@ -11,12 +11,11 @@
  * of each workflow, the median kept). Output: one line, `{"saga":N,"like":N}`.
  */
 import { Client, Connection } from '@temporalio/client';
-import { bundleWorkflowCode, NativeConnection, Worker } from '@temporalio/worker';
-import path from 'node:path';
+import { NativeConnection, Worker } from '@temporalio/worker';
 import { createPool } from '../db/pool';
 import { WORKER_TUNING } from '../worker';
 import { sandboxPromises } from './saga-cost';
-import { benchActivities, benchDataConverter, runBenchWorkflow } from './stack';
+import { benchDataConverter, benchWorkflowActivities, bundleBenchWorkflows, runBenchWorkflow } from './stack';
 
 const need = (name: string): string => {
   const v = process.env[name];
@@ -32,7 +31,6 @@ async function main(): Promise<void> {
   if (!Number.isInteger(times) || times < 1) throw new Error(`count-promises: COUNT_TIMES must be a whole number ≥ 1`);
   const db = createPool(need('DATABASE_URL'), { max: 4 });
   const dataConverter = benchDataConverter();
-  const quiet = { log() {}, trace() {}, debug() {}, info() {}, warn() {}, error() {} };
   const native = await NativeConnection.connect({ address });
   const connection = await Connection.connect({ address });
   try {
@@ -44,12 +42,8 @@ async function main(): Promise<void> {
       taskQueue,
       dataConverter,
       debugMode: true,
-      activities: { ...benchActivities(db, need('PROVIDER_URL')), noop: async () => undefined },
-      workflowBundle: await bundleWorkflowCode({
-        workflowsPath: path.join(__dirname, 'workflows.ts'),
-        logger: quiet,
-        ...(dataConverter.failureConverterPath ? { failureConverterPath: dataConverter.failureConverterPath } : {}),
-      }),
+      activities: benchWorkflowActivities(db, need('PROVIDER_URL')),
+      workflowBundle: await bundleBenchWorkflows(dataConverter.failureConverterPath),
     });
     const client = new Client({ connection, namespace, dataConverter });
     let i = 0;

@@ -7,7 +7,7 @@
 import path from 'node:path';
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
-import { bundleWorkflowCode, Worker } from '@temporalio/worker';
+import { Worker } from '@temporalio/worker';
 import { createPool } from '../db/pool';
 import { workflowIdFor, type OrderInput } from '../domain/order';
 import { stopProcess } from '../platform/processes';
@@ -15,7 +15,7 @@ import { LATENCY_SETTINGS, type LatencySetting } from '../servers/latency';
 import { startDevServer } from '../servers/temporal-dev';
 import { WORKER_TUNING } from '../worker';
 import { median, percentile, progress } from './measure';
-import { benchActivities, insertBenchProducts, startBenchProvider } from './stack';
+import { benchWorkflowActivities, bundleBenchWorkflows, insertBenchProducts, startBenchProvider } from './stack';
 
 export interface IdleStep {
   /** What this step adds to the one before (the first: the dev server's defaults). */
@@ -27,8 +27,6 @@ export interface IdleStep {
   /** The floor of five regular no-op activities on the same server, one at a time. */
   floorP50: number;
 }
-
-const quiet = { log() {}, trace() {}, debug() {}, info() {}, warn() {}, error() {} };
 
 /** Measures `orders` orders one at a time at each step: defaults, then each setting added in turn. */
 export async function measureIdleLatency(
@@ -42,14 +40,8 @@ export async function measureIdleLatency(
   try {
     const sku = `BENCH-IDLE-${Date.now()}`;
     await insertBenchProducts(db, sku, 10);
-    const workflowBundle = await bundleWorkflowCode({
-      workflowsPath: path.join(__dirname, 'workflows.ts'),
-      logger: quiet,
-    });
-    const activities = {
-      ...benchActivities(db, provider.url),
-      noop: async () => undefined,
-    };
+    const workflowBundle = await bundleBenchWorkflows();
+    const activities = benchWorkflowActivities(db, provider.url);
     const steps: IdleStep[] = [];
     let seq = 0;
     const values: Record<string, unknown> = {};

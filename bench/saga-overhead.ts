@@ -9,7 +9,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { Client } from '@temporalio/client';
-import { bundleWorkflowCode, Worker, type WorkerOptions } from '@temporalio/worker';
+import { Worker, type WorkerOptions } from '@temporalio/worker';
 import { createPool } from '../db/pool';
 import { stopProcess } from '../platform/processes';
 import { startDevServer } from '../servers/temporal-dev';
@@ -18,8 +18,9 @@ import { cpuMsByTree, cpuMsPer, cpuTotal, findDescendant, postmasterPid } from '
 import { concurrentLoops, median, percentile, progress, ratio } from './measure';
 import { countPromises, historyCost, type Cost } from './saga-cost';
 import {
-  benchActivities,
   benchDataConverter,
+  benchWorkflowActivities,
+  bundleBenchWorkflows,
   insertBenchProducts,
   runBenchWorkflow,
   startBenchProvider,
@@ -135,19 +136,9 @@ export async function measureSagaOverhead(
     ...(pg.dataDir ? { postgres: postmasterPid(pg.dataDir) } : {}),
   };
   try {
-    const quiet = { log() {}, trace() {}, debug() {}, info() {}, warn() {}, error() {} };
-    const bundle = (failureConverterPath?: string) =>
-      bundleWorkflowCode({
-        workflowsPath: path.join(__dirname, 'workflows.ts'),
-        logger: quiet,
-        ...(failureConverterPath ? { failureConverterPath } : {}),
-      });
     const taskQueue = 'bench-saga';
     const plainQueue = 'bench-saga-plain';
-    const activities = {
-      ...benchActivities(db, provider.url),
-      noop: async () => undefined,
-    };
+    const activities = benchWorkflowActivities(db, provider.url);
     // One worker with the production worker's settings, serving both workflows; its twin without the codec.
     const workerOptions = {
       ...WORKER_TUNING,
@@ -162,12 +153,12 @@ export async function measureSagaOverhead(
       ...workerOptions,
       taskQueue,
       dataConverter,
-      workflowBundle: await bundle(dataConverter.failureConverterPath),
+      workflowBundle: await bundleBenchWorkflows(dataConverter.failureConverterPath),
     });
     const plainWorker = await Worker.create({
       ...workerOptions,
       taskQueue: plainQueue,
-      workflowBundle: await bundle(),
+      workflowBundle: await bundleBenchWorkflows(),
     });
     const plainClient = new Client({ connection: env.connection, namespace: env.namespace ?? 'default' });
     const sku = `BENCH-SAGA-${Date.now()}`;

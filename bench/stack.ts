@@ -4,8 +4,10 @@
  */
 import type { ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import path from 'node:path';
 import type { Client } from '@temporalio/client';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import { bundleWorkflowCode } from '@temporalio/worker';
 import type { Pool } from 'pg';
 import { createActivities, type OrderActivities } from '../activities';
 import { workflowIdFor, type OrderInput } from '../domain/order';
@@ -54,6 +56,22 @@ export const benchDataConverter = (keys = benchKeyList()): ReturnType<typeof dat
 /** Every activity of the saga, on `db` and the bench provider at `providerUrl`. */
 export const benchActivities = (db: Pool, providerUrl: string): OrderActivities =>
   createActivities({ db, provider: createProviderClient({ baseUrl: providerUrl, apiKey: BENCH_PROVIDER_KEY }) });
+
+/** Every activity of the saga, and the floors' no-op (bench/workflows.ts). */
+export const benchWorkflowActivities = (db: Pool, providerUrl: string) => ({
+  ...benchActivities(db, providerUrl),
+  noop: async (): Promise<undefined> => undefined,
+});
+
+const quiet = { log() {}, trace() {}, debug() {}, info() {}, warn() {}, error() {} };
+
+/** bench/workflows.ts (the saga and its floors) bundled, the bundler quiet; with a data converter's failure converter when given. */
+export const bundleBenchWorkflows = (failureConverterPath?: string): ReturnType<typeof bundleWorkflowCode> =>
+  bundleWorkflowCode({
+    workflowsPath: path.join(__dirname, 'workflows.ts'),
+    logger: quiet,
+    ...(failureConverterPath ? { failureConverterPath } : {}),
+  });
 
 /** `count` products `<prefix>-0` … with a million units each and a price of 100; returns the prefix. */
 export async function insertBenchProducts(db: Pool, prefix: string, count: number): Promise<string> {

@@ -68,7 +68,7 @@ export class ChargeProtocol {
       saga.state.attempts.charge = round;
       try {
         // Not cancellable: a cancel waits for this request's answer (it may already be at the provider).
-        const r = await this.saga.shielded(() =>
+        const r = await saga.shielded(() =>
           saga.act(
             chargeOnceOpts,
             'chargePayment',
@@ -85,7 +85,7 @@ export class ChargeProtocol {
           error: failureMessage(err),
         });
       }
-      const verdict = await this.saga.shielded(() => this.inquireUntilKnown());
+      const verdict = await saga.shielded(() => this.inquireUntilKnown());
       if (verdict === 'succeeded') return saga.status({ to: 'CHARGED' });
       if (verdict === 'cancelled') throw new CancelledFailure(saga.stopReason());
       if (verdict !== 'not_found') throw refusal(verdict, key);
@@ -98,7 +98,7 @@ export class ChargeProtocol {
       }
       // not_found: nothing was charged yet. Pause, unless a cancel or the deadline comes first.
       const pauseMs = Math.min(saga.cfg.inquiryMaxMs, 1000 * 2 ** (round - 1));
-      await this.saga.shielded(() =>
+      await saga.shielded(() =>
         saga.condition(() => saga.stopCharging() || saga.inbox.hasQueuedCancel(), pauseMs, {
           summary: `the provider never took charge request ${round}; request ${round + 1} in ${duration(pauseMs)} unless cancelled`,
         }),

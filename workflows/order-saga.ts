@@ -135,7 +135,7 @@ class OrderSaga {
           case 'failed':
             throw now.failure;
           case 'settled':
-            return this.saga.shielded(() => recovery.alreadySettled(now.status));
+            return saga.shielded(() => recovery.alreadySettled(now.status));
         }
       }
     } finally {
@@ -205,7 +205,7 @@ class OrderSaga {
     const summary = `create order ${saga.orderId} (PENDING)`;
     // Not cancellable: once sent, the row exists, so a cancel compensates it.
     const created = await this.step('createOrder', () =>
-      this.saga.shielded(() => saga.actLocalFirst(orderOpts, 'createOrder', summary, saga.order)),
+      saga.shielded(() => saga.actLocalFirst(orderOpts, 'createOrder', summary, saga.order)),
     );
     if (created.outcome === 'settled') throw settled(created.status);
     if (created.cancel) saga.cancel = created.cancel; // a cancel recorded before this run took the order over
@@ -256,7 +256,7 @@ class OrderSaga {
   private async createShipment(): Promise<void> {
     const { saga } = this;
     const opts = forwardOpts(saga.cfg.forwardRetryLimitMs);
-    await this.saga.shielded(() =>
+    await saga.shielded(() =>
       this.step('createShipment', async () => {
         let byOperator = false;
         for (;;) {

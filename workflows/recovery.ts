@@ -50,7 +50,7 @@ export class Recovery {
     // Stopped by a cancel, the deadline or a Temporal cancellation, or refused because a cancel is recorded.
     const cancelled = isCancellation(err) || recordedCancelIn(err) !== undefined;
     const reason = cancelled ? saga.stopReason() : failureMessage(err);
-    const ahead = await this.saga.shielded(() => this.fromRow(err));
+    const ahead = await saga.shielded(() => this.fromRow(err));
     if (ahead === 'forward') return { kind: 'forward' };
     const stopped = cancelled || saga.cancel !== undefined;
     const why = !stopped
@@ -141,9 +141,9 @@ export class Recovery {
     const { saga } = this;
     log.warn('saga failed before the pivot; compensating', { orderId: saga.orderId, reason });
     saga.enter({ name: 'unwinding', reason, shipmentRefused: saga.phase.name === 'pivot' });
-    const stopped = await this.saga.shielded(() => this.compensate(reason));
+    const stopped = await saga.shielded(() => this.compensate(reason));
     if (stopped) return stopped;
-    return this.saga.shielded(async () => {
+    return saga.shielded(async () => {
       await saga.status({ to: ends, reason });
       await saga.condition(allHandlersFinished);
       const result: OrderResult = { orderId: saga.orderId, status: saga.state.status, reason };
