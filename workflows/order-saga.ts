@@ -56,12 +56,8 @@ export async function orderSaga(input: OrderInput, config: Partial<SagaConfig> =
 type StepEnd = 'next' | 'past-pivot';
 
 /** Runs one phase; a failure it throws ends it as an outcome too (settled elsewhere, or failed with it). */
-async function outcomeOf(phase: () => Promise<Outcome>): Promise<Outcome> {
-  try {
-    return await phase();
-  } catch (err) {
-    return ending(err);
-  }
+function outcomeOf(phase: () => Promise<Outcome>): Promise<Outcome> {
+  return phase().catch(ending);
 }
 
 class OrderSaga {
@@ -114,7 +110,13 @@ class OrderSaga {
    * The saga: each phase answers with an outcome, and this loop alone decides what comes next. Every
    * way the run ends is here: completed, failed (after the compensations), or settled elsewhere.
    */
-  async run(): Promise<OrderResult> {
+  run(): Promise<OrderResult> {
+    // Every wait of the main path is shielded from a Temporal cancellation, which stops the steps
+    // before the pivot between them instead (`step`): the whole path runs in the shield, once.
+    return this.saga.shielded(() => this.main());
+  }
+
+  private async main(): Promise<OrderResult> {
     const { saga, recovery } = this;
     saga.listen();
     saga.startDeadline();
@@ -151,12 +153,13 @@ class OrderSaga {
   private async beforePivot(): Promise<Outcome> {
     const { saga } = this;
     try {
-      const end = await saga.preScope.run(async (): Promise<StepEnd> => {
-        if ((await this.createOrder()) === 'past-pivot') return 'past-pivot';
-        if ((await this.reserveInventory()) === 'past-pivot') return 'past-pivot';
-        return this.chargePayment();
-      });
-      if (end === 'past-pivot') return { kind: 'forward' };
+      // A stop (a cancel, the deadline, a Temporal cancellation) takes effect between the steps (`step`).
+      if (
+        (await this.createOrder()) === 'past-pivot' ||
+        (await this.reserveInventory()) === 'past-pivot' ||
+        (await this.chargePayment()) === 'past-pivot'
+      )
+        return { kind: 'forward' };
       // A cancel that arrived while a non-cancellable step ran still wins before the pivot.
       if (saga.cancelsQueued) await saga.recordQueuedCancels();
       if (saga.stopRequested()) return this.recovery.afterStop(new CancelledFailure(saga.stopReason()));
@@ -327,22 +330,27 @@ class OrderSaga {
     return confirmed;
   }
 
-  /** A step: refused before the pivot once a stop was asked for; counts its attempts; records it done. */
-  private async step<T>(name: string, fn: () => Promise<T>): Promise<T> {
+  /**
+   * A step: refused before the pivot once a stop was asked for; counts its attempts; records it done.
+   * A chain rather than an async function: the SDK records a stack trace for every promise, and an
+   * async function with an await makes two.
+   */
+  private step<T>(name: string, fn: () => Promise<T>): Promise<T> {
     const { saga } = this;
     // Steps before the pivot run their activities non-cancellably; a stop takes effect between steps.
     // createOrder runs even then: the run must own the row to settle it.
     if (!pivotAsked(saga.phase) && name !== 'createOrder') {
-      if (saga.cancelsQueued) await saga.recordQueuedCancels();
-      if (saga.stopRequested()) throw new CancelledFailure(saga.stopReason());
+      if (saga.cancelsQueued) return saga.recordQueuedCancels().then(() => this.step(name, fn));
+      if (saga.stopRequested()) return Promise.reject(new CancelledFailure(saga.stopReason()));
     }
     saga.state.step = name;
     saga.state.attempts[name] = (saga.state.attempts[name] ?? 0) + 1;
     saga.refresh();
-    const out = await fn();
-    saga.state.stepsDone.push(name);
-    saga.refresh();
-    return out;
+    return fn().then((out) => {
+      saga.state.stepsDone.push(name);
+      saga.refresh();
+      return out;
+    });
   }
 
   // ---- The reservation in detail --------------------------------------------------------------

@@ -90,7 +90,7 @@ export function act<K extends ActName>(
  * with anything a retry could change, the regular activity takes over with the step's whole policy,
  * so a step that keeps failing is a pending activity in the Web UI, with its attempts and last failure.
  */
-export async function actLocalFirst<K extends ActName>(
+export function actLocalFirst<K extends ActName>(
   opts: ActivityOptions,
   /** Called before the regular activity takes over (a round trip to the server). */
   beforeRoundTrip: () => void,
@@ -105,14 +105,15 @@ export async function actLocalFirst<K extends ActName>(
     retry: { maximumAttempts: 1 },
   };
   const fn = proxyLocalActivities<OrderActivities>(local)[name] as LocalActivityFunctionWithOptions<OrderActivities[K]>;
-  try {
-    return await stopIfSettled(fn.executeWithOptions({ ...local, summary }, args));
-  } catch (err) {
+  // One rejection handler on the call's own promise (one promise per call, not four).
+  return fn.executeWithOptions({ ...local, summary }, args).catch((err: unknown) => {
+    const status = settledStatus(err);
+    if (status) throw settled(status);
     if (isFinalFailure(err, opts)) throw err;
     log.warn('local attempt failed; the activity retries it', { activity: name, error: failureMessage(err) });
-  }
-  beforeRoundTrip();
-  return act(opts, name, `${summary} (retry after a failed local attempt)`, ...args);
+    beforeRoundTrip();
+    return act(opts, name, `${summary} (retry after a failed local attempt)`, ...args);
+  });
 }
 
 /** The call's own promise with one rejection handler: no wrapper of its own (one promise fewer per call). */

@@ -65,12 +65,18 @@ export class SagaRun {
   readonly state: Omit<SagaState, 'compensations'>;
   /** The one list of compensations, bottom first; they run from the top (LIFO). */
   readonly compensations: Compensation[] = [];
-  /** Cancelled by a Temporal cancellation request or the deadline: ends the steps before the pivot. */
-  readonly preScope = new CancellationScope();
+  /**
+   * The workflow's root scope, which a Temporal cancellation request cancels. Nothing runs in it (the
+   * main path runs in the shield): the steps before the pivot read it between them (`stopRequested`).
+   */
+  private readonly root = CancellationScope.current();
+  /** The deadline passed before the pivot, with nothing unknown: the steps before the pivot stop. */
+  private deadlineStop = false;
   /**
    * The run's one non-cancellable scope (`shielded`): what runs in it finishes whatever a Temporal
-   * cancellation asks. One for the run rather than a new one per call: each new scope makes three
-   * promises, and the SDK records a stack trace for every promise.
+   * cancellation asks. The main path runs in it from start to end (`OrderSaga.run`); one scope for the
+   * run rather than a new one per call, since each new scope makes three promises, each run in one two
+   * more, and the SDK records a stack trace for every promise.
    */
   private readonly shield = new CancellationScope({ cancellable: false });
   /** Where the run stands: read with `phase`, changed with `enter`. */
@@ -111,9 +117,13 @@ export class SagaRun {
     };
   }
 
-  /** Runs `fn` shielded from a Temporal cancellation (as `CancellationScope.nonCancellable` does). */
+  /**
+   * Runs `fn` shielded from a Temporal cancellation (as `CancellationScope.nonCancellable` does). On the
+   * main path, which runs in the shield already, `fn` is called as it is; a message handler's call
+   * (the root scope) enters the shield.
+   */
   shielded<T>(fn: () => Promise<T>): Promise<T> {
-    return this.shield.run(fn);
+    return CancellationScope.current() === this.shield ? fn() : this.shield.run(fn);
   }
 
   get phase(): Phase {
@@ -285,7 +295,7 @@ export class SagaRun {
 
   /** A cancel, the deadline or a Temporal cancellation has asked the saga to stop before the pivot. */
   stopRequested(): boolean {
-    return this.cancel !== undefined || this.preScope.consideredCancelled;
+    return this.cancel !== undefined || this.deadlineStop || this.root.consideredCancelled;
   }
   /** After a cancel or the deadline, no new charge request goes out. */
   stopCharging(): boolean {
@@ -341,12 +351,12 @@ export class SagaRun {
       );
   }
 
-  /** The deadline fired: it only marks the run and cancels the steps' scope, and starts nothing itself. */
+  /** The deadline fired: it only marks the run and stops the steps before the pivot, and starts nothing itself. */
   private deadlinePassed(): void {
     if (this.phase.name === 'forward') this.enter({ name: 'overdue' });
     if (!pivotAsked(this.phase) && this.state.unknowns.length === 0 && !isTerminal(this.state.status)) {
       log.warn('saga deadline passed before the pivot; compensating', { orderId: this.orderId });
-      this.preScope.cancel();
+      this.deadlineStop = true;
     }
   }
 
