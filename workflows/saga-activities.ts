@@ -107,9 +107,8 @@ export function actLocalFirst<K extends ActName>(
   const fn = proxyLocalActivities<OrderActivities>(local)[name] as LocalActivityFunctionWithOptions<OrderActivities[K]>;
   // One rejection handler on the call's own promise (one promise per call, not four).
   return fn.executeWithOptions({ ...local, summary }, args).catch((err: unknown) => {
-    const status = settledStatus(err);
-    if (status) throw settled(status);
-    if (isFinalFailure(err, opts)) throw err;
+    const failure = settledOr(err);
+    if (isFinalFailure(failure, opts)) throw failure; // OrderSettled is non-retryable: final
     log.warn('local attempt failed; the activity retries it', { activity: name, error: failureMessage(err) });
     beforeRoundTrip();
     return act(opts, name, `${summary} (retry after a failed local attempt)`, ...args);
@@ -119,10 +118,14 @@ export function actLocalFirst<K extends ActName>(
 /** The call's own promise with one rejection handler: no wrapper of its own (one promise fewer per call). */
 function stopIfSettled<T>(call: Promise<T>): Promise<T> {
   return call.catch((err: unknown) => {
-    // The row says the order is settled (terminal, owned by another run): this run must stop.
-    const status = settledStatus(err);
-    throw status ? settled(status) : err;
+    throw settledOr(err);
   });
+}
+
+/** OrderSettled when the row says the order is settled (terminal, owned by another run: this run must stop), else `err`. */
+function settledOr(err: unknown): unknown {
+  const status = settledStatus(err);
+  return status ? settled(status) : err;
 }
 
 /** Each ApplicationFailure in the error's cause chain, outermost first. */
