@@ -42,6 +42,7 @@ export interface MachineryReport {
 export interface ScheduledRun {
   workflowId: string;
   status: string;
+  startedAtMs?: number;
   closedAtMs?: number;
 }
 
@@ -59,6 +60,10 @@ export type ScheduleFacts =
       taskQueue?: string;
       /** Its recent runs, newest first (the server keeps the last ten actions). */
       runs: ScheduledRun[];
+      /** The bound on each run it starts (the action's execution timeout); undefined: none. */
+      runBoundMs?: number;
+      /** Starts it skipped because a run was still going (overlap policy SKIP), over its life. */
+      skippedOverlap?: number;
     };
 
 const iso = (ms: number): string => new Date(ms).toISOString();
@@ -109,12 +114,31 @@ export function scheduleVerdict(
     problems.push(`its last run completed at ${iso(closedAt)}, ${ago}`);
   else if (!last && window !== undefined && now - f.createdAtMs > window)
     problems.push(`no run has completed since it was created at ${iso(f.createdAtMs)}, ${ago}`);
+  const stuck = runningTooLong(f, now);
+  if (stuck) problems.push(stuck);
   if (problems.length) return { name, ok: false, detail: problems.join('; ') };
   const every = f.everyMs === undefined ? 'on a calendar' : `every ${formatEvery(f.everyMs)}`;
   const runs = last
     ? `last run completed at ${iso(closedAt)}`
     : `created at ${iso(f.createdAtMs)}; no run has completed yet`;
   return { name, ok: true, detail: `${every}, ${runs}` };
+}
+
+/**
+ * The newest run, when it is still running past its bound (or, with no bound, past three intervals):
+ * it holds back every start the Schedule skips meanwhile. Undefined when none is.
+ */
+function runningTooLong(f: Extract<ScheduleFacts, { found: true }>, now: number): string | undefined {
+  const run = f.runs[0];
+  if (run?.status !== 'RUNNING' || run.startedAtMs === undefined) return undefined;
+  const limit = f.runBoundMs ?? (f.everyMs === undefined ? undefined : RUN_WITHIN_INTERVALS * f.everyMs);
+  if (limit === undefined || now - run.startedAtMs <= limit) return undefined;
+  const past =
+    f.runBoundMs !== undefined
+      ? `past its bound of ${formatEvery(f.runBoundMs)}`
+      : `more than ${RUN_WITHIN_INTERVALS} intervals, with no bound (npx tsx client.ts schedule ${f.scheduleId} sets one)`;
+  const skipped = f.skippedOverlap ? `; ${f.skippedOverlap} starts skipped while a run was still going` : '';
+  return `its run ${run.workflowId} has been running since ${iso(run.startedAtMs)}, ${past}${skipped} (temporal workflow describe --workflow-id ${run.workflowId})`;
 }
 
 async function scheduleFacts(client: Client, scheduleId: string): Promise<ScheduleFacts> {
@@ -133,7 +157,12 @@ async function scheduleFacts(client: Client, scheduleId: string): Promise<Schedu
     const { workflowId } = a.action.workflow;
     try {
       const w = await client.workflow.getHandle(workflowId).describe();
-      runs.push({ workflowId, status: w.status.name, ...(w.closeTime ? { closedAtMs: w.closeTime.getTime() } : {}) });
+      runs.push({
+        workflowId,
+        status: w.status.name,
+        startedAtMs: w.startTime.getTime(),
+        ...(w.closeTime ? { closedAtMs: w.closeTime.getTime() } : {}),
+      });
       if (w.status.name !== 'RUNNING') break;
     } catch (err) {
       if (!(err instanceof WorkflowNotFoundError)) throw err; // gone with retention: the next older one
@@ -148,6 +177,8 @@ async function scheduleFacts(client: Client, scheduleId: string): Promise<Schedu
     ...(everyMs !== undefined ? { everyMs } : {}),
     createdAtMs: d.info.createdAt.getTime(),
     ...(action ? { workflowType: action.workflowType, taskQueue: action.taskQueue } : {}),
+    ...(typeof action?.workflowExecutionTimeout === 'number' ? { runBoundMs: action.workflowExecutionTimeout } : {}),
+    skippedOverlap: d.info.numActionsSkippedOverlap,
     runs,
   };
 }

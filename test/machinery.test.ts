@@ -74,6 +74,35 @@ describe('scheduleVerdict', () => {
     expect(scheduleVerdict(sweep({ runs: [runs[0]!, runs[2]!] }), expected, NOW).ok).toBe(true);
   });
 
+  it('a run still going past its bound is named, with the starts skipped behind it', () => {
+    const running = (startedAgo: number) =>
+      sweep({
+        runBoundMs: 10 * MIN,
+        skippedOverlap: 12,
+        runs: [
+          { workflowId: 'sweep-2', status: 'RUNNING', startedAtMs: NOW - startedAgo },
+          { workflowId: 'sweep-1', status: 'COMPLETED', closedAtMs: NOW - 2 * MIN },
+        ],
+      });
+    expect(scheduleVerdict(running(10 * MIN), expected, NOW).ok).toBe(true);
+    const stuck = scheduleVerdict(running(10 * MIN + 1), expected, NOW);
+    expect(stuck.ok).toBe(false);
+    expect(stuck.detail).toBe(
+      'its run sweep-2 has been running since 2026-01-10T11:49:59.999Z, past its bound of 10m; 12 starts skipped while a run was still going (temporal workflow describe --workflow-id sweep-2)',
+    );
+  });
+
+  it('a Schedule without a run bound (made by an older build): a run going for three intervals is named', () => {
+    const runs = [{ workflowId: 'sweep-9', status: 'RUNNING', startedAtMs: NOW - 3 * MIN - 1 }];
+    const v = scheduleVerdict(
+      sweep({ runs: [...runs, { workflowId: 'sweep-8', status: 'COMPLETED', closedAtMs: NOW - MIN }] }),
+      expected,
+      NOW,
+    );
+    expect(v.ok).toBe(false);
+    expect(v.detail).toContain('more than 3 intervals, with no bound (npx tsx client.ts schedule sweep sets one)');
+  });
+
   it('no run yet: fine for three intervals after its creation, a problem after', () => {
     const young = scheduleVerdict(sweep({ runs: [], createdAtMs: NOW - 2 * MIN }), expected, NOW);
     expect(young).toMatchObject({

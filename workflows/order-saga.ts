@@ -386,7 +386,6 @@ class OrderSaga {
       {
         ...laneOpts,
         taskQueue: laneTaskQueue(workflowInfo().taskQueue, lane),
-        scheduleToStartTimeout: untilDeadline,
         scheduleToCloseTimeout: untilDeadline,
       },
       'reserveInventorySerial',

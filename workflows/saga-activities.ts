@@ -4,6 +4,7 @@
  * Workflow code: deterministic.
  */
 import {
+  ActivityFailure,
   ApplicationFailure,
   log,
   proxyActivities,
@@ -12,7 +13,10 @@ import {
   type ActivityOptions,
   type LocalActivityFunctionWithOptions,
   type LocalActivityOptions,
+  TimeoutFailure,
 } from '@temporalio/workflow';
+import { TimeoutType } from '@temporalio/common';
+import { msToNumber } from '@temporalio/common/lib/time';
 import type { OrderActivities } from '../activities';
 import type { RecordedCancel } from '../activities/order-lock';
 import { CHARGE_ATTEMPT_TIMEOUT_MS } from '../domain/charge-timing';
@@ -73,7 +77,22 @@ export type ActName = keyof OrderActivities;
 export type Args<K extends ActName> = Parameters<OrderActivities[K]>;
 export type Ret<K extends ActName> = Awaited<ReturnType<OrderActivities[K]>>;
 
-/** Runs one activity with a readable summary, shown for the activity in the Web UI. */
+/**
+ * How long a scheduled activity may wait for a worker to take it before the saga sends it again. A
+ * task the server lost or delayed (around a restart of the server or its database) is then sent anew
+ * within this bound, whatever the sweeper's stall bound is. A worker that exists takes a task within
+ * milliseconds; a busy serial lane's queue is the longest wait it meets, and a resent task keeps its
+ * place in the saga (same step, same idempotency key). On a build no worker polls, the timeout's
+ * workflow task waits for that build too: the sweeper sees it unpolled and replaces the run.
+ */
+export const PICKUP_BOUND_MS = 60_000;
+
+/**
+ * Runs one activity with a readable summary, shown for the activity in the Web UI. Unless the options
+ * set their own schedule-to-start timeout (which then means "dropped unsent", as for a charge), a task
+ * no worker took within PICKUP_BOUND_MS is scheduled again, within the step's schedule-to-close bound
+ * when it has one: that bound holds across the resends.
+ */
 export function act<K extends ActName>(
   opts: ActivityOptions,
   name: K,
@@ -81,8 +100,50 @@ export function act<K extends ActName>(
   ...args: Args<K>
 ): Promise<Ret<K>> {
   const fn = proxyActivities<OrderActivities>(opts)[name] as ActivityFunctionWithOptions<OrderActivities[K]>;
-  return stopIfSettled(fn.executeWithOptions({ ...opts, summary }, args));
+  if (opts.scheduleToStartTimeout !== undefined)
+    return stopIfSettled(fn.executeWithOptions({ ...opts, summary }, args));
+  return stopIfSettled(
+    resendUntilTaken(opts, (o, resent) =>
+      fn.executeWithOptions({ ...o, summary: resent ? `${summary} (sent again: no worker took it)` : summary }, args),
+    ),
+  );
 }
+
+/** Calls `send` with a schedule-to-start bound, again after each time no worker took the task in time. */
+async function resendUntilTaken<T>(
+  opts: ActivityOptions,
+  send: (o: ActivityOptions, resent: number) => Promise<T>,
+): Promise<T> {
+  // eslint-disable-next-line no-restricted-properties -- the step's own bound, on the workflow's recorded clock
+  const started = Date.now();
+  const closeBy =
+    opts.scheduleToCloseTimeout === undefined ? undefined : started + msToNumber(opts.scheduleToCloseTimeout);
+  for (let resent = 0; ; resent++) {
+    // eslint-disable-next-line no-restricted-properties -- as above
+    const left = closeBy === undefined ? undefined : Math.max(1_000, closeBy - Date.now());
+    const o: ActivityOptions = {
+      ...opts,
+      scheduleToStartTimeout: left === undefined ? PICKUP_BOUND_MS : Math.min(PICKUP_BOUND_MS, left),
+      ...(left === undefined ? {} : { scheduleToCloseTimeout: left }),
+    };
+    try {
+      return await send(o, resent);
+    } catch (err) {
+      const lastChance = left !== undefined && left <= PICKUP_BOUND_MS;
+      if (!notTaken(err) || lastChance) throw err;
+      log.warn('no worker took the activity within its bound; sending it again', {
+        activity: err instanceof ActivityFailure ? err.activityType : undefined,
+        resent: resent + 1,
+      });
+    }
+  }
+}
+
+/** The activity timed out before any worker took it. */
+const notTaken = (err: unknown): boolean =>
+  err instanceof ActivityFailure &&
+  err.cause instanceof TimeoutFailure &&
+  err.cause.timeoutType === TimeoutType.SCHEDULE_TO_START;
 
 /**
  * A short step without a compensation, run first as one local activity attempt: it runs inside the

@@ -1,12 +1,16 @@
 import { proxyActivities } from '@temporalio/workflow';
 import type { OrderActivities } from '../activities';
 import type { SweepOptions } from '../activities/sweeper';
+import { neverPinned } from './machinery-versioning';
 
 const { sweepOrders } = proxyActivities<OrderActivities>({
-  startToCloseTimeout: '10m',
+  // Every wait is bounded: taken by a worker within a minute (else the run fails and the Schedule's
+  // next run starts), a sweep within 5 min, and the run itself by the Schedule's bound (lib/schedules.ts).
+  scheduleToStartTimeout: '1m',
+  startToCloseTimeout: '5m',
   // It heartbeats per order: a worker that dies mid-sweep is noticed within this, and another goes on.
   heartbeatTimeout: '20s',
-  retry: { initialInterval: '1s', backoffCoefficient: 2, maximumInterval: '30s', maximumAttempts: 5 },
+  retry: { initialInterval: '1s', backoffCoefficient: 2, maximumInterval: '30s', maximumAttempts: 3 },
   summary: 'sweep: restart stranded orders, heal stalled or failing runs, tell a person the rest (never compensates)',
 });
 
@@ -20,3 +24,4 @@ export async function sweeperWorkflow(
 ): Promise<Awaited<ReturnType<typeof sweepOrders>>> {
   return sweepOrders(opts);
 }
+neverPinned(sweeperWorkflow);
