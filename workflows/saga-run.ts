@@ -52,8 +52,8 @@ export interface Compensation {
 export type StatusChange =
   /** A step's own transaction moved the row (or found it further along): mirror it, write nothing. */
   | { seen: OrderStatus; reason?: string }
-  /** A guarded transition of the row (refused if the row does not allow it). */
-  | { to: OrderStatus; reason?: string }
+  /** A guarded transition of the row (refused if the row does not allow it); `step`: what an escalation is about. */
+  | { to: OrderStatus; reason?: string; step?: string }
   /** Leave NEEDS_ATTENTION for the status the row escalated from (`resume`: where this run thinks it was). */
   | { resume: OrderStatus; reason?: string };
 
@@ -152,16 +152,17 @@ export class SagaRun {
       return change.seen;
     }
     if ('resume' in change) return this.shielded(() => this.resumeRow(change.resume, change.reason));
-    return this.writeRow(change.to, change.reason);
+    return this.writeRow(change.to, change.reason, change.step);
   }
 
-  private async writeRow(status: OrderStatus, reason: string | undefined): Promise<OrderStatus> {
+  private async writeRow(status: OrderStatus, reason: string | undefined, step?: string): Promise<OrderStatus> {
     const write = reason ?? this.state.reason;
     const now = await this.shielded(() =>
       this.act(statusOpts, 'setOrderStatus', `order ${this.orderId} → ${status}`, {
         orderId: this.orderId,
         status,
         reason: write,
+        ...(step !== undefined ? { step } : {}),
       }),
     );
     this.mirror(now, now === status ? reason : undefined);
