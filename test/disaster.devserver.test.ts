@@ -10,6 +10,12 @@
  * with the namespace and the search attributes, and the worker. After that no person acts: only the
  * sweeper runs (as its Schedule would), and every order reaches a coherent end: the cancelled one
  * CANCELLED and never shipped, the others COMPLETED, each charged once, the checker silent.
+ *
+ * Then the promises a person makes to an order waiting in NEEDS_ATTENTION: a cancel and every resolve
+ * action, recorded in Postgres as client.ts records them while no worker runs, and the run replaced
+ * before it could apply them (its history deleted; terminated and restarted by the sweeper, standing
+ * in for the sweeper's replace after a deploy; Reset to its first workflow task, which reapplies the
+ * Signal). The next run reads each from the order row and applies it once.
  */
 import { randomUUID } from 'node:crypto';
 import { WorkflowNotFoundError } from '@temporalio/client';
