@@ -226,15 +226,24 @@ export async function transition(
 
 /**
  * Leaves NEEDS_ATTENTION for the status the order stood in when it escalated (whatever a run thinks
- * it was). Returns the order's status afterwards; an order no longer in NEEDS_ATTENTION is left as it is.
+ * it was), or with `backward` (a person said the charge failed) for COMPENSATING, when it escalated
+ * before the pivot: the row itself then says the order goes backward, to any run that reads it next.
+ * Returns the order's status afterwards; an order no longer in NEEDS_ATTENTION is left as it is.
  */
-export async function resumeFromAttention(db: Db, orderId: string, reason?: string): Promise<OrderStatus> {
+export async function resumeFromAttention(
+  db: Db,
+  orderId: string,
+  reason?: string,
+  backward = false,
+): Promise<OrderStatus> {
   const runId = callerRunId() ?? null;
   const { rows } = await db.query<{ status: OrderStatus }>({
-    text: `UPDATE orders SET status = attention_from, reason = COALESCE($2, reason), ${takeOwnership('$3')}, updated_at = now()
+    text: `UPDATE orders SET status = CASE WHEN $4 THEN 'COMPENSATING' ELSE attention_from END,
+                  reason = COALESCE($2, reason), ${takeOwnership('$3')}, updated_at = now()
            WHERE order_id = $1 AND status = 'NEEDS_ATTENTION' AND attention_from IS NOT NULL AND ${notSuperseded('$3')}
+             AND (NOT $4 OR attention_from = ANY ($5::text[]))
            RETURNING status`,
-    values: [orderId, reason ?? null, runId],
+    values: [orderId, reason ?? null, runId, backward, BEFORE_PIVOT_STATUSES],
   });
   if (rows[0]) return rows[0].status;
   const current = await readOrder(db, orderId);

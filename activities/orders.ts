@@ -184,9 +184,11 @@ export function orderActivities({ db }: { db: Pool }) {
       status: OrderStatus;
       reason?: string;
       resume?: boolean;
+      /** With `resume`: leave NEEDS_ATTENTION backward, for COMPENSATING (the charge failed). */
+      backward?: boolean;
       step?: string;
     }): Promise<OrderStatus> {
-      if (req.resume) return resumeFromAttention(db, req.orderId, req.reason);
+      if (req.resume) return resumeFromAttention(db, req.orderId, req.reason, req.backward ?? false);
       const { status } = await transition(db, req.orderId, req.status, {
         reason: req.reason,
         ...(req.step ? { step: req.step } : {}),

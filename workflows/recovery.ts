@@ -228,9 +228,9 @@ export class Recovery {
    * terminated, or lost with its history). A resolve recorded there and not yet applied (a person
    * answered that run) is applied now, checked against the ledger as it would have been there;
    * without one, or refused, the escalation counts as the operator's retry. The run leaves
-   * NEEDS_ATTENTION (which spends the resolve) and carries on from where the row escalated, except
-   * after `charge-failed`: the compensation's own write (COMPENSATING) leaves it. A compensation the
-   * person settled by hand or elsewhere is not run again.
+   * NEEDS_ATTENTION (which spends the resolve) for where the row escalated from, or, after
+   * `charge-failed`, for COMPENSATING (the caller then goes backward). A compensation the person
+   * settled by hand or elsewhere is not run again.
    */
   async answerLeft(left: EscalationLeft): Promise<{ action: ResolveAction; status: OrderStatus }> {
     const { saga } = this;
@@ -253,8 +253,12 @@ export class Recovery {
         saga.refresh();
       }
     }
-    if (action === 'charge-failed') return { action, status: state.status };
-    return { action, status: await saga.status({ resume: state.status, ...(reason !== undefined ? { reason } : {}) }) };
+    const status = await saga.status({
+      resume: state.status,
+      ...(reason !== undefined ? { reason } : {}),
+      ...(action === 'charge-failed' ? { backward: true } : {}),
+    });
+    return { action, status };
   }
 
   /** A compensation a person did by hand or settled elsewhere: it counts as run, and does not run again. */
@@ -327,8 +331,9 @@ export class Recovery {
     state.reason = `${reason} (operator: ${action}${reference ? `, reference ${reference}` : ''}${note ? `, ${note}` : ''})`;
     saga.refresh();
     if (previous !== 'NEEDS_ATTENTION') {
-      // Back to where the row stood when it escalated, which may be further than this run knows.
-      await saga.status({ resume: previous, reason: state.reason });
+      // Back to where the row stood when it escalated, which may be further than this run knows; a
+      // charge that failed goes backward on the row at once, so a run that replaces this one compensates too.
+      await saga.status({ resume: previous, reason: state.reason, backward: action === 'charge-failed' });
     }
     return action;
   }

@@ -54,8 +54,11 @@ export type StatusChange =
   | { seen: OrderStatus; reason?: string }
   /** A guarded transition of the row (refused if the row does not allow it); `step`: what an escalation is about. */
   | { to: OrderStatus; reason?: string; step?: string }
-  /** Leave NEEDS_ATTENTION for the status the row escalated from (`resume`: where this run thinks it was). */
-  | { resume: OrderStatus; reason?: string };
+  /**
+   * Leave NEEDS_ATTENTION for the status the row escalated from (`resume`: where this run thinks it
+   * was), or, `backward`, for COMPENSATING (a charge a person said failed).
+   */
+  | { resume: OrderStatus; reason?: string; backward?: boolean };
 
 /** One run of the saga: what its rooms read and change. The main path alone issues commands through it. */
 export class SagaRun {
@@ -151,7 +154,8 @@ export class SagaRun {
       this.mirror(change.seen, change.reason);
       return change.seen;
     }
-    if ('resume' in change) return this.shielded(() => this.resumeRow(change.resume, change.reason));
+    if ('resume' in change)
+      return this.shielded(() => this.resumeRow(change.resume, change.reason, change.backward ?? false));
     return this.writeRow(change.to, change.reason, change.step);
   }
 
@@ -169,12 +173,13 @@ export class SagaRun {
     return now;
   }
 
-  private async resumeRow(status: OrderStatus, reason: string | undefined): Promise<OrderStatus> {
+  private async resumeRow(status: OrderStatus, reason: string | undefined, backward: boolean): Promise<OrderStatus> {
     const now = await this.act(statusOpts, 'setOrderStatus', `order ${this.orderId} → back from NEEDS_ATTENTION`, {
       orderId: this.orderId,
       status,
       ...(reason !== undefined ? { reason } : {}),
       resume: true,
+      ...(backward ? { backward } : {}),
     });
     this.mirror(now);
     return this.state.status;
