@@ -14,8 +14,8 @@
  * Then the promises a person makes to an order waiting in NEEDS_ATTENTION: a cancel and every resolve
  * action, recorded in Postgres as client.ts records them while no worker runs, and the run replaced
  * before it could apply them (its history deleted; terminated and restarted by the sweeper, standing
- * in for the sweeper's replace after a deploy; Reset to its first workflow task, which reapplies the
- * Signal). The next run reads each from the order row and applies it once.
+ * in for the sweeper's replace after a deploy; Reset to its first or its second workflow task, which
+ * reapplies the Signal). The next run reads each from the order row and applies it once.
  */
 import { randomUUID } from 'node:crypto';
 import { WorkflowNotFoundError } from '@temporalio/client';
@@ -250,7 +250,9 @@ it('a pending resolve reaches the next run: each request kind, after its history
     'forward-retry', // the confirmation failed for good; fixed
     'forward-mark-resolved', // the same; sent by hand
   ] as const;
-  const modes = ['deleted', 'replaced', 'reset'] as const;
+  // Reset to the first workflow task: the run takes the order over (createOrder); to the second: its
+  // next write is refused, naming the row's escalation and the resolve.
+  const modes = ['deleted', 'replaced', 'reset', 'reset-later'] as const;
   type Kind = (typeof kinds)[number];
   type Mode = (typeof modes)[number];
   const cases: { kind: Kind; mode: Mode; order: OrderInput; sku: string; requestId: string }[] = [];
@@ -362,17 +364,18 @@ it('a pending resolve reaches the next run: each request kind, after its history
     } else if (c.mode === 'replaced') {
       await handle.terminate('replaced: its build was drained (test)');
     } else {
-      // Reset to the end of its first workflow task, as the Web UI does; the server reapplies the Signal.
+      // Reset to the end of its first (or second) workflow task, as the Web UI does; the server
+      // reapplies the Signal.
       const history = await handle.fetchHistory();
-      const firstTask = (history.events ?? []).find(
+      const firstTask = (history.events ?? []).filter(
         (e) => e.eventType === temporal.api.enums.v1.EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED,
-      )!;
+      )[c.mode === 'reset' ? 0 : 1]!;
       await client.workflowService.resetWorkflowExecution({
         namespace: 'default',
         workflowExecution: { workflowId: workflowIdFor(orderId) },
         workflowTaskFinishEventId: Number(firstTask.eventId) as never,
         requestId: randomUUID(),
-        reason: 'test: reset to the first workflow task',
+        reason: `test: ${c.mode}`,
       });
     }
   }

@@ -45,7 +45,6 @@ import {
 } from './saga-activities';
 import { parseSagaConfig, type SagaConfig } from './saga-config';
 import { ending, pivotAsked, type Outcome } from './saga-phase';
-import type { ResolveAction } from './messages';
 import { SagaRun } from './saga-run';
 
 /** A charge a person answered `charge-failed` for (checked against the provider): the order compensates. */
@@ -110,11 +109,6 @@ class OrderSaga {
   private readonly started = Date.now();
   /** The shipment's tracking number, for the confirmation. */
   private tracking = '';
-  /**
-   * A step after the pivot a person marked done by hand (`mark-resolved`) in an escalation another
-   * run left, applied by this run: it is recorded as done, not run again.
-   */
-  private byHand: 'createShipment' | 'sendConfirmation' | undefined;
 
   private constructor(order: OrderInput, cfg: SagaConfig) {
     this.saga = new SagaRun(order, cfg);
@@ -253,7 +247,6 @@ class OrderSaga {
         ...(created.resolve ? { resolve: created.resolve } : {}),
       });
       if (left.action === 'charge-failed') throw chargeFailedByOperator(saga.orderId);
-      this.noteByHand(left.action, created.attentionFrom);
       status = left.status;
     }
     const pastPivot =
@@ -288,7 +281,7 @@ class OrderSaga {
     await saga.shielded(() =>
       this.step('createShipment', async () => {
         // A resolve applied when this run took the order over may say it was shipped by hand.
-        let byOperator = this.byHand === 'createShipment';
+        let byOperator = saga.byHand === 'createShipment';
         for (;;) {
           try {
             const summary = byOperator
@@ -311,8 +304,7 @@ class OrderSaga {
               if (row === 'NEEDS_ATTENTION') {
                 const left = await this.recovery.answerLeft(escalationIn(err));
                 if (['CHARGED', 'SHIPPED'].includes(left.status)) {
-                  this.noteByHand(left.action, escalationIn(err).from);
-                  if (this.byHand === 'createShipment') byOperator = true;
+                  if (saga.byHand === 'createShipment') byOperator = true;
                   continue;
                 }
               }
@@ -341,7 +333,7 @@ class OrderSaga {
     const req = { orderId: saga.orderId, trackingNumber: this.tracking };
     let confirmed = false;
     // Marked done by hand in the escalation this run took over: nothing to send.
-    if (this.byHand === 'sendConfirmation') return false;
+    if (saga.byHand === 'sendConfirmation') return false;
     await this.step('sendConfirmation', async () => {
       for (;;) {
         try {
@@ -365,13 +357,6 @@ class OrderSaga {
       }
     });
     return confirmed;
-  }
-
-  /** A `mark-resolved` applied to an escalation at the shipment (from CHARGED) or after it (from SHIPPED). */
-  private noteByHand(action: ResolveAction, from: OrderStatus | undefined): void {
-    if (action !== 'mark-resolved') return;
-    if (from === 'CHARGED') this.byHand = 'createShipment';
-    else if (from === 'SHIPPED') this.byHand = 'sendConfirmation';
   }
 
   /**

@@ -99,8 +99,11 @@ export class Recovery {
       saga.learnCancel(e);
       let status = conflictStatus(e);
       if (failureType(e) !== ErrorTypes.OrderStateConflict || status === undefined) return 'backward';
-      // Escalated at or after the pivot (or shipped): never backward, whatever was asked.
+      // Escalated at or after the pivot (or shipped): never backward, whatever was asked. A resolve a
+      // person gave that escalation, not yet applied, is applied now (a later step would not know it).
       const ahead = pastPivotStatus(e);
+      const left = escalationIn(e);
+      if (ahead === 'NEEDS_ATTENTION' && left.resolve) return this.carryForward((await this.answerLeft(left)).status);
       if (ahead) return this.carryForward(ahead);
       try {
         if (status === 'NEEDS_ATTENTION') {
@@ -250,6 +253,9 @@ export class Recovery {
         reason = `${state.reason ?? 'the escalation another run left'} (operator: ${action}${reference ? `, reference ${reference}` : ''}${note ? `, ${note}` : ''})`;
         state.reason = reason;
         if (awaiting === 'compensation' && left.step && action !== 'retry') this.settledByHand(left.step);
+        // At the shipment (from CHARGED) or after it (from SHIPPED): the step is recorded as done by hand.
+        if (action === 'mark-resolved' && awaiting === 'forward-step')
+          saga.byHand = left.from === 'CHARGED' ? 'createShipment' : 'sendConfirmation';
         saga.refresh();
       }
     }

@@ -88,6 +88,11 @@ export class SagaRun {
   cancel: RecordedCancel | undefined;
   /** The cancels and resolves a person sent, and the answers to them. */
   readonly inbox: SagaInbox;
+  /**
+   * A step after the pivot a person marked done by hand (`mark-resolved`) in an escalation another
+   * run left, applied by this run (`Recovery.answerLeft`): it is recorded as done, not run again.
+   */
+  byHand: 'createShipment' | 'sendConfirmation' | undefined;
   private deadlineTimer: CancellationScope | undefined;
   /** The status the Web UI's search attributes show (the next wait brings them to `state.status`). */
   private shown: OrderStatus | undefined;
