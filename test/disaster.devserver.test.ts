@@ -29,6 +29,7 @@ import type { SweepReport } from '../activities/sweeper';
 import { ErrorTypes } from '../domain/failures';
 import { workflowIdFor, type OrderInput } from '../domain/order';
 import { orderStore } from '../lib/order-store';
+import { sendRequest } from '../lib/saga-requests';
 import { answerQuery, cancelSignal, orderSaga, resolveSignal, stateQuery, sweeperWorkflow } from '../workflows';
 import type { ResolveAction } from '../workflows/messages';
 import {
@@ -244,6 +245,7 @@ it('a pending resolve reaches the next run: each request kind, after its history
     'cancel', // an unknown charge the provider never saw; the customer cancels
     'charge-succeeded', // the charge landed, its answer was lost, the inquiries failed
     'charge-failed', // the charge never reached the provider, the inquiries failed
+    'charge-failed-refused', // the charge landed, its answer was lost; the person says charge-failed
     'compensation-retry', // the shipment was rejected, then the refund failed for good; fixed
     'compensation-mark-resolved', // the same; the operator refunded at the provider by hand
     'settled-elsewhere', // the same; the money went back by bank transfer
@@ -268,7 +270,9 @@ it('a pending resolve reaches the next run: each request kind, after its history
   const is = (orderId: string, ...ks: Kind[]): boolean => ks.includes(kindOf.get(orderId)!);
   // What is broken, per order; the operator fixes some of it before the next run.
   const inquiryDown = new Set(
-    cases.filter((c) => is(c.order.orderId, 'cancel', 'charge-succeeded', 'charge-failed')).map((c) => c.order.orderId),
+    cases
+      .filter((c) => is(c.order.orderId, 'cancel', 'charge-succeeded', 'charge-failed', 'charge-failed-refused'))
+      .map((c) => c.order.orderId),
   );
   const refundBroken = new Set(
     cases
@@ -280,7 +284,7 @@ it('a pending resolve reaches the next run: each request kind, after its history
     chargePayment: async (req) => {
       if (!inquiryDown.has(req.orderId)) return real.chargePayment(req);
       // The provider takes the money (the row does not learn it), and the answer is lost.
-      if (is(req.orderId, 'charge-succeeded'))
+      if (is(req.orderId, 'charge-succeeded', 'charge-failed-refused'))
         await testProvider().charge(req.idempotencyKey, {
           amountCents: req.amountCents,
           currency: req.currency,
@@ -306,6 +310,10 @@ it('a pending resolve reaches the next run: each request kind, after its history
         ? Promise.reject(ApplicationFailure.nonRetryable('the mail relay refused it (test)', 'InjectedPermanent'))
         : real.sendConfirmation(req),
   });
+  const actionOf = (kind: Kind): ResolveAction =>
+    kind === 'charge-failed-refused'
+      ? 'charge-failed'
+      : (kind.replace(/^(compensation|forward)-/, '') as ResolveAction);
   const server = await startDevServer();
   cleanup.push(() => server.teardown());
   const { client } = server;
@@ -339,7 +347,7 @@ it('a pending resolve reaches the next run: each request kind, after its history
         },
       );
     } else {
-      const action = c.kind.replace(/^(compensation|forward)-/, '') as ResolveAction;
+      const action = actionOf(c.kind);
       const reference = action === 'settled-elsewhere' ? 'bank-transfer-0815' : undefined;
       expect(
         await store.recordResolve({ orderId, requestId: c.requestId, action, ...(reference ? { reference } : {}) }),
@@ -349,7 +357,7 @@ it('a pending resolve reaches the next run: each request kind, after its history
     if (c.kind === 'cancel')
       await handle.signal(cancelSignal, { requestId: c.requestId, reason: 'customer cancelled' });
     else {
-      const action = c.kind.replace(/^(compensation|forward)-/, '') as ResolveAction;
+      const action = actionOf(c.kind);
       await handle.signal(resolveSignal, {
         requestId: c.requestId,
         action,
@@ -404,9 +412,35 @@ it('a pending resolve reaches the next run: each request kind, after its history
   // Only the sweeper acts now (the reset runs go on by themselves).
   const ids = cases.map((c) => c.order.orderId);
   const terminal = ['COMPLETED', 'FAILED', 'CANCELLED'];
+  const answeredAgain = new Set<string>();
   for (let i = 0; i < 90; i++) {
     const open = (await Promise.all(ids.map(rowOf))).filter((r) => !terminal.includes(r!.status));
     if (open.length === 0) break;
+    // The next run refused the charge-failed it found (the provider has the money) and waits for a
+    // person again: the person answers charge-succeeded, to that run.
+    for (const c of cases.filter((c) => c.kind === 'charge-failed-refused' && !answeredAgain.has(c.order.orderId))) {
+      const handle = client.workflow.getHandle(workflowIdFor(c.order.orderId));
+      // The next run, not the closed one before it (a closed run answers queries too).
+      const running = await handle.describe().then(
+        (d) => d.status.name === 'RUNNING',
+        () => false,
+      );
+      const waiting =
+        running &&
+        (await handle
+          .query(stateQuery)
+          .then((s) => s.awaiting === 'charge-outcome')
+          .catch(() => false));
+      if (!waiting) continue;
+      expect(await handle.query(answerQuery, c.requestId)).toMatchObject({ outcome: 'refused' });
+      const { answer } = await sendRequest(
+        handle,
+        { command: 'resolve', action: 'charge-succeeded' },
+        { waitMs: 20_000, requestId: `${c.requestId}-again` },
+      );
+      expect(answer?.outcome, `${c.kind} ${c.mode}: the second answer`).toBe('accepted');
+      answeredAgain.add(c.order.orderId);
+    }
     await client.workflow.execute(sweeperWorkflow, {
       taskQueue,
       workflowId: `pending-sweep-${uid()}`,
@@ -418,6 +452,7 @@ it('a pending resolve reaches the next run: each request kind, after its history
     cancel: 'CANCELLED',
     'charge-succeeded': 'COMPLETED',
     'charge-failed': 'FAILED',
+    'charge-failed-refused': 'COMPLETED',
     'compensation-retry': 'FAILED',
     'compensation-mark-resolved': 'FAILED',
     'settled-elsewhere': 'FAILED',
@@ -437,8 +472,10 @@ it('a pending resolve reaches the next run: each request kind, after its history
     const answer = await client.workflow.getHandle(workflowIdFor(orderId)).query(answerQuery, c.requestId);
     seen.push(`${label}: ${status}, request ${request.rows[0]?.outcome}, answer ${answer?.outcome}`);
     expect(status, label).toBe(want[c.kind]);
-    expect(request.rows[0]?.outcome, label).toBe('accepted');
-    expect(answer?.outcome, label).toBe('accepted');
+    // Refused by the ledger: the provider has the money; the person's second answer completed it.
+    const first = c.kind === 'charge-failed-refused' ? 'refused' : 'accepted';
+    expect(request.rows[0]?.outcome, label).toBe(first);
+    expect(answer?.outcome, label).toBe(first);
     const succeeded = l.charges.filter((x) => x.status === 'succeeded');
     const stock = (await productRow(db, c.sku)).stock;
     if (c.kind === 'cancel' || c.kind === 'charge-failed') {

@@ -230,15 +230,16 @@ export class Recovery {
    * The row stands in an escalation this run did not make (the run that waited there was reset,
    * terminated, or lost with its history). A resolve recorded there and not yet applied (a person
    * answered that run) is applied now, checked against the ledger as it would have been there;
-   * without one, or refused, the escalation counts as the operator's retry. The run leaves
+   * refused, this run waits for a person as that run would have; without one, the escalation counts
+   * as the operator's retry. The run leaves
    * NEEDS_ATTENTION (which spends the resolve) for where the row escalated from, or, after
    * `charge-failed`, for COMPENSATING (the caller then goes backward). A compensation the person
    * settled by hand or elsewhere is not run again.
    */
-  async answerLeft(left: EscalationLeft): Promise<{ action: ResolveAction; status: OrderStatus }> {
+  async answerLeft(left: EscalationLeft): Promise<{ action: Answer; status: OrderStatus }> {
     const { saga } = this;
     const { state, inbox } = saga;
-    let action: ResolveAction = 'retry';
+    let action: Answer = 'retry';
     let reason: string | undefined;
     if (left.resolve) {
       const awaiting = awaitingFrom(left.from);
@@ -252,12 +253,23 @@ export class Recovery {
         log.warn('operator resolved the escalation another run left', { orderId: saga.orderId, action, reference });
         reason = `${state.reason ?? 'the escalation another run left'} (operator: ${action}${reference ? `, reference ${reference}` : ''}${note ? `, ${note}` : ''})`;
         state.reason = reason;
-        if (awaiting === 'compensation' && left.step && action !== 'retry') this.settledByHand(left.step);
-        // At the shipment (from CHARGED) or after it (from SHIPPED): the step is recorded as done by hand.
-        if (action === 'mark-resolved' && awaiting === 'forward-step')
-          saga.byHand = left.from === 'CHARGED' ? 'createShipment' : 'sendConfirmation';
-        saga.refresh();
+      } else {
+        // Refused, as the run it was sent to would have refused it: this run waits for a person in its
+        // place (the row stays in NEEDS_ATTENTION), and acts on the answer it gets.
+        saga.status({ seen: 'NEEDS_ATTENTION' });
+        action = await this.escalate(
+          awaiting,
+          `the escalation another run left; the resolve ${request.requestId} given to it was refused: ${refused}`,
+          left.step,
+        );
+        reason = state.reason;
       }
+      if (awaiting === 'compensation' && left.step && (action === 'mark-resolved' || action === 'settled-elsewhere'))
+        this.settledByHand(left.step);
+      // At the shipment (from CHARGED) or after it (from SHIPPED): the step is recorded as done by hand.
+      if (action === 'mark-resolved' && awaiting === 'forward-step')
+        saga.byHand = left.from === 'CHARGED' ? 'createShipment' : 'sendConfirmation';
+      saga.refresh();
     }
     const status = await saga.status({
       resume: state.status,
