@@ -27,6 +27,10 @@ export interface OrderLockRow {
   /** The accepted cancel recorded on the order (migrations/0009_order_requests.sql), if any. */
   cancel_request_id: string | null;
   cancel_reason: string | null;
+  /** What the current escalation is about (migrations/0011_resolve_escalation.sql), if it said. */
+  attention_step: string | null;
+  /** A resolve answering the current escalation, not refused and not yet applied (see `pendingResolve`). */
+  pending_resolve: PendingResolve | null;
 }
 
 /** A cancel accepted and recorded on the order row: every run of the order honours it. */
@@ -34,6 +38,26 @@ export interface RecordedCancel {
   requestId: string;
   reason: string;
 }
+
+/**
+ * A resolve recorded for the order's current escalation (the row in NEEDS_ATTENTION, the request's
+ * `attention_seq` the row's) and not refused: pending, or accepted by a run that then did not leave
+ * NEEDS_ATTENTION on it. Whichever run moves the order next applies it. Leaving NEEDS_ATTENTION, or a
+ * later escalation, spends it: a request answers the one escalation it was recorded against.
+ */
+export interface PendingResolve {
+  requestId: string;
+  action: string;
+  note?: string;
+  reference?: string;
+}
+
+/** The first resolve still to apply, as one column of the row (`readOrder`). */
+const PENDING_RESOLVE = `(SELECT json_strip_nulls(json_build_object('requestId', r.request_id, 'action', r.action, 'note', r.note, 'reference', r.reference))
+     FROM order_requests r
+    WHERE r.order_id = orders.order_id AND orders.status = 'NEEDS_ATTENTION' AND r.kind = 'resolve'
+      AND r.outcome <> 'refused' AND r.attention_seq = orders.attention_seq
+    ORDER BY r.at, r.request_id LIMIT 1) AS pending_resolve`;
 
 /** The row's recorded cancel, if any. */
 export const recordedCancel = (
@@ -53,37 +77,57 @@ export function callerRunId(): string | undefined {
 export async function readOrder(db: Db, orderId: string, forUpdate = false): Promise<OrderLockRow | undefined> {
   const { rows } = await db.query<OrderLockRow>({
     text: `SELECT status, owner_run_id, superseded_runs, attention_from, customer_id, currency, payment_method, total_cents, items,
-                  cancel_request_id, cancel_reason
+                  cancel_request_id, cancel_reason, attention_step, ${PENDING_RESOLVE}
              FROM orders WHERE order_id = $1${forUpdate ? ' FOR UPDATE' : ''}`,
     values: [orderId],
   });
   return rows[0];
 }
 
+/** What a refusal says of the row besides its status: the escalation and the requests recorded on it. */
+export interface RowRequests {
+  attentionFrom?: OrderStatus | null;
+  attentionStep?: string | null;
+  cancel?: RecordedCancel;
+  resolve?: PendingResolve | null;
+}
+
 /**
- * The refusal: `details[0]` is `{ orderId, status, wanted, attentionFrom, cancel }`, so the workflow
- * can branch on where the row stands (in NEEDS_ATTENTION, where it escalated from) and learn of a
- * cancel recorded on the row.
+ * The refusal: `details[0]` is `{ orderId, status, wanted, attentionFrom, attentionStep, cancel,
+ * resolve }`, so the workflow can branch on where the row stands (in NEEDS_ATTENTION, where it
+ * escalated from and about what) and learn of a cancel or a resolve still to apply recorded on it.
  */
 export function stateConflict(
   orderId: string,
   status: OrderStatus | undefined,
   wanted: string,
-  attentionFrom?: OrderStatus | null,
-  cancel?: RecordedCancel,
+  { attentionFrom, attentionStep, cancel, resolve }: RowRequests = {},
 ): never {
   throw businessFailure(
     ErrorTypes.OrderStateConflict,
     status === undefined
       ? `order ${orderId} does not exist (wanted: ${wanted})`
       : `order ${orderId} is ${status}${attentionFrom && status === 'NEEDS_ATTENTION' ? ` (from ${attentionFrom})` : ''}${cancel ? `, cancel recorded (${cancel.reason})` : ''}; refused: ${wanted}`,
-    { orderId, status: status ?? null, wanted, attentionFrom: attentionFrom ?? null, cancel: cancel ?? null },
+    {
+      orderId,
+      status: status ?? null,
+      wanted,
+      attentionFrom: attentionFrom ?? null,
+      attentionStep: attentionStep ?? null,
+      cancel: cancel ?? null,
+      resolve: resolve ?? null,
+    },
   );
 }
 
 /** The refusal of a write on `row` as it stands (its status, escalation origin and recorded cancel). */
 export function rowConflict(orderId: string, row: OrderLockRow | undefined, wanted: string): never {
-  return stateConflict(orderId, row?.status, wanted, row?.attention_from, recordedCancel(row));
+  return stateConflict(orderId, row?.status, wanted, {
+    attentionFrom: row?.attention_from,
+    attentionStep: row?.attention_step,
+    cancel: recordedCancel(row),
+    resolve: row?.pending_resolve,
+  });
 }
 
 /**
@@ -153,19 +197,21 @@ export async function transition(
   db: Db,
   orderId: string,
   to: OrderStatus,
-  opts: { reason?: string; runId?: string } = {},
+  opts: { reason?: string; runId?: string; step?: string } = {},
 ): Promise<TransitionResult> {
   const runId = opts.runId ?? callerRunId() ?? null;
   const res = await db.query({
     name: 'order-transition',
-    text: `UPDATE orders SET status = $2, reason = COALESCE($3, reason), ${takeOwnership('$4')}, updated_at = now()
+    // An escalation records what it is about (`step`), for a run that takes the order over.
+    text: `UPDATE orders SET status = $2, reason = COALESCE($3, reason), ${takeOwnership('$4')}, updated_at = now(),
+                  attention_step = CASE WHEN $2 = 'NEEDS_ATTENTION' AND status <> 'NEEDS_ATTENTION' THEN $6::text ELSE attention_step END
            WHERE order_id = $1 AND status IN (SELECT from_status FROM order_transitions WHERE to_status = $2)
              AND (status <> 'NEEDS_ATTENTION' OR attention_from = $2
                   OR ($2 = 'COMPENSATING' AND attention_from = ANY ($5::text[])))
              AND ($2 <> 'SHIPPED' OR cancel_request_id IS NULL)
              AND ${notSuperseded('$4')}`,
     // An escalation may still turn backward (to COMPENSATING) when it began before the pivot.
-    values: [orderId, to, opts.reason ?? null, runId, BEFORE_PIVOT_STATUSES],
+    values: [orderId, to, opts.reason ?? null, runId, BEFORE_PIVOT_STATUSES, opts.step ?? null],
   });
   if (res.rowCount === 1) return { changed: true, status: to };
   const current = await readOrder(db, orderId);
@@ -180,15 +226,24 @@ export async function transition(
 
 /**
  * Leaves NEEDS_ATTENTION for the status the order stood in when it escalated (whatever a run thinks
- * it was). Returns the order's status afterwards; an order no longer in NEEDS_ATTENTION is left as it is.
+ * it was), or with `backward` (a person said the charge failed) for COMPENSATING, when it escalated
+ * before the pivot: the row itself then says the order goes backward, to any run that reads it next.
+ * Returns the order's status afterwards; an order no longer in NEEDS_ATTENTION is left as it is.
  */
-export async function resumeFromAttention(db: Db, orderId: string, reason?: string): Promise<OrderStatus> {
+export async function resumeFromAttention(
+  db: Db,
+  orderId: string,
+  reason?: string,
+  backward = false,
+): Promise<OrderStatus> {
   const runId = callerRunId() ?? null;
   const { rows } = await db.query<{ status: OrderStatus }>({
-    text: `UPDATE orders SET status = attention_from, reason = COALESCE($2, reason), ${takeOwnership('$3')}, updated_at = now()
+    text: `UPDATE orders SET status = CASE WHEN $4 THEN 'COMPENSATING' ELSE attention_from END,
+                  reason = COALESCE($2, reason), ${takeOwnership('$3')}, updated_at = now()
            WHERE order_id = $1 AND status = 'NEEDS_ATTENTION' AND attention_from IS NOT NULL AND ${notSuperseded('$3')}
+             AND (NOT $4 OR attention_from = ANY ($5::text[]))
            RETURNING status`,
-    values: [orderId, reason ?? null, runId],
+    values: [orderId, reason ?? null, runId, backward, BEFORE_PIVOT_STATUSES],
   });
   if (rows[0]) return rows[0].status;
   const current = await readOrder(db, orderId);

@@ -12,7 +12,15 @@
 import { log } from '@temporalio/activity';
 import type { Pool, PoolClient } from 'pg';
 import { withTransaction } from '../db/pool';
-import { chargeKeyFor, formatMoney, isPastPivot, isTerminal, type OrderStatus } from '../domain/order';
+import {
+  chargeKeyFor,
+  formatMoney,
+  isPastPivot,
+  isTerminal,
+  RESOLVE_ACTIONS_FOR,
+  type Awaiting,
+  type OrderStatus,
+} from '../domain/order';
 import type { ProviderClient } from '../provider/client';
 import { readOrder, recordedCancel, type RecordedCancel } from './order-lock';
 
@@ -99,14 +107,22 @@ function decisionOf(prior: RequestRow, cancel: RecordedCancel | undefined): Canc
   return { outcome: 'accepted', ...(prior.message ? { message: prior.message } : {}), ...(cancel ? { cancel } : {}) };
 }
 
-/** A resolve as client.ts records it before its Signal: pending until a run checks it. The same request ID again is a no-op (and recorded). */
+/** The escalation a resolve recorded now answers: the order's count of them while it is in NEEDS_ATTENTION. */
+const CURRENT_ESCALATION = `(SELECT CASE WHEN o.status = 'NEEDS_ATTENTION' THEN o.attention_seq END FROM orders o WHERE o.order_id = $1)`;
+
+/**
+ * A resolve as client.ts records it before its Signal: pending until a run checks it, and against
+ * the escalation the order stands in (whichever run moves the order next applies it). The same
+ * request ID again is a no-op (and recorded).
+ */
 export async function recordResolve(
   db: Pool,
   req: { orderId: string; requestId: string; action: string; note?: string; reference?: string },
 ): Promise<{ recorded: boolean }> {
   await db.query({
-    text: `INSERT INTO order_requests (order_id, request_id, kind, source, action, note, reference, outcome)
-           SELECT $1, $2, 'resolve', 'client', $3, $4, $5, 'pending' WHERE EXISTS (SELECT 1 FROM orders WHERE order_id = $1)
+    text: `INSERT INTO order_requests (order_id, request_id, kind, source, action, note, reference, outcome, attention_seq)
+           SELECT $1, $2, 'resolve', 'client', $3, $4, $5, 'pending', ${CURRENT_ESCALATION}
+            WHERE EXISTS (SELECT 1 FROM orders WHERE order_id = $1)
            ON CONFLICT (order_id, request_id) DO NOTHING`,
     values: [req.orderId, req.requestId, req.action, req.note ?? null, req.reference ?? null],
   });
@@ -137,7 +153,7 @@ export interface ResolutionCheck {
   action: string;
   note?: string;
   reference?: string;
-  awaiting: 'charge-outcome' | 'compensation' | 'forward-step';
+  awaiting: Awaiting;
   /** The compensation that failed, when awaiting one. */
   compensation?: string;
 }
@@ -165,6 +181,14 @@ export function orderRequestActivities({ db, provider }: { db: Pool; provider: P
         const next = paid ? 'resolve charge-succeeded' : 'wait until it decides, then resolve again';
         return `${says}; not charge-failed (${next})`;
       }
+      return undefined;
+    }
+    if (req.action === 'settled-elsewhere') {
+      // The way out for money settled outside the saga (a transfer, a voucher), provider down or not;
+      // only a charge the provider is still deciding could take money after it.
+      const c = await charge();
+      if (typeof c !== 'string' && c?.status === 'processing')
+        return `the provider says charge ${key} is still processing: settled-elsewhere would close order ${req.orderId} while it may still take money; wait until the provider decides the charge (client.ts status ${req.orderId} shows the inquiries), then resolve again`;
       return undefined;
     }
     if (req.action !== 'mark-resolved' || req.awaiting !== 'compensation') return undefined;
@@ -209,17 +233,34 @@ export function orderRequestActivities({ db, provider }: { db: Pool; provider: P
      * its figures, or nothing when the ledger agrees. A request already answered keeps its answer.
      */
     async checkResolution(req: ResolutionCheck): Promise<{ refused?: string }> {
-      const prior = await db.query<RequestRow>({
-        text: 'SELECT kind, outcome, message FROM order_requests WHERE order_id = $1 AND request_id = $2',
-        values: [req.orderId, req.requestId],
-      });
+      const prior = await db.query<RequestRow & { attention_seq: number | null; now_seq: number; status: OrderStatus }>(
+        {
+          text: `SELECT r.kind, r.outcome, r.message, r.attention_seq, o.attention_seq AS now_seq, o.status
+                 FROM order_requests r JOIN orders o USING (order_id) WHERE r.order_id = $1 AND r.request_id = $2`,
+          values: [req.orderId, req.requestId],
+        },
+      );
       const known = prior.rows[0];
+      // A request answers the escalation it was recorded against, once: its Signal reapplied by a
+      // Reset to a run that waits on a later escalation does not answer that one.
+      if (known && known.attention_seq !== null && known.attention_seq !== known.now_seq) {
+        const spent = `request ${req.requestId} answered an earlier escalation of order ${req.orderId} and does not answer this one; send a new resolve`;
+        await settleRequest(db, { orderId: req.orderId, requestId: req.requestId, outcome: 'refused', message: spent });
+        log.warn('resolve refused: it answered an earlier escalation', {
+          orderId: req.orderId,
+          requestId: req.requestId,
+        });
+        return { refused: known.outcome === 'refused' ? (known.message ?? 'refused') : spent };
+      }
       if (known && known.outcome !== 'pending')
         return known.outcome === 'refused' ? { refused: known.message ?? 'refused' } : {};
-      const refused = await contradiction(req);
+      const allowed = RESOLVE_ACTIONS_FOR[req.awaiting];
+      const refused = !allowed.includes(req.action)
+        ? `action must be one of ${allowed.join(', ')} while awaiting ${req.awaiting}`
+        : await contradiction(req);
       await db.query({
-        text: `INSERT INTO order_requests (order_id, request_id, kind, source, action, note, reference, outcome, message, decided_at)
-               VALUES ($1, $2, 'resolve', 'signal', $3, $4, $5, $6, $7, now())
+        text: `INSERT INTO order_requests (order_id, request_id, kind, source, action, note, reference, outcome, message, decided_at, attention_seq)
+               VALUES ($1, $2, 'resolve', 'signal', $3, $4, $5, $6, $7, now(), ${CURRENT_ESCALATION})
                ON CONFLICT (order_id, request_id) DO UPDATE SET outcome = EXCLUDED.outcome, message = EXCLUDED.message, decided_at = now()
                WHERE order_requests.outcome = 'pending'`,
         values: [

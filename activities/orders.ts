@@ -20,6 +20,7 @@ import {
   takeOwnership,
   transition,
   type OrderLockRow,
+  type PendingResolve,
   type RecordedCancel,
 } from './order-lock';
 
@@ -83,7 +84,16 @@ function sameOrder(row: OrderLockRow, order: OrderInput): boolean {
 
 /** What createOrder found: a new row, an open order this run now owns, or an order already settled. */
 export type CreateOrderResult =
-  | { outcome: 'created' | 'owned'; status: OrderStatus; attentionFrom?: OrderStatus; cancel?: RecordedCancel }
+  | {
+      outcome: 'created' | 'owned';
+      status: OrderStatus;
+      attentionFrom?: OrderStatus;
+      /** What the escalation the row stands in is about, when it said. */
+      attentionStep?: string;
+      cancel?: RecordedCancel;
+      /** A resolve recorded for that escalation and not yet applied: this run applies it. */
+      resolve?: PendingResolve;
+    }
   | { outcome: 'settled'; status: OrderStatus };
 
 export function orderActivities({ db }: { db: Pool }) {
@@ -155,23 +165,34 @@ export function orderActivities({ db }: { db: Pool }) {
         outcome: 'owned',
         status: existing.status,
         attentionFrom: existing.attention_from ?? undefined,
+        ...(existing.status === 'NEEDS_ATTENTION' && existing.attention_step
+          ? { attentionStep: existing.attention_step }
+          : {}),
         ...(cancel ? { cancel } : {}),
+        ...(existing.pending_resolve ? { resolve: existing.pending_resolve } : {}),
       };
     },
 
     /**
      * Writes the saga's status (and reason) onto the order row: a guarded transition, refused if
      * illegal. Returns the row's real status afterwards (a write the guard made a no-op returns where
-     * the row stands). `resume`: leave NEEDS_ATTENTION for the status the row escalated from.
+     * the row stands). `resume`: leave NEEDS_ATTENTION for the status the row escalated from. `step`:
+     * what an escalation is about (the compensation that failed, the shipment, the confirmation).
      */
     async setOrderStatus(req: {
       orderId: string;
       status: OrderStatus;
       reason?: string;
       resume?: boolean;
+      /** With `resume`: leave NEEDS_ATTENTION backward, for COMPENSATING (the charge failed). */
+      backward?: boolean;
+      step?: string;
     }): Promise<OrderStatus> {
-      if (req.resume) return resumeFromAttention(db, req.orderId, req.reason);
-      const { status } = await transition(db, req.orderId, req.status, { reason: req.reason });
+      if (req.resume) return resumeFromAttention(db, req.orderId, req.reason, req.backward ?? false);
+      const { status } = await transition(db, req.orderId, req.status, {
+        reason: req.reason,
+        ...(req.step ? { step: req.step } : {}),
+      });
       if (status === 'NEEDS_ATTENTION') {
         log.error('ALERT order needs attention', { orderId: req.orderId, reason: req.reason });
       }

@@ -79,7 +79,7 @@ const CHARGEABLE = ['RESERVED', 'UNKNOWN_PAYMENT', 'CHARGED'];
 
 export type RefundResult =
   | { outcome: 'refunded'; amountCents: number; replayed: boolean }
-  | { outcome: 'nothing-to-refund'; chargeStatus: 'not_found' | 'failed' | 'closed' };
+  | { outcome: 'nothing-to-refund'; chargeStatus: 'not_found' | 'failed' | 'closed' | 'settled-elsewhere' };
 
 /** 4xx answers other than 409 are final: retrying the same request cannot change them. */
 function rethrowProviderError(
@@ -210,6 +210,17 @@ export function paymentActivities({ db, provider }: { db: Pool; provider: Provid
         values: [req.orderId, PAST_PIVOT_STATUSES],
       });
       if (shipped.rowCount) stateConflict(req.orderId, shipped.rows[0]!.status, 'refund a shipped order');
+      // An operator said the money went back outside the saga: whichever run compensates (one that took
+      // the order over after the resolve, say), the provider does not refund it a second time.
+      const elsewhere = await db.query<{ reference: string }>({
+        text: `SELECT reference FROM order_requests
+                WHERE order_id = $1 AND kind = 'resolve' AND action = 'settled-elsewhere' AND outcome = 'accepted' LIMIT 1`,
+        values: [req.orderId],
+      });
+      if (elsewhere.rows[0]) {
+        log.warn('refund skipped: settled elsewhere', { orderId: req.orderId, reference: elsewhere.rows[0].reference });
+        return { outcome: 'nothing-to-refund', chargeStatus: 'settled-elsewhere' };
+      }
       try {
         const cancel = await provider.cancelCharge(chargeKey);
         if (cancel.outcome === 'closed') {

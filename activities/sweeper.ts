@@ -217,8 +217,9 @@ export function sweeperActivities({
     const config = desc ? await startConfig(s.client, workflowId, desc.runId) : undefined;
     // Not workflows/saga-start.ts's sagaStartOptions: activities/ lies below workflows/, and a restart
     // differs from a placement on purpose: the closed run's ID again (ALLOW_DUPLICATE), its config,
-    // a summary and details that say why; the new run sets its search attributes itself. A cancel or
-    // resolve accepted before is in the row, where the new run reads it.
+    // a summary and details that say why; the new run sets its search attributes itself. A cancel
+    // recorded on the row stands, and a resolve recorded for the escalation the row is in and not yet
+    // applied is applied by the new run (createOrder returns both), checked against the ledger.
     at.step = 'start its saga again';
     try {
       const handle = await s.client.workflow.start(WorkflowNames.orderSaga, {

@@ -181,3 +181,23 @@ export function orderSummary(order: OrderInput): string {
   const shown = lines.length > 4 ? [...lines.slice(0, 3), `and ${lines.length - 3} more lines`] : lines;
   return `Order ${order.orderId} for ${order.customerId}: ${shown.join(', ')} — ${formatMoney(orderTotalCents(order), order.currency)}`;
 }
+
+/** What an escalation waits for a person about (the saga's `awaiting`). */
+export type Awaiting = 'charge-outcome' | 'compensation' | 'forward-step';
+
+/** The resolve actions that answer each kind of escalation; any other is refused, naming these. */
+export const RESOLVE_ACTIONS_FOR: Record<Awaiting, readonly string[]> = {
+  'charge-outcome': ['charge-succeeded', 'charge-failed'],
+  compensation: ['retry', 'mark-resolved', 'settled-elsewhere'],
+  'forward-step': ['retry', 'mark-resolved'],
+};
+
+/**
+ * What an escalation is about, from the status the order escalated from: an unknown charge, a step
+ * after the pivot (at the shipment or after it), or a compensation.
+ */
+export function awaitingFrom(from: OrderStatus | null | undefined): Awaiting {
+  if (from === 'UNKNOWN_PAYMENT') return 'charge-outcome';
+  if (from === 'CHARGED' || from === 'SHIPPED') return 'forward-step';
+  return 'compensation';
+}

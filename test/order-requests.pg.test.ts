@@ -9,7 +9,7 @@
 import type { Pool } from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createActivities, type OrderActivities } from '../activities';
-import { decideCancel } from '../activities/order-requests';
+import { decideCancel, recordResolve } from '../activities/order-requests';
 import { checkInvariants } from '../db/invariants';
 import { withTransaction } from '../db/pool';
 import { chargeKeyFor } from '../domain/order';
@@ -19,6 +19,7 @@ import {
   makeOrder,
   orderRow,
   runActivity,
+  testAdmin,
   testPool,
   testProvider,
   uid,
@@ -245,5 +246,204 @@ describe("an operator's resolve is checked against the ledger", () => {
       chargeKey: chargeKeyFor(other.order.orderId),
       idempotencyKey: `${other.order.orderId}:charge:refund`,
     });
+  });
+});
+
+describe('settled-elsewhere and the ledger', () => {
+  async function compensatingAt(at: 'RESERVED' | 'CHARGED') {
+    const { order, sku } = await orderAt(at);
+    await withTransaction(db, (c) =>
+      c.query({ text: `UPDATE orders SET status = 'COMPENSATING' WHERE order_id = $1`, values: [order.orderId] }),
+    );
+    return { order, sku };
+  }
+  const settledElsewhere = (orderId: string, requestId = `r-${uid()}`) =>
+    runActivity(acts.checkResolution, {
+      orderId,
+      requestId,
+      action: 'settled-elsewhere',
+      reference: 'bank-transfer-4711',
+      awaiting: 'compensation',
+      compensation: 'refundPayment',
+    });
+  /** Ends the order as the saga would after the resolve (the release, then CANCELLED). */
+  const close = async (orderId: string) => {
+    await runActivity(acts.releaseInventory, { orderId });
+    await withTransaction(db, (c) =>
+      c.query({ text: `UPDATE orders SET status = 'CANCELLED' WHERE order_id = $1`, values: [orderId] }),
+    );
+  };
+
+  it('settled-elsewhere is refused while the provider says the charge is processing, naming what to wait for; accepted once it decided', async () => {
+    const { order } = await compensatingAt('RESERVED');
+    const key = chargeKeyFor(order.orderId);
+    const admin = testAdmin();
+    await admin.set({ kind: 'delay', target: 'charges', delayMs: 1_500, count: 1, keyPrefix: key });
+    try {
+      const charging = testProvider().charge(key, {
+        amountCents: 899,
+        currency: 'USD',
+        paymentMethod: order.paymentMethod,
+      });
+      await new Promise((r) => setTimeout(r, 400));
+      const refused = await settledElsewhere(order.orderId);
+      expect(refused.refused).toMatch(new RegExp(`charge ${key} is still processing`));
+      expect(refused.refused).toMatch(/wait until the provider decides the charge.*then resolve again/);
+      expect((await charging).charge.status).toBe('succeeded');
+    } finally {
+      await admin.clear();
+    }
+    expect(await settledElsewhere(order.orderId)).toEqual({});
+    await close(order.orderId);
+  });
+
+  it('after settled-elsewhere the refund step of any run refunds nothing at the provider', async () => {
+    const { order } = await compensatingAt('CHARGED');
+    expect(await settledElsewhere(order.orderId)).toEqual({});
+    expect(
+      await runActivity(acts.refundPayment, {
+        orderId: order.orderId,
+        chargeKey: chargeKeyFor(order.orderId),
+        idempotencyKey: `${order.orderId}:charge:refund`,
+      }),
+    ).toEqual({ outcome: 'nothing-to-refund', chargeStatus: 'settled-elsewhere' });
+    expect((await ledger(db, order.orderId)).refunds).toEqual([]);
+    await close(order.orderId);
+  });
+
+  it('the checker exempts no stock: a settled-elsewhere order that still holds stock is a violation', async () => {
+    const { order, sku } = await compensatingAt('CHARGED');
+    expect(await settledElsewhere(order.orderId)).toEqual({});
+    await withTransaction(db, (c) =>
+      c.query({ text: `UPDATE orders SET status = 'CANCELLED' WHERE order_id = $1`, values: [order.orderId] }),
+    );
+    const report = await checkInvariants(db, { deadlineMs: 86_400_000 });
+    const mine = report.violations.filter((v) => v.orderIds.includes(order.orderId));
+    expect(mine.map((v) => v.rule)).toContain('no reservation left HELD on a FAILED or CANCELLED order');
+    expect(mine.find((v) => v.rule.startsWith('no reservation left HELD'))?.detail).toBe(
+      'CANCELLED with 1 HELD reservation(s)',
+    );
+    // It is still the named exception for the money.
+    expect(report.exceptions).toContainEqual(expect.objectContaining({ orderId: order.orderId }));
+    expect(mine.map((v) => v.rule)).not.toContain(
+      'every FAILED or CANCELLED order that was charged has exactly one refund',
+    );
+    // Put it right (the stock back), so the shared database stays clean for the files after this one.
+    await runActivity(acts.releaseInventory, { orderId: order.orderId }).catch(() => undefined);
+    await db.query({
+      text: `WITH r AS (UPDATE reservations SET status = 'RELEASED' WHERE order_id = $1 AND status = 'HELD' RETURNING sku, qty)
+             UPDATE products p SET stock = p.stock + r.qty FROM r WHERE p.sku = r.sku`,
+      values: [order.orderId],
+    });
+    expect(
+      (await checkInvariants(db, { deadlineMs: 86_400_000 })).violations.filter((v) =>
+        v.orderIds.includes(order.orderId),
+      ),
+    ).toEqual([]);
+    expect(sku).toBeTruthy();
+  });
+});
+
+describe('a pending resolve is carried by the row to whichever run moves the order next', () => {
+  /** A charged order whose refund failed for good: NEEDS_ATTENTION from COMPENSATING, about refundPayment. */
+  async function escalated() {
+    const { order } = await orderAt('CHARGED');
+    await runActivity(acts.setOrderStatus, { orderId: order.orderId, status: 'COMPENSATING' });
+    await runActivity(acts.setOrderStatus, {
+      orderId: order.orderId,
+      status: 'NEEDS_ATTENTION',
+      reason: 'compensation refundPayment failed',
+      step: 'refundPayment',
+    });
+    return order;
+  }
+  const record = (orderId: string, requestId: string, action: string) =>
+    recordResolve(db, { orderId, requestId, action });
+  const check = (orderId: string, requestId: string, action: string) =>
+    runActivity(acts.checkResolution, {
+      orderId,
+      requestId,
+      action,
+      awaiting: 'compensation',
+      compensation: 'refundPayment',
+    });
+
+  it('a pending resolve reaches the next run: createOrder of a run taking the order over and every refused write name it, until a run leaves the escalation', async () => {
+    const order = await escalated();
+    await record(order.orderId, 'op-1', 'retry');
+    const takeOver = await runActivity(acts.createOrder, order);
+    expect(takeOver).toEqual({
+      outcome: 'owned',
+      status: 'NEEDS_ATTENTION',
+      attentionFrom: 'COMPENSATING',
+      attentionStep: 'refundPayment',
+      resolve: { requestId: 'op-1', action: 'retry' },
+    });
+    const refused = await failureOf(
+      runActivity(acts.reserveInventory, { orderId: order.orderId, customerId: order.customerId, items: order.items }),
+    );
+    expect(refused).toMatchObject({
+      type: 'OrderStateConflict',
+      details: [{ status: 'NEEDS_ATTENTION', attentionStep: 'refundPayment', resolve: { requestId: 'op-1' } }],
+    });
+    // Accepted by a run that then went away without leaving the escalation: still to apply.
+    expect(await check(order.orderId, 'op-1', 'retry')).toEqual({});
+    expect(await runActivity(acts.createOrder, order)).toMatchObject({ resolve: { requestId: 'op-1' } });
+    // The run that applies it leaves NEEDS_ATTENTION: spent.
+    expect(
+      await runActivity(acts.setOrderStatus, { orderId: order.orderId, status: 'COMPENSATING', resume: true }),
+    ).toBe('COMPENSATING');
+    expect(await runActivity(acts.createOrder, order)).not.toHaveProperty('resolve');
+  });
+
+  it('a resolve is applied once: its Signal again (a Reset reapplies it) does not answer a later escalation', async () => {
+    const order = await escalated();
+    await record(order.orderId, 'op-1', 'retry');
+    expect(await check(order.orderId, 'op-1', 'retry')).toEqual({});
+    await runActivity(acts.setOrderStatus, { orderId: order.orderId, status: 'COMPENSATING', resume: true });
+    await runActivity(acts.setOrderStatus, {
+      orderId: order.orderId,
+      status: 'NEEDS_ATTENTION',
+      reason: 'compensation refundPayment failed again',
+      step: 'refundPayment',
+    });
+    expect(await runActivity(acts.createOrder, order)).not.toHaveProperty('resolve');
+    const again = await check(order.orderId, 'op-1', 'retry');
+    expect(again.refused).toMatch(/request op-1 answered an earlier escalation of order .* send a new resolve/);
+    // A new request answers the new escalation.
+    await record(order.orderId, 'op-2', 'retry');
+    expect(await runActivity(acts.createOrder, order)).toMatchObject({ resolve: { requestId: 'op-2' } });
+    expect(await check(order.orderId, 'op-2', 'retry')).toEqual({});
+    // Put it right: refunded and released, FAILED.
+    await runActivity(acts.setOrderStatus, { orderId: order.orderId, status: 'COMPENSATING', resume: true });
+    await runActivity(acts.refundPayment, {
+      orderId: order.orderId,
+      chargeKey: chargeKeyFor(order.orderId),
+      idempotencyKey: `${order.orderId}:charge:refund`,
+    });
+    await runActivity(acts.releaseInventory, { orderId: order.orderId });
+    await runActivity(acts.setOrderStatus, { orderId: order.orderId, status: 'FAILED' });
+  });
+
+  it('an action that does not answer the escalation is refused, naming the actions that do', async () => {
+    const order = await escalated();
+    await record(order.orderId, 'op-1', 'charge-succeeded');
+    expect((await check(order.orderId, 'op-1', 'charge-succeeded')).refused).toBe(
+      'action must be one of retry, mark-resolved, settled-elsewhere while awaiting compensation',
+    );
+    const row = await db.query({
+      text: 'SELECT outcome FROM order_requests WHERE order_id = $1 AND request_id = $2',
+      values: [order.orderId, 'op-1'],
+    });
+    expect(row.rows[0]).toEqual({ outcome: 'refused' });
+    expect(await runActivity(acts.createOrder, order)).not.toHaveProperty('resolve');
+    await runActivity(acts.setOrderStatus, { orderId: order.orderId, status: 'COMPENSATING', resume: true });
+    await runActivity(acts.refundPayment, {
+      orderId: order.orderId,
+      chargeKey: chargeKeyFor(order.orderId),
+      idempotencyKey: `${order.orderId}:charge:refund`,
+    });
+    await runActivity(acts.releaseInventory, { orderId: order.orderId });
+    await runActivity(acts.setOrderStatus, { orderId: order.orderId, status: 'FAILED' });
   });
 });

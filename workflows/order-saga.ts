@@ -19,6 +19,7 @@ import { allHandlersFinished, ApplicationFailure, CancelledFailure, log, workflo
 import { ErrorTypes, SagaFailureTypes } from '../domain/failures';
 import { laneFor, laneTaskQueue } from '../domain/lanes';
 import {
+  chargeKeyFor,
   isPastPivot,
   OrderValidationError,
   parseOrder,
@@ -32,6 +33,7 @@ import { Recovery } from './recovery';
 import {
   compensationOpts,
   conflictStatus,
+  escalationIn,
   failureMessage,
   failureType,
   forwardOpts,
@@ -44,6 +46,14 @@ import {
 import { parseSagaConfig, type SagaConfig } from './saga-config';
 import { ending, pivotAsked, type Outcome } from './saga-phase';
 import { SagaRun } from './saga-run';
+
+/** A charge a person answered `charge-failed` for (checked against the provider): the order compensates. */
+const chargeFailedByOperator = (orderId: string): ApplicationFailure =>
+  ApplicationFailure.create({
+    type: ErrorTypes.PaymentDeclined,
+    message: `charge ${chargeKeyFor(orderId)} failed: the operator resolved charge-failed, and the provider agreed`,
+    nonRetryable: true,
+  });
 
 export { DEFAULT_SAGA_CONFIG, parseSagaConfig, type SagaConfig } from './saga-config';
 
@@ -228,8 +238,17 @@ class OrderSaga {
     // it is. An escalation the old run left counts as the operator's retry, from where it stood; one
     // made at the pivot (from CHARGED) goes back to the pivot, never backward.
     saga.status({ seen: created.status });
-    const status =
-      created.status === 'NEEDS_ATTENTION' ? await saga.status({ resume: saga.state.status }) : created.status;
+    let status = created.status;
+    if (status === 'NEEDS_ATTENTION') {
+      // A resolve a person gave the run that escalated, not yet applied, is applied here (recovery.ts).
+      const left = await this.recovery.answerLeft({
+        ...(created.attentionFrom ? { from: created.attentionFrom } : {}),
+        ...(created.attentionStep ? { step: created.attentionStep } : {}),
+        ...(created.resolve ? { resolve: created.resolve } : {}),
+      });
+      if (left.action === 'charge-failed') throw chargeFailedByOperator(saga.orderId);
+      status = left.status;
+    }
     const pastPivot =
       isPastPivot(status) || (created.status === 'NEEDS_ATTENTION' && created.attentionFrom === 'CHARGED');
     return pastPivot ? 'past-pivot' : 'next';
@@ -261,7 +280,8 @@ class OrderSaga {
     const opts = forwardOpts(saga.cfg.forwardRetryLimitMs);
     await saga.shielded(() =>
       this.step('createShipment', async () => {
-        let byOperator = false;
+        // A resolve applied when this run took the order over may say it was shipped by hand.
+        let byOperator = saga.byHand === 'createShipment';
         for (;;) {
           try {
             const summary = byOperator
@@ -280,18 +300,22 @@ class OrderSaga {
               const row = conflictStatus(err);
               // An escalation this run did not make (its waiting run was reset or terminated): the
               // restart counts as the operator's retry, from where the row stood.
-              if (
-                row === 'NEEDS_ATTENTION' &&
-                ['CHARGED', 'SHIPPED'].includes(await saga.status({ resume: saga.state.status }))
-              )
-                continue;
+              // A resolve a person gave that run, not yet applied, is applied instead (recovery.ts).
+              if (row === 'NEEDS_ATTENTION') {
+                const left = await this.recovery.answerLeft(escalationIn(err));
+                if (['CHARGED', 'SHIPPED'].includes(left.status)) {
+                  if (saga.byHand === 'createShipment') byOperator = true;
+                  continue;
+                }
+              }
               // The row went backward (another run compensated it): nothing shipped.
               if (row === 'COMPENSATING') throw err;
             }
             // Anything else may have shipped, or the row cannot say: never compensate, escalate.
             const why = `createShipment failed at the pivot: ${failureMessage(err)}`;
             // Shipped by hand: the same bookkeeping (lines SOLD, order SHIPPED), so nothing stays HELD.
-            if ((await this.recovery.escalate('forward-step', why)) === 'mark-resolved') byOperator = true;
+            if ((await this.recovery.escalate('forward-step', why, 'createShipment')) === 'mark-resolved')
+              byOperator = true;
           }
         }
       }),
@@ -308,6 +332,8 @@ class OrderSaga {
     const summary = `send confirmation for ${saga.orderId}`;
     const req = { orderId: saga.orderId, trackingNumber: this.tracking };
     let confirmed = false;
+    // Marked done by hand in the escalation this run took over: nothing to send.
+    if (saga.byHand === 'sendConfirmation') return false;
     await this.step('sendConfirmation', async () => {
       for (;;) {
         try {
@@ -316,14 +342,17 @@ class OrderSaga {
           return;
         } catch (err) {
           if (failureType(err) === SagaFailureTypes.OrderSettled) throw err;
-          // An escalation another run left (reset or terminated while it waited): the operator's retry.
-          if (
-            conflictStatus(err) === 'NEEDS_ATTENTION' &&
-            (await saga.status({ resume: saga.state.status })) === 'SHIPPED'
-          )
-            continue;
+          // An escalation another run left (reset or terminated while it waited): the resolve a person
+          // gave it, not yet applied, or else the operator's retry.
+          if (conflictStatus(err) === 'NEEDS_ATTENTION') {
+            const left = await this.recovery.answerLeft(escalationIn(err));
+            if (left.status === 'SHIPPED') {
+              if (left.action === 'mark-resolved') return;
+              continue;
+            }
+          }
           const why = `sendConfirmation failed after the pivot: ${failureMessage(err)}`;
-          if ((await this.recovery.escalate('forward-step', why)) === 'mark-resolved') return;
+          if ((await this.recovery.escalate('forward-step', why, 'sendConfirmation')) === 'mark-resolved') return;
         }
       }
     });

@@ -9,16 +9,18 @@
 import { ApplicationFailureCategory } from '@temporalio/common';
 import { allHandlersFinished, ApplicationFailure, CancelledFailure, isCancellation, log } from '@temporalio/workflow';
 import { ErrorTypes, SagaFailureTypes } from '../domain/failures';
-import { isPastPivot, type OrderResult, type OrderStatus } from '../domain/order';
+import { awaitingFrom, isPastPivot, type OrderResult, type OrderStatus } from '../domain/order';
 import { checkAnswer, type Answer, type ChargeProtocol } from './charge-protocol';
-import type { SagaState } from './messages';
+import type { ResolveAction, SagaState } from './messages';
 import {
   conflictStatus,
+  escalationIn,
   failureMessage,
   failureType,
   pastPivotStatus,
   recordedCancelIn,
   settledStatus,
+  type EscalationLeft,
 } from './saga-activities';
 import type { Resolution } from './saga-inbox';
 import { ending, TEMPORAL_CANCELLATION, type Backward, type Outcome } from './saga-phase';
@@ -97,11 +99,18 @@ export class Recovery {
       saga.learnCancel(e);
       let status = conflictStatus(e);
       if (failureType(e) !== ErrorTypes.OrderStateConflict || status === undefined) return 'backward';
-      // Escalated at or after the pivot (or shipped): never backward, whatever was asked.
+      // Escalated at or after the pivot (or shipped): never backward, whatever was asked. A resolve a
+      // person gave that escalation, not yet applied, is applied now (a later step would not know it).
       const ahead = pastPivotStatus(e);
+      const left = escalationIn(e);
+      if (ahead === 'NEEDS_ATTENTION' && left.resolve) return this.carryForward((await this.answerLeft(left)).status);
       if (ahead) return this.carryForward(ahead);
       try {
-        if (status === 'NEEDS_ATTENTION') status = await saga.status({ resume: saga.state.status });
+        if (status === 'NEEDS_ATTENTION') {
+          const left = await this.answerLeft(escalationIn(e));
+          if (left.action === 'charge-failed') return 'backward';
+          status = left.status;
+        }
         if (status === 'UNKNOWN_PAYMENT' && !saga.stopRequested()) {
           const verdict = await this.charge.inquireUntilKnown();
           if (verdict !== 'succeeded') return 'backward';
@@ -218,18 +227,86 @@ export class Recovery {
   }
 
   /**
+   * The row stands in an escalation this run did not make (the run that waited there was reset,
+   * terminated, or lost with its history). A resolve recorded there and not yet applied (a person
+   * answered that run) is applied now, checked against the ledger as it would have been there;
+   * refused, this run waits for a person as that run would have; without one, the escalation counts
+   * as the operator's retry. The run leaves
+   * NEEDS_ATTENTION (which spends the resolve) for where the row escalated from, or, after
+   * `charge-failed`, for COMPENSATING (the caller then goes backward). A compensation the person
+   * settled by hand or elsewhere is not run again.
+   */
+  async answerLeft(left: EscalationLeft): Promise<{ action: Answer; status: OrderStatus }> {
+    const { saga } = this;
+    const { state, inbox } = saga;
+    let action: Answer = 'retry';
+    let reason: string | undefined;
+    if (left.resolve) {
+      const awaiting = awaitingFrom(left.from);
+      const request = { ...left.resolve, action: left.resolve.action as ResolveAction };
+      inbox.carry(request);
+      const refused = await checkAnswer(saga, request, awaiting, awaiting === 'compensation' ? left.step : undefined);
+      inbox.answerCarried(refused);
+      if (!refused) {
+        action = request.action;
+        const { reference, note } = request;
+        log.warn('operator resolved the escalation another run left', { orderId: saga.orderId, action, reference });
+        reason = `${state.reason ?? 'the escalation another run left'} (operator: ${action}${reference ? `, reference ${reference}` : ''}${note ? `, ${note}` : ''})`;
+        state.reason = reason;
+      } else {
+        // Refused, as the run it was sent to would have refused it: this run waits for a person in its
+        // place (the row stays in NEEDS_ATTENTION), and acts on the answer it gets.
+        saga.status({ seen: 'NEEDS_ATTENTION' });
+        action = await this.escalate(
+          awaiting,
+          `the escalation another run left; the resolve ${request.requestId} given to it was refused: ${refused}`,
+          left.step,
+        );
+        reason = state.reason;
+      }
+      if (awaiting === 'compensation' && left.step && (action === 'mark-resolved' || action === 'settled-elsewhere'))
+        this.settledByHand(left.step);
+      // At the shipment (from CHARGED) or after it (from SHIPPED): the step is recorded as done by hand.
+      if (action === 'mark-resolved' && awaiting === 'forward-step')
+        saga.byHand = left.from === 'CHARGED' ? 'createShipment' : 'sendConfirmation';
+      saga.refresh();
+    }
+    const status = await saga.status({
+      resume: state.status,
+      ...(reason !== undefined ? { reason } : {}),
+      ...(action === 'charge-failed' ? { backward: true } : {}),
+    });
+    return { action, status };
+  }
+
+  /** A compensation a person did by hand or settled elsewhere: it counts as run, and does not run again. */
+  private settledByHand(name: string): void {
+    const { saga } = this;
+    const at = saga.compensations.findIndex((c) => c.name === name);
+    if (at < 0) return;
+    saga.compensations.splice(at, 1);
+    saga.state.compensationsRun.push(name);
+  }
+
+  /**
    * Escalates to NEEDS_ATTENTION and waits for an operator's resolve (an answer is checked against the
    * ledger first, here on the main path). While it waits on an unknown charge before the pivot, a
-   * cancel ends the wait: 'cancelled'.
+   * cancel ends the wait: 'cancelled'. `step`: what it is about (the compensation that failed, the
+   * shipment, the confirmation), written on the row with the escalation.
    */
-  async escalate(awaiting: NonNullable<SagaState['awaiting']>, reason: string, compensation?: string): Promise<Answer> {
+  async escalate(awaiting: NonNullable<SagaState['awaiting']>, reason: string, step?: string): Promise<Answer> {
     const { saga } = this;
     const { state, inbox } = saga;
     const previous = state.status;
     state.awaiting = awaiting;
     log.error('ALERT saga needs attention', { orderId: saga.orderId, reason, awaiting });
     try {
-      await saga.status({ to: 'NEEDS_ATTENTION', reason });
+      // The row says what the escalation is about, for a run that takes the order over.
+      await saga.status({
+        to: 'NEEDS_ATTENTION',
+        reason,
+        step: step ?? (awaiting === 'charge-outcome' ? 'chargePayment' : undefined),
+      });
     } catch (err) {
       // A row that cannot take NEEDS_ATTENTION (another run moved it): the run still waits for a
       // person, who sees it in the Web UI (current details, the state query); it never just ends.
@@ -255,7 +332,7 @@ export class Recovery {
       }
       if (inbox.resolution === undefined) break; // cancelled
       request = inbox.resolution;
-      const refused = await checkAnswer(saga, request, awaiting, compensation);
+      const refused = await checkAnswer(saga, request, awaiting, awaiting === 'compensation' ? step : undefined);
       inbox.answerResolve(refused);
       if (!refused) break;
       request = undefined;
@@ -272,8 +349,9 @@ export class Recovery {
     state.reason = `${reason} (operator: ${action}${reference ? `, reference ${reference}` : ''}${note ? `, ${note}` : ''})`;
     saga.refresh();
     if (previous !== 'NEEDS_ATTENTION') {
-      // Back to where the row stood when it escalated, which may be further than this run knows.
-      await saga.status({ resume: previous, reason: state.reason });
+      // Back to where the row stood when it escalated, which may be further than this run knows; a
+      // charge that failed goes backward on the row at once, so a run that replaces this one compensates too.
+      await saga.status({ resume: previous, reason: state.reason, backward: action === 'charge-failed' });
     }
     return action;
   }

@@ -18,7 +18,7 @@ import {
 import { TimeoutType } from '@temporalio/common';
 import { msToNumber } from '@temporalio/common/lib/time';
 import type { OrderActivities } from '../activities';
-import type { RecordedCancel } from '../activities/order-lock';
+import type { PendingResolve, RecordedCancel } from '../activities/order-lock';
 import { CHARGE_ATTEMPT_TIMEOUT_MS } from '../domain/charge-timing';
 import { ErrorTypes, NON_RETRYABLE, SagaFailureTypes } from '../domain/failures';
 import { isPastPivot, isTerminal, type OrderStatus } from '../domain/order';
@@ -223,7 +223,9 @@ export function conflictStatus(err: unknown): OrderStatus | undefined {
 interface ConflictDetails {
   status?: OrderStatus;
   attentionFrom?: OrderStatus | null;
+  attentionStep?: string | null;
   cancel?: RecordedCancel | null;
+  resolve?: PendingResolve | null;
 }
 
 /** The details of the first OrderStateConflict in the cause chain. */
@@ -250,6 +252,26 @@ export function pastPivotStatus(err: unknown): OrderStatus | undefined {
 /** The cancel recorded on the order row, as a refused write names it (OrderStateConflict's details). */
 export function recordedCancelIn(err: unknown): RecordedCancel | undefined {
   return stateConflictDetails(err)?.cancel ?? undefined;
+}
+
+/** The escalation a refused write found the row in: where it came from, what about, and a resolve still to apply. */
+export function escalationIn(err: unknown): EscalationLeft {
+  const d = stateConflictDetails(err);
+  return {
+    ...(d?.attentionFrom ? { from: d.attentionFrom } : {}),
+    ...(d?.attentionStep ? { step: d.attentionStep } : {}),
+    ...(d?.resolve ? { resolve: d.resolve } : {}),
+  };
+}
+
+/** An escalation another run of the order made and left (reset, terminated, or its history lost). */
+export interface EscalationLeft {
+  /** The status the row escalated from. */
+  from?: OrderStatus;
+  /** What it is about: the compensation that failed, the shipment, the confirmation. */
+  step?: string;
+  /** A resolve recorded for it and not yet applied. */
+  resolve?: PendingResolve;
 }
 
 /** The order is terminal and this run does not own it: another run settled it. Stop, change nothing. */

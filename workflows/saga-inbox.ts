@@ -9,7 +9,7 @@
  * than it did in the run (docs/decisions.md), and a command from a handler would then be out of place.
  */
 import { setHandler } from '@temporalio/workflow';
-import { isPastPivot, isTerminal } from '../domain/order';
+import { isPastPivot, isTerminal, RESOLVE_ACTIONS_FOR } from '../domain/order';
 import {
   answerQuery,
   cancelSignal,
@@ -55,6 +55,11 @@ export class SagaInbox {
   private readonly acceptedCancels = new Set<string>();
   /** The resolve waiting for the main path, which answers it with `answerResolve` (until then it is pending). */
   resolution: Resolution | undefined;
+  /**
+   * A resolve the order row holds for an escalation another run made (`carry`): the main path checks
+   * and applies it, then answers it (`answerCarried`). Its Signal, reapplied by a Reset, is the same request.
+   */
+  private carried: Resolution | undefined;
   private readonly answers = new Map<string, { refused?: string }>();
   /** Names requests sent without an ID (a Signal from the Web UI). */
   private requestSeq = 0;
@@ -92,6 +97,23 @@ export class SagaInbox {
     if (!this.resolution) return;
     this.answered(this.resolution.requestId, refused);
     this.resolution = undefined;
+  }
+
+  /**
+   * A resolve recorded in Postgres for the escalation this run found on the row: pending until the
+   * main path answers it. Postgres's record wins over an answer this run gave its Signal (a Signal a
+   * Reset reapplied before the run knew of the escalation is refused as "nothing to resolve").
+   */
+  carry(resolution: Resolution): void {
+    this.answers.delete(resolution.requestId);
+    this.carried = resolution;
+  }
+
+  /** The main path's answer to the carried resolve: applied, or refused and why. */
+  answerCarried(refused?: string): void {
+    if (!this.carried) return;
+    this.answered(this.carried.requestId, refused);
+    this.carried = undefined;
   }
 
   /** A request's ID as sent, or one made up for a request sent without it. */
@@ -137,6 +159,7 @@ export class SagaInbox {
       return { requestId, outcome: 'pending' };
     }
     if (this.queued.some((q) => q.requestId === requestId)) return { requestId, outcome: 'pending' };
+    if (requestId === this.carried?.requestId) return { requestId, outcome: 'pending' };
     if (requestId === this.resolution?.requestId)
       return phase === 'settled-elsewhere' ? accepted() : { requestId, outcome: 'pending' };
     return undefined;
@@ -185,7 +208,13 @@ export class SagaInbox {
   private resolve(req: ResolveRequest): void {
     const { action, note, reference, requestId: sent } = req ?? {};
     const requestId = this.requestIdOf(sent);
-    if (this.answers.has(requestId) || requestId === this.resolution?.requestId) return; // the same request again
+    // The same request again (a Reset reapplies Signals; the row may have carried it in already)
+    if (
+      this.answers.has(requestId) ||
+      requestId === this.resolution?.requestId ||
+      requestId === this.carried?.requestId
+    )
+      return;
     try {
       this.validateResolve(action, note, reference);
     } catch (err) {
@@ -207,14 +236,10 @@ export class SagaInbox {
     if (reference !== undefined && (typeof reference !== 'string' || reference.length > 200))
       throw new Error('reference must be a string of at most 200 characters');
     if (this.resolution !== undefined) throw new Error('another resolve is being applied');
-    const allowed: Record<NonNullable<SagaState['awaiting']>, ResolveAction[]> = {
-      'charge-outcome': ['charge-succeeded', 'charge-failed'],
-      compensation: ['retry', 'mark-resolved', 'settled-elsewhere'],
-      'forward-step': ['retry', 'mark-resolved'],
-    };
     if (!awaiting) throw new Error(`order ${orderId} is ${status}; there is nothing to resolve`);
-    if (!allowed[awaiting].includes(action as ResolveAction)) {
-      throw new Error(`action must be one of ${allowed[awaiting].join(', ')} while awaiting ${awaiting}`);
+    const allowed = RESOLVE_ACTIONS_FOR[awaiting];
+    if (!allowed.includes(action as ResolveAction)) {
+      throw new Error(`action must be one of ${allowed.join(', ')} while awaiting ${awaiting}`);
     }
     if (action === 'settled-elsewhere' && (typeof reference !== 'string' || !reference.trim()))
       throw new Error('reference: settled-elsewhere needs a reference to where it was settled (--reference)');

@@ -52,10 +52,13 @@ export interface Compensation {
 export type StatusChange =
   /** A step's own transaction moved the row (or found it further along): mirror it, write nothing. */
   | { seen: OrderStatus; reason?: string }
-  /** A guarded transition of the row (refused if the row does not allow it). */
-  | { to: OrderStatus; reason?: string }
-  /** Leave NEEDS_ATTENTION for the status the row escalated from (`resume`: where this run thinks it was). */
-  | { resume: OrderStatus; reason?: string };
+  /** A guarded transition of the row (refused if the row does not allow it); `step`: what an escalation is about. */
+  | { to: OrderStatus; reason?: string; step?: string }
+  /**
+   * Leave NEEDS_ATTENTION for the status the row escalated from (`resume`: where this run thinks it
+   * was), or, `backward`, for COMPENSATING (a charge a person said failed).
+   */
+  | { resume: OrderStatus; reason?: string; backward?: boolean };
 
 /** One run of the saga: what its rooms read and change. The main path alone issues commands through it. */
 export class SagaRun {
@@ -85,6 +88,11 @@ export class SagaRun {
   cancel: RecordedCancel | undefined;
   /** The cancels and resolves a person sent, and the answers to them. */
   readonly inbox: SagaInbox;
+  /**
+   * A step after the pivot a person marked done by hand (`mark-resolved`) in an escalation another
+   * run left, applied by this run (`Recovery.answerLeft`): it is recorded as done, not run again.
+   */
+  byHand: 'createShipment' | 'sendConfirmation' | undefined;
   private deadlineTimer: CancellationScope | undefined;
   /** The status the Web UI's search attributes show (the next wait brings them to `state.status`). */
   private shown: OrderStatus | undefined;
@@ -151,29 +159,32 @@ export class SagaRun {
       this.mirror(change.seen, change.reason);
       return change.seen;
     }
-    if ('resume' in change) return this.shielded(() => this.resumeRow(change.resume, change.reason));
-    return this.writeRow(change.to, change.reason);
+    if ('resume' in change)
+      return this.shielded(() => this.resumeRow(change.resume, change.reason, change.backward ?? false));
+    return this.writeRow(change.to, change.reason, change.step);
   }
 
-  private async writeRow(status: OrderStatus, reason: string | undefined): Promise<OrderStatus> {
+  private async writeRow(status: OrderStatus, reason: string | undefined, step?: string): Promise<OrderStatus> {
     const write = reason ?? this.state.reason;
     const now = await this.shielded(() =>
       this.act(statusOpts, 'setOrderStatus', `order ${this.orderId} → ${status}`, {
         orderId: this.orderId,
         status,
         reason: write,
+        ...(step !== undefined ? { step } : {}),
       }),
     );
     this.mirror(now, now === status ? reason : undefined);
     return now;
   }
 
-  private async resumeRow(status: OrderStatus, reason: string | undefined): Promise<OrderStatus> {
+  private async resumeRow(status: OrderStatus, reason: string | undefined, backward: boolean): Promise<OrderStatus> {
     const now = await this.act(statusOpts, 'setOrderStatus', `order ${this.orderId} → back from NEEDS_ATTENTION`, {
       orderId: this.orderId,
       status,
       ...(reason !== undefined ? { reason } : {}),
       resume: true,
+      ...(backward ? { backward } : {}),
     });
     this.mirror(now);
     return this.state.status;
