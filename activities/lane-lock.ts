@@ -104,7 +104,9 @@ export async function withLaneLock<T>(
     }
     await c.query('RESET lock_timeout'); // fn's statements, and the pool's later users, wait as long as they must
     // Prove this process is alive while it holds the lane. One renewal at a time; none once the task is
-    // cancelled or timed out (its work is no longer wanted, so it may be ended like a stopped one).
+    // cancelled or timed out (its work is no longer wanted, so it may be ended like a stopped one): the
+    // SDK times out on its own a task whose heartbeat is late, so a task stuck inside the lane in a live
+    // process stops renewing too, and loses the lane.
     let renewing: Promise<void> | undefined;
     const renew = setInterval(() => {
       if (renewing || broken || io.signal?.aborted) return;

@@ -32,7 +32,7 @@ const STOCK = 15;
 let env: TestWorkflowEnvironment;
 let db: Pool;
 let workers: ChildProcess[] = [];
-let frozen: ChildProcess | undefined;
+let holder: ChildProcess | undefined;
 const tmp = mkdtempSync(path.join(os.tmpdir(), 'order-saga-lanes-'));
 
 let bundled: string | undefined;
@@ -85,11 +85,65 @@ async function within<T>(ms: number, p: Promise<T>, what: string): Promise<T> {
   }
 }
 
-/** Lets a stopped process run again and kills it: nothing of this file is left behind. */
-async function endFrozen(): Promise<void> {
-  if (!frozen?.pid || frozen.exitCode !== null || frozen.signalCode !== null) return;
-  process.kill(frozen.pid, 'SIGCONT');
-  await stopProcess(frozen, 'SIGKILL');
+/** Lets the lane's holder run again if it was stopped, and kills it: nothing of this file is left behind. */
+async function endHolder(): Promise<void> {
+  if (!holder?.pid || holder.exitCode !== null || holder.signalCode !== null) return;
+  process.kill(holder.pid, 'SIGCONT');
+  await stopProcess(holder, 'SIGKILL');
+}
+
+/**
+ * A lane held by a worker process: the crash test's worker, whose first lane task hangs inside the lane
+ * (the lock held, the lease renewed), on a SKU of its own pinned to the lanes; its order started and
+ * the lane seen held by it, its lease renewed at least once.
+ */
+async function holdLane(prefix: string) {
+  const lanes = DEFAULT_SAGA_CONFIG.inventoryLanes;
+  const p = await createProduct(db, { stock: 5, priceCents: 400 });
+  const taskQueue = `${prefix}-${uid()}`;
+  const lane = laneTaskQueue(taskQueue, laneFor([p.sku], lanes));
+  const settings = await workerEnv(taskQueue, [p.sku]);
+  const marker = path.join(tmp, `holding-${taskQueue}`);
+  holder = (
+    await startTsProcess(
+      'test/support/crash-worker.ts',
+      { ...settings, CRASH_POINT: 'in-lane', CRASH_MARKER: marker },
+      /crash-worker: ready/,
+      { showStderr: true, readyTimeoutMs: 120_000 },
+    )
+  ).child;
+  const holderWorker = `${holder.pid}@${os.hostname()}`;
+  const order = () => makeOrder([{ sku: p.sku, qty: 1, unitPriceCents: p.priceCents }]);
+  const start = (o: ReturnType<typeof order>) =>
+    env.client.workflow.start(orderSaga, { taskQueue, workflowId: workflowIdFor(o.orderId), args: [o] });
+  const first = order();
+  const firstRun = await start(first);
+  await until(() => existsSync(marker), 'the holder to hang inside the lane', 90_000);
+  const lease = async () =>
+    (
+      await db.query<{ worker: string; expires_at: Date; now: Date }>({
+        text: 'SELECT worker, expires_at, clock_timestamp() AS now FROM lane_leases WHERE lane = $1',
+        values: [lane],
+      })
+    ).rows[0];
+  // Alive, it renews its lease: the expiry moves on.
+  const before = await lease();
+  expect(before?.worker).toBe(holderWorker);
+  await until(async () => (await lease())!.expires_at > before!.expires_at, 'the holder to renew its lease', 30_000);
+  return { p, lane, settings, holderWorker, order, start, first, firstRun, lease };
+}
+
+/** The lane's takeovers, and its tasks as lane_tasks recorded them. */
+async function laneRecords(lane: string) {
+  const { rows: taken } = await db.query<{ holder_worker: string; by_worker: string; expired_at: Date; at: Date }>({
+    text: 'SELECT holder_worker, by_worker, expired_at, at FROM lane_takeovers WHERE lane = $1',
+    values: [lane],
+  });
+  const { rows: tasks } = await db.query<{ order_id: string; worker: string; started_at: Date; ended_at: Date }>({
+    text: 'SELECT order_id, worker, started_at, ended_at FROM lane_tasks WHERE lane = $1',
+    values: [lane],
+  });
+  return { taken, tasks };
 }
 
 beforeAll(async () => {
@@ -97,7 +151,7 @@ beforeAll(async () => {
   db = testPool();
 });
 afterAll(async () => {
-  await endFrozen();
+  await endHolder();
   await Promise.all(workers.map((w) => stopProcess(w)));
   await db?.end();
   await env?.teardown();
@@ -160,39 +214,8 @@ describe('serial lanes across worker processes', () => {
   });
 
   it('a lane held by a frozen process is freed: SIGSTOP of the worker holding it, another process takes the lane over and the orders complete', async () => {
-    const lanes = DEFAULT_SAGA_CONFIG.inventoryLanes;
-    const p = await createProduct(db, { stock: 5, priceCents: 400 });
-    const taskQueue = `frozen-${uid()}`;
-    const lane = laneTaskQueue(taskQueue, laneFor([p.sku], lanes));
-    const settings = await workerEnv(taskQueue, [p.sku]);
-    const marker = path.join(tmp, 'holding');
-    // The holder: the real activities, whose first lane task hangs inside the lane (lock held, lease renewed).
-    frozen = (
-      await startTsProcess(
-        'test/support/crash-worker.ts',
-        { ...settings, CRASH_POINT: 'in-lane', CRASH_MARKER: marker },
-        /crash-worker: ready/,
-        { showStderr: true, readyTimeoutMs: 120_000 },
-      )
-    ).child;
-    const holderWorker = `${frozen.pid}@${os.hostname()}`;
-    const order = () => makeOrder([{ sku: p.sku, qty: 1, unitPriceCents: p.priceCents }]);
-    const start = (o: ReturnType<typeof order>) =>
-      env.client.workflow.start(orderSaga, { taskQueue, workflowId: workflowIdFor(o.orderId), args: [o] });
-    const first = order();
-    const firstRun = await start(first);
-    await until(() => existsSync(marker), 'the holder to hang inside the lane', 90_000);
-    const lease = async () =>
-      (
-        await db.query<{ worker: string; expires_at: Date; now: Date }>({
-          text: 'SELECT worker, expires_at, clock_timestamp() AS now FROM lane_leases WHERE lane = $1',
-          values: [lane],
-        })
-      ).rows[0];
-    // Alive, it renews its lease: the expiry moves on.
-    const before = await lease();
-    expect(before?.worker).toBe(holderWorker);
-    await until(async () => (await lease())!.expires_at > before!.expires_at, 'the holder to renew its lease', 30_000);
+    const { p, lane, settings, holderWorker, order, start, first, firstRun, lease } = await holdLane('frozen');
+    const frozen = holder!;
 
     process.kill(frozen.pid!, 'SIGSTOP');
     const stoppedAt = (await lease())!.now;
@@ -209,10 +232,7 @@ describe('serial lanes across worker processes', () => {
     expect(outcomes.map((o) => o.status)).toEqual(['COMPLETED', 'COMPLETED']);
 
     // The stopped holder was seen and its session ended by the other process, after its lease ran out.
-    const { rows: taken } = await db.query<{ holder_worker: string; by_worker: string; expired_at: Date; at: Date }>({
-      text: 'SELECT holder_worker, by_worker, expired_at, at FROM lane_takeovers WHERE lane = $1',
-      values: [lane],
-    });
+    const { taken, tasks } = await laneRecords(lane);
     expect(taken).toHaveLength(1);
     expect(taken[0]!.holder_worker).toBe(holderWorker);
     expect(taken[0]!.by_worker).toBe(`${other.pid}@${os.hostname()}`);
@@ -224,10 +244,6 @@ describe('serial lanes across worker processes', () => {
     // Each order reserved once, by the process that runs; the stopped holder committed nothing.
     expect((await productRow(db, p.sku)).stock).toBe(3);
     for (const o of [first, second]) expect((await reservations(db, o.orderId)).map((r) => r.status)).toEqual(['SOLD']);
-    const { rows: tasks } = await db.query<{ order_id: string; worker: string; started_at: Date; ended_at: Date }>({
-      text: 'SELECT order_id, worker, started_at, ended_at FROM lane_tasks WHERE lane = $1',
-      values: [lane],
-    });
     expect(tasks.map((t) => t.worker)).not.toContain(holderWorker);
     expect(tasks.map((t) => t.order_id).sort()).toEqual([first.orderId, second.orderId].sort());
     expect(maxOverlap(tasks)).toBe(1);
@@ -236,6 +252,39 @@ describe('serial lanes across worker processes', () => {
         `taken over ${(taken[0]!.at.getTime() - stoppedAt.getTime()) / 1000} s after SIGSTOP (database clock); ` +
         `the lane's tasks done ${Math.max(...tasks.map((t) => t.ended_at.getTime() - stoppedAt.getTime())) / 1000} s after it`,
     );
-    await endFrozen();
+    await endHolder();
+  }, 300_000);
+
+  it('a lane held by a stuck task is freed: its process alive, its attempt timed out, it stops renewing, the lane is taken over and the orders complete', async () => {
+    const { p, lane, settings, holderWorker, order, start, first, firstRun } = await holdLane('stuck');
+    const other = await startWorkerProcess(settings);
+    workers.push(other);
+    const second = order();
+    const t0 = Date.now();
+    const secondRun = await start(second);
+    // The holder's attempt times out (its heartbeat is late: the SDK cancels it), and it stops renewing.
+    // Generous: renewing on, it would hold the lane until the orders' deadline (24 h).
+    const outcomes = await within(
+      180_000,
+      Promise.all([orderOutcome(firstRun), orderOutcome(secondRun)]),
+      'both orders decided with the lane holder stuck',
+    );
+    expect(outcomes.map((o) => o.status)).toEqual(['COMPLETED', 'COMPLETED']);
+    expect(holder!.exitCode).toBeNull(); // it was alive all along
+
+    const { taken, tasks } = await laneRecords(lane);
+    expect(taken).toHaveLength(1);
+    expect(taken[0]!.holder_worker).toBe(holderWorker);
+    expect(taken[0]!.by_worker).toBe(`${other.pid}@${os.hostname()}`);
+    expect((await productRow(db, p.sku)).stock).toBe(3);
+    for (const o of [first, second]) expect((await reservations(db, o.orderId)).map((r) => r.status)).toEqual(['SOLD']);
+    expect(tasks.map((t) => t.worker)).not.toContain(holderWorker);
+    expect(tasks.map((t) => t.order_id).sort()).toEqual([first.orderId, second.orderId].sort());
+    expect(maxOverlap(tasks)).toBe(1);
+    console.log(
+      `stuck lane holder: lease expired ${taken[0]!.expired_at.toISOString()}, taken over ${taken[0]!.at.toISOString()}; ` +
+        `both orders decided ${(Date.now() - t0) / 1000} s after the second started`,
+    );
+    await endHolder();
   }, 300_000);
 });
