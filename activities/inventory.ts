@@ -119,7 +119,7 @@ function checkStock(items: ReserveRequest['items'], snapshot: SnapshotRow[]): vo
 }
 
 /** After a commit found rows of this order already there: only a real reservation counts as one. */
-async function confirmReserved(db: Pool, orderId: string): Promise<OrderStatus> {
+async function confirmReserved(db: Pool | PoolClient, orderId: string): Promise<OrderStatus> {
   const gate = await reserveGate(db, orderId);
   if (gate === 'reserve') stateConflict(orderId, 'PENDING', 'reserve: reservation rows of this order exist already');
   return gate;
@@ -262,10 +262,11 @@ export async function reserveOptimistic(
 /**
  * The serial lane's reservation: the logic first (outside any transaction), then one short
  * transaction that locks the rows with SELECT … FOR UPDATE in primary-key order, checks and writes.
- * No business logic runs while the locks are held. One lane runs one of these at a time.
+ * No business logic runs while the locks are held. One lane runs one of these at a time, on the lane's
+ * session (withLaneLock): a holder whose session is ended for a lapsed lease commits nothing.
  */
 export async function reserveSerial(
-  db: Pool,
+  db: PoolClient,
   req: ReserveRequest,
   io: Pick<ReserveIo, 'logic' | 'metrics' | 'heartbeat'>,
 ): Promise<ReserveResult> {
@@ -279,7 +280,7 @@ export async function reserveSerial(
     const snapshot = await readSnapshot(db, skus);
     checkStock(items, snapshot);
     await io.logic?.(req, snapshot, undo);
-    await withTransaction(db, (c) =>
+    await onSession(db, (c) =>
       commitReservation(c, req, items, async () => {
         const locked = await readSnapshot(c, skus, true);
         checkStock(items, locked);
@@ -300,6 +301,19 @@ export async function reserveSerial(
       const status = await confirmReserved(db, req.orderId);
       return { outcome: 'already-reserved', path: 'lane', attempts: 1, conflicts: 0, status };
     }
+    throw err;
+  }
+}
+
+/** BEGIN … COMMIT on one connection the caller holds (the lane's session), rolled back on any error. */
+async function onSession<T>(c: PoolClient, fn: (c: PoolClient) => Promise<T>): Promise<T> {
+  await c.query('BEGIN');
+  try {
+    const result = await fn(c);
+    await c.query('COMMIT');
+    return result;
+  } catch (err) {
+    await c.query('ROLLBACK').catch(() => undefined);
     throw err;
   }
 }
@@ -376,8 +390,8 @@ export function inventoryActivities(deps: InventoryDeps) {
           log.warn(m, f);
         },
       };
-      const result = await withLaneLock(deps.db, lane, req.orderId, io, () =>
-        reserveSerial(deps.db, req, { logic, metrics: deps.metrics, heartbeat: (d) => ctx.heartbeat(d) }),
+      const result = await withLaneLock(deps.db, lane, req.orderId, io, (session) =>
+        reserveSerial(session, req, { logic, metrics: deps.metrics, heartbeat: (d) => ctx.heartbeat(d) }),
       );
       log.info('inventory reserved by the serial lane', { orderId: req.orderId, ...result });
       return result;

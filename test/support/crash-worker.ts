@@ -5,11 +5,16 @@
  *   after-release-commit  the release has committed; the activity has not completed
  *   workflows-only        no crash point: it runs workflow tasks and their local activities only
  *                         (the test runs the regular activities)
+ *   in-lane               it polls the serial lanes too (INVENTORY_LANE_SKUS pins SKUs to them), and
+ *                         its first lane task hangs holding its lane, still renewing the lane's lease,
+ *                         so the test can SIGSTOP it there
  * (The charge case needs no hook: the provider's hang fault commits and never answers.)
  */
 import { writeFileSync } from 'node:fs';
 import { NativeConnection, Worker } from '@temporalio/worker';
 import { createActivities } from '../../activities';
+import { DEFAULT_SAGA_CONFIG } from '../../workflows/saga-config';
+import { laneTaskQueue } from '../../domain/lanes';
 import { createPool } from '../../db/pool';
 import { readConfig } from '../../lib/config';
 import { dataConverterFor, requirePayloadKeys } from '../../platform/payload-codec';
@@ -20,9 +25,20 @@ async function main(): Promise<void> {
   const point = process.env.CRASH_POINT ?? '';
   const marker = process.env.CRASH_MARKER ?? '';
   const db = createPool(cfg.databaseUrl!);
+  let held = false;
   const real = createActivities({
     db,
     provider: createProviderClient({ baseUrl: cfg.providerUrl, apiKey: cfg.providerApiKey, timeoutMs: 10_000 }),
+    cas: { laneSkus: cfg.laneSkus },
+    // Runs inside the lane (the lock held, its lease renewed), before the commit.
+    ...(point === 'in-lane' && {
+      reserveLogic: async () => {
+        if (held) return;
+        held = true;
+        writeFileSync(marker, point);
+        await new Promise<never>(() => undefined);
+      },
+    }),
   });
   /** Runs the real activity; at this crash point, marks the file and never completes. */
   const hangAfter =
@@ -45,12 +61,28 @@ async function main(): Promise<void> {
     connection,
     dataConverter: dataConverterFor(requirePayloadKeys()),
     taskQueue: cfg.taskQueue,
-    workflowsPath: require.resolve('../../workflows'),
+    ...(process.env.WORKFLOW_BUNDLE
+      ? { workflowBundle: { codePath: process.env.WORKFLOW_BUNDLE } }
+      : { workflowsPath: require.resolve('../../workflows') }),
     activities,
     enableNonLocalActivities: point !== 'workflows-only',
   });
+  const lanes =
+    point === 'in-lane'
+      ? await Promise.all(
+          Array.from({ length: DEFAULT_SAGA_CONFIG.inventoryLanes }, (_, n) =>
+            Worker.create({
+              connection,
+              dataConverter: dataConverterFor(requirePayloadKeys()),
+              taskQueue: laneTaskQueue(cfg.taskQueue, n),
+              activities: { reserveInventorySerial: real.reserveInventorySerial },
+              maxConcurrentActivityTaskExecutions: 1,
+            }),
+          ),
+        )
+      : [];
   process.stdout.write('crash-worker: ready\n');
-  await worker.run();
+  await Promise.all([worker, ...lanes].map((w) => w.run()));
 }
 
 main().catch((err: Error) => {
