@@ -25,6 +25,7 @@ import { laneTaskQueue } from './domain/lanes';
 import { readConfig, readWorkerSettings, type AppConfig } from './lib/config';
 import { TemporalProfileError } from './lib/temporal-connection';
 import { DEPLOYMENT_NAME, makeVersionCurrent, orderTaskQueues, resolveBuildId, versionName } from './lib/deployments';
+import { databaseAnswers, healthRoutes, type Readiness } from './platform/health';
 import { jsonApp, jsonServer, rawPath } from './platform/http';
 import { dataConverterFor, requirePayloadKeys } from './platform/payload-codec';
 import { activeTracing, startTracing, type Tracing } from './platform/tracing';
@@ -281,16 +282,22 @@ function sweeperMetrics(registry: Registry, stats: SweeperStats): void {
   );
 }
 
-/** GET /metrics (Prometheus text) and GET /stats (JSON) of the inventory metrics; any other request gets a JSON 4xx. */
+/**
+ * GET /metrics (Prometheus text) and GET /stats (JSON) of the inventory metrics, GET /healthz and
+ * GET /readyz (platform/health.ts; ready per `ready`, always without one); any other request gets a
+ * JSON 4xx.
+ */
 export function startMetricsServer(
   metrics: InventoryMetrics,
   port: number,
   host = '127.0.0.1',
   sweeper?: SweeperStats,
+  ready: Readiness = () => Promise.resolve(undefined),
 ): Promise<http.Server> {
   const registry = inventoryRegistry(metrics);
   if (sweeper) sweeperMetrics(registry, sweeper);
   const app = jsonApp();
+  healthRoutes(app, ready);
   app.get('/metrics', async (c) => c.body(await registry.metrics(), 200, { 'content-type': registry.contentType }));
   app.get('/stats', (c) => c.json({ skus: metrics.snapshot() }));
   for (const path of ['/metrics', '/stats']) {
@@ -337,12 +344,12 @@ async function main(): Promise<void> {
     ...(bundlePath ? { workflowBundle: { codePath: bundlePath } } : {}),
     ...(versioning ? { versioning } : {}),
   });
-  const server = await startMetricsServer(w.metrics, own.metricsPort, '127.0.0.1', w.sweeperStats);
+  const server = await startMetricsServer(w.metrics, own.metricsPort, own.metricsHost, w.sweeperStats, workersReady(w));
   const port = (server.address() as AddressInfo).port;
   process.stdout.write(
     `worker: polling task queue "${cfg.taskQueue}" and ${lanes} serial lane(s) on ${cfg.temporal.summary} ` +
       `${w.version ? `as ${versionName(w.version)} (sagas pinned to it)` : 'unversioned'}; ` +
-      `inventory metrics http://127.0.0.1:${port}/metrics, Temporal metrics ${runtimeMetrics === 'off' ? 'off' : `http://${runtimeMetrics}/metrics`}\n`,
+      `inventory metrics http://${own.metricsHost}:${port}/metrics (and /healthz, /readyz), Temporal metrics ${runtimeMetrics === 'off' ? 'off' : `http://${runtimeMetrics}/metrics`}\n`,
   );
   try {
     const running = w.run(); // SIGINT/SIGTERM shut the workers down gracefully (the SDK installs those handlers)
@@ -355,6 +362,17 @@ async function main(): Promise<void> {
     await connection.close();
     await tracing?.shutdown();
   }
+}
+
+/** Ready while every worker of the process (the main one and each lane) runs, and the database answers. */
+export function workersReady(w: Pick<OrderWorkers, 'workers' | 'db'>): Readiness {
+  const db = databaseAnswers(w.db);
+  return async () => {
+    const stopped = w.workers.filter((x) => x.getState() !== 'RUNNING');
+    if (stopped.length)
+      return `${stopped.length} of ${w.workers.length} workers are not polling (${stopped.map((x) => `${x.options.taskQueue}: ${x.getState()}`).join(', ')})`;
+    return db();
+  };
 }
 
 /** WORKER_MAKE_CURRENT: this worker's version becomes current once it polls; a failure stops the worker. */

@@ -94,6 +94,11 @@ export function startCodecServer(opts: CodecServerOptions): Promise<CodecServer>
       return;
     }
     const url = new URL(req.url ?? '/', 'http://codec');
+    // Alive and ready are one here: it needs nothing but its keys, which it had to start.
+    if (req.method === 'GET' && (url.pathname === '/healthz' || url.pathname === '/readyz')) {
+      send(200, { ok: true });
+      return;
+    }
     const segments = url.pathname.split('/').filter(Boolean);
     if (req.method === 'OPTIONS') {
       send(204, undefined, {

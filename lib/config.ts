@@ -118,8 +118,10 @@ export interface WorkerSettings {
   workflowBundle: string | undefined;
   /** A Worker Deployment version, unless WORKER_VERSIONING=off (BUILD_ID names the build: lib/deployments.ts). */
   versioned: boolean;
-  /** WORKER_METRICS_PORT: where the worker serves its inventory metrics. */
+  /** WORKER_METRICS_PORT: where the worker serves its inventory metrics, /healthz and /readyz. */
   metricsPort: number;
+  /** WORKER_METRICS_HOST: the address it listens on (127.0.0.1; 0.0.0.0 in a container, for its probes). */
+  metricsHost: string;
   /** WORKER_MAKE_CURRENT=true: the worker makes its own version current once it polls. */
   makeCurrent: boolean;
 }
@@ -138,6 +140,7 @@ export function readWorkerSettings(env: NodeJS.ProcessEnv = process.env): Worker
     workflowBundle: env.WORKFLOW_BUNDLE,
     versioned: env.WORKER_VERSIONING !== 'off',
     metricsPort: Number(env.WORKER_METRICS_PORT ?? DEFAULT_PORTS.workerMetrics),
+    metricsHost: env.WORKER_METRICS_HOST ?? '127.0.0.1',
     makeCurrent: env.WORKER_MAKE_CURRENT === 'true',
   };
 }

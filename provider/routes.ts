@@ -9,6 +9,7 @@ import type { Context, MiddlewareHandler } from 'hono';
 import * as v from 'valibot';
 import { parseWith } from '../domain/validation';
 import { HttpError, jsonApp, jsonBody, rawPath, readJson, type JsonEnv } from '../platform/http';
+import { healthRoutes, type Readiness } from '../platform/health';
 import {
   ChargeRequestSchema,
   IDEMPOTENCY_HEADER,
@@ -173,11 +174,11 @@ function callFaults(book: FaultBook, target: FaultTarget, key: string, c: Contex
 
 /**
  * The payment API: POST /v1/charges, GET /v1/charges/:key (the inquiry), POST /v1/charges/:key/cancel
- * (the technical cancel), POST /v1/refunds; GET /healthz.
+ * (the technical cancel), POST /v1/refunds; GET /healthz and GET /readyz (its database answers).
  */
-export function createProviderApp(ledger: Ledger, faults: FaultBook, apiKeys: string[]) {
+export function createProviderApp(ledger: Ledger, faults: FaultBook, apiKeys: string[], ready: Readiness) {
   const app = jsonApp<KeyedEnv>((err) => log('error', { message: err.message }));
-  app.get('/healthz', (c) => c.json({ ok: true }));
+  healthRoutes(app, ready);
   // Exactly the keys configured now: a key removed from the configuration stops working at restart.
   app.use(
     '*',

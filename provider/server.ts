@@ -8,6 +8,7 @@ import type http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Pool } from 'pg';
 import { createPool, WARM_CONNECTIONS } from '../db/pool';
+import { databaseAnswers } from '../platform/health';
 import { jsonServer } from '../platform/http';
 import { startTracing } from '../platform/tracing';
 import { readProviderConfig, type ProviderConfig } from './config';
@@ -24,7 +25,9 @@ export async function startProvider(
   const pool = createPool(cfg.databaseUrl, { min: WARM_CONNECTIONS });
   const ledger = await openLedger(pool, cfg.apiKeys);
   const faults = new FaultBook();
-  const server = jsonServer(createProviderApp(ledger, faults, cfg.apiKeys));
+  const server = jsonServer(
+    createProviderApp(ledger, faults, cfg.apiKeys, databaseAnswers(pool, "the ledger's database")),
+  );
   const admin = jsonServer(createAdminApp(faults, cfg.adminKeys));
   const listen = (srv: http.Server, port: number, host: string): Promise<number> =>
     new Promise((resolve, reject) => {
