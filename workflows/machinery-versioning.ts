@@ -9,5 +9,7 @@ import { setWorkflowOptions, workflowInfo } from '@temporalio/workflow';
 
 /** Marks `fn` auto-upgrade whenever its run executes on a worker of a Worker Deployment version. */
 export function neverPinned<A extends unknown[], R>(fn: (...args: A) => Promise<R>): void {
-  setWorkflowOptions(() => (workflowInfo().currentDeploymentVersion ? { versioningBehavior: 'AUTO_UPGRADE' } : {}), fn);
+  // An unversioned worker still names a build (its bundle's checksum), but no deployment.
+  const versioned = (): boolean => !!workflowInfo().currentDeploymentVersion?.deploymentName;
+  setWorkflowOptions(() => (versioned() ? { versioningBehavior: 'AUTO_UPGRADE' } : {}), fn);
 }
