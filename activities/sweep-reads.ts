@@ -5,7 +5,7 @@
  * whether a failure means Temporal is out of reach. Read only: every write is activities/sweeper.ts's.
  */
 import { isGrpcServiceError, type Client } from '@temporalio/client';
-import { heartbeat, log } from '@temporalio/activity';
+import { Context, heartbeat, log } from '@temporalio/activity';
 import type { google } from '@temporalio/proto';
 import { temporal } from '@temporalio/proto';
 import type { Pool } from 'pg';
@@ -38,8 +38,9 @@ export async function settledButRunning(
   db: Pool,
   client: Client,
   o: { graceMs: number; orderIds?: string[] },
+  now: () => number,
 ): Promise<OpenOrderRow[]> {
-  const startedBefore = new Date(Date.now() - o.graceMs).toISOString();
+  const startedBefore = new Date(now() - o.graceMs).toISOString();
   const ids: string[] = [];
   // Only these orders' runs when an operator sweeps a few (their IDs are plain identifiers: quoted as they are).
   const only = o.orderIds ? ` AND WorkflowId IN (${o.orderIds.map((id) => `'${workflowIdFor(id)}'`).join(', ')})` : '';
@@ -69,6 +70,21 @@ export async function settledButRunning(
   return rows;
 }
 
+/**
+ * The Temporal server's clock, as the running sweep knows it: the server's timestamp of this attempt's
+ * scheduling, moved on by the time this process has measured since then (monotonic). The sweep compares
+ * it with the server's own timestamps (a run's last event, a heartbeat, a poll), never this host's wall
+ * clock with the server's: a worker whose clock is off judges stalls as one whose clock is right. It runs
+ * behind the server by the attempt's pickup latency, which makes a stall look younger, never older.
+ */
+export function serverClock(
+  scheduledAtMs: number = Context.current().info.currentAttemptScheduledTimestampMs,
+  monotonic: () => number = () => performance.now(),
+): () => number {
+  const t0 = monotonic();
+  return () => scheduledAtMs + (monotonic() - t0);
+}
+
 export const millis = (t: google.protobuf.ITimestamp | null | undefined): number | undefined =>
   t?.seconds == null ? undefined : Number(t.seconds) * 1000 + Math.floor((t.nanos ?? 0) / 1e6);
 const iso = (t: google.protobuf.ITimestamp | null | undefined): string | undefined => {
@@ -80,13 +96,14 @@ const iso = (t: google.protobuf.ITimestamp | null | undefined): string | undefin
 export async function activityFacts(
   client: Client,
   a: temporal.api.workflow.v1.IPendingActivityInfo,
+  now: number,
 ): Promise<PendingActivityFacts> {
   const out: PendingActivityFacts = {
     type: a.activityType?.name ?? '',
     attempt: a.attempt ?? 1,
     lastFailure: await taskFailureMessage(client.options.loadedDataConverter, a.lastFailure),
   };
-  const overdue = a.paused ? undefined : overdueOf(a);
+  const overdue = a.paused ? undefined : overdueOf(a, now);
   if (overdue) out.overdue = overdue;
   if (a.paused) {
     const by = a.pauseInfo?.manual ?? a.pauseInfo?.rule;
@@ -111,7 +128,7 @@ const durationMs = (d: google.protobuf.IDuration | null | undefined): number =>
  */
 export function overdueOf(
   a: temporal.api.workflow.v1.IPendingActivityInfo,
-  now = Date.now(),
+  now: number,
 ): PendingActivityFacts['overdue'] {
   const opts = a.activityOptions;
   const due: { at: number; timeout: 'schedule-to-start' | 'start-to-close' | 'heartbeat' }[] = [];
@@ -149,13 +166,13 @@ export async function lastEventMs(client: Client, workflowId: string, runId: str
 const POLLER_GONE_MS = 120_000;
 
 /** The versions polling a task queue's workflow tasks (`name:build`, or `''` for an unversioned worker). */
-export async function pollersOf(client: Client, queue: string): Promise<string[]> {
+export async function pollersOf(client: Client, queue: string, now: number): Promise<string[]> {
   const res = await client.workflowService.describeTaskQueue({
     namespace: client.options.namespace,
     taskQueue: { name: queue, kind: TaskQueueKind.TASK_QUEUE_KIND_NORMAL },
     taskQueueType: TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
   });
-  const live = (res.pollers ?? []).filter((p) => Date.now() - (millis(p.lastAccessTime) ?? 0) < POLLER_GONE_MS);
+  const live = (res.pollers ?? []).filter((p) => now - (millis(p.lastAccessTime) ?? 0) < POLLER_GONE_MS);
   return live.map((p) => {
     const d = p.deploymentOptions;
     return d?.workerVersioningMode === WorkerVersioningMode.WORKER_VERSIONING_MODE_VERSIONED && d.buildId

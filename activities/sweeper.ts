@@ -43,6 +43,7 @@ import {
 } from './sweep-classify';
 import {
   activityFacts,
+  serverClock,
   holdings,
   lastEventMs,
   lastTasks,
@@ -120,6 +121,21 @@ interface Sweep {
   oldestStranded: number;
   /** The versions polling each task queue, asked once per sweep. */
   pollers: Map<string, Promise<string[]>>;
+  /** The Temporal server's clock (serverClock): every time compared with the server's timestamps. */
+  now: () => number;
+}
+
+/**
+ * What stopped the run this time: its paused activity's pause (a second pause is another), else the
+ * length of its history (a run that moved on and stopped again has a longer one).
+ */
+export function episodeOf(
+  raw: temporal.api.workflowservice.v1.IDescribeWorkflowExecutionResponse | undefined,
+): string | undefined {
+  const paused = raw?.pendingActivities?.find((a) => a.paused);
+  if (paused) return `activity ${paused.activityId} paused at ${millis(paused.pauseInfo?.pauseTime) ?? '?'}`;
+  const events = raw?.workflowExecutionInfo?.historyLength;
+  return events == null ? undefined : `${Number(events)} events`;
 }
 
 /** One order being swept; `step` names what it was doing, for the reason when that fails. */
@@ -139,11 +155,11 @@ export function sweeperActivities({
   temporal?: SweeperTemporal;
   stats?: SweeperStats;
 }) {
-  const record = async (a: SweepAction): Promise<SweepAction> => {
+  const record = async (a: SweepAction, episode?: string): Promise<SweepAction> => {
     await db.query({
-      text: `INSERT INTO sweeper_actions (order_id, action, cause, reason, run_id, new_run_id)
-             VALUES ($1, $2, $3, $4, $5, $6)`,
-      values: [a.orderId, a.action, a.cause, a.reason, a.runId ?? null, a.newRunId ?? null],
+      text: `INSERT INTO sweeper_actions (order_id, action, cause, reason, run_id, new_run_id, episode)
+             VALUES ($1, $2, $3, $4, $5, $6, $7)`,
+      values: [a.orderId, a.action, a.cause, a.reason, a.runId ?? null, a.newRunId ?? null, episode ?? null],
     });
     // A person's attention, and every run found not moving even when healed, is an alert line.
     const alert = a.action === 'person' || a.action === 'alert' || STALL_CAUSES.includes(a.cause);
@@ -170,30 +186,44 @@ export function sweeperActivities({
   };
 
   /**
-   * A person is told once per order, cause and run: again only after another action on the order
-   * (a restart, a reset) or for another cause or run.
+   * A person is told once per episode: again after another action on the order (a restart, a reset),
+   * for another cause or run, or when the same run stopped again (`episode`: episodeOf).
    */
   const handToPerson = async (
     orderId: string,
     cause: SweepCause,
     reason: string,
     runId?: string,
+    episode?: string,
   ): Promise<SweepAction | undefined> => {
-    const { rows } = await db.query<{ action: string; cause: string | null; run_id: string | null }>({
-      text: `SELECT action, cause, run_id FROM sweeper_actions WHERE order_id = $1 AND action <> 'alert'
+    const { rows } = await db.query<{
+      action: string;
+      cause: string | null;
+      run_id: string | null;
+      episode: string | null;
+    }>({
+      text: `SELECT action, cause, run_id, episode FROM sweeper_actions WHERE order_id = $1 AND action <> 'alert'
               ORDER BY at DESC, id DESC LIMIT 1`,
       values: [orderId],
     });
     const last = rows[0];
-    if (last?.action === 'person' && (last.cause ?? cause) === cause && (last.run_id ?? '') === (runId ?? ''))
+    if (
+      last?.action === 'person' &&
+      (last.cause ?? cause) === cause &&
+      (last.run_id ?? '') === (runId ?? '') &&
+      (last.episode ?? '') === (episode ?? '')
+    )
       return undefined; // already told, nothing new since
-    return record({
-      orderId,
-      action: 'person',
-      cause,
-      reason: `${reason}; ${await holdings(db, orderId)}`,
-      ...(runId ? { runId } : {}),
-    });
+    return record(
+      {
+        orderId,
+        action: 'person',
+        cause,
+        reason: `${reason}; ${await holdings(db, orderId)}`,
+        ...(runId ? { runId } : {}),
+      },
+      episode,
+    );
   };
 
   /** Starts the saga again from the row, in place of the run `desc` (closed, or terminated by this sweep). */
@@ -337,7 +367,7 @@ export function sweeperActivities({
     },
 
     async person(_s, at, c) {
-      return handToPerson(at.row.order_id, c.cause, c.why, at.desc?.runId);
+      return handToPerson(at.row.order_id, c.cause, c.why, at.desc?.runId, episodeOf(at.desc?.raw));
     },
   };
 
@@ -367,7 +397,7 @@ export function sweeperActivities({
       }
     }
     at.step = "decode its pending activities' failures";
-    for (const a of raw.pendingActivities ?? []) run.activities.push(await activityFacts(s.client, a));
+    for (const a of raw.pendingActivities ?? []) run.activities.push(await activityFacts(s.client, a, s.now()));
     const versioning = info?.versioningInfo;
     const own = versioning?.deploymentVersion;
     if (own?.buildId) run.build = `${own.deploymentName}:${own.buildId}`;
@@ -381,13 +411,13 @@ export function sweeperActivities({
       at.step = 'read its last event';
       const last = await lastEventMs(s.client, workflowId, desc.runId);
       const beats = (raw.pendingActivities ?? []).map((a) => millis(a.lastHeartbeatTime) ?? 0);
-      run.sinceProgressMs = Date.now() - Math.max(last, ...beats);
+      run.sinceProgressMs = s.now() - Math.max(last, ...beats);
       if (run.sinceProgressMs > s.o.stallAfterMs && run.workflowTask?.state === 'scheduled') {
         at.step = 'describe its task queue';
         const queue = info?.taskQueue ?? tc!.taskQueue;
         let polled = s.pollers.get(queue);
         if (!polled) {
-          s.pollers.set(queue, (polled = pollersOf(s.client, queue)));
+          s.pollers.set(queue, (polled = pollersOf(s.client, queue, s.now())));
           polled.catch(() => s.pollers.delete(queue)); // asked again for the next order
         }
         facts.pollers = await polled;
@@ -411,13 +441,15 @@ export function sweeperActivities({
         values: [TERMINAL_STATUSES, o.graceMs, o.orderIds ?? null],
       });
       const open = rows.length;
-      rows.push(...(await settledButRunning(db, client, o)));
+      const now = serverClock();
+      rows.push(...(await settledButRunning(db, client, o, now)));
       const s: Sweep = {
         client,
         o,
         report: { open, stranded: 0, stalled: 0, unreadable: 0, actions: [] },
         oldestStranded: 0,
         pollers: new Map(),
+        now,
       };
       for (const [i, row] of rows.entries()) {
         heartbeat({ done: i, of: rows.length });

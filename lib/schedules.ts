@@ -56,12 +56,12 @@ export const runBoundOf = (workflowType: string): string | undefined =>
   APP_SCHEDULES.find((s) => s.workflowType === workflowType)?.runBound;
 
 /**
- * One run at a time (SKIP): two sweeps never act on the same order at once, and a start due while a run
+ * The policies (a function: the SDK is loaded on first use). One run at a time (SKIP): two sweeps never act on the same order at once, and a start due while a run
  * is still going is skipped rather than queued behind it. No run outlives its bound (runBound), so a
  * run that cannot finish holds the next back for at most that long; `client.ts check` names one
  * running past its bound and a Schedule that keeps skipping.
  */
-const POLICIES = { overlap: ScheduleOverlapPolicy.SKIP, catchupWindow: '1h' } as const;
+const policies = () => ({ overlap: ScheduleOverlapPolicy.SKIP, catchupWindow: '1h' }) as const;
 
 /**
  * Creates the Schedule, or updates its interval, arguments, run bound and policies when it exists (a
@@ -81,13 +81,13 @@ export async function upsertSchedule(client: Client, req: ScheduleRequest): Prom
     ...(bound ? { workflowExecutionTimeout: bound as Duration } : {}),
   };
   try {
-    await client.schedule.create({ scheduleId: req.scheduleId, spec, action, policies: POLICIES });
+    await client.schedule.create({ scheduleId: req.scheduleId, spec, action, policies: policies() });
     return { created: true };
   } catch (err) {
     if (!(err instanceof ScheduleAlreadyRunning)) throw err;
   }
   await client.schedule
     .getHandle(req.scheduleId)
-    .update((prev) => ({ ...prev, spec, action, policies: { ...prev.policies, ...POLICIES } }));
+    .update((prev) => ({ ...prev, spec, action, policies: { ...prev.policies, ...policies() } }));
   return { created: false };
 }

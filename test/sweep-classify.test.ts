@@ -6,7 +6,7 @@
 import { describe, expect, it } from 'vitest';
 import { temporal } from '@temporalio/proto';
 import { classifyOrder, type OrderFacts, type RunFacts, type SweepBounds } from '../activities/sweep-classify';
-import { overdueOf } from '../activities/sweep-reads';
+import { overdueOf, serverClock } from '../activities/sweep-reads';
 
 const bounds: SweepBounds = { maxRestarts: 3, failedTaskAttempts: 3, attentionAgeMs: 3_600_000, stallAfterMs: 300_000 };
 const MIN = 60_000;
@@ -291,5 +291,36 @@ describe('overdueOf: an attempt against its own timeouts, from the server descri
       ms: 30_000,
       timeout: 'heartbeat',
     });
+  });
+});
+
+describe('serverClock: the sweep judges time on the server clock alone', () => {
+  it("the clock test: it reads the server's scheduling time moved on by elapsed time, whatever this host's wall clock says", () => {
+    let mono = 500; // a monotonic counter, as performance.now() is
+    const serverScheduledAt = 1_000_000_000;
+    const wallOffBy = 3_600_000; // this host's wall clock an hour ahead of the server's
+    const realNow = Date.now;
+    Date.now = () => serverScheduledAt + wallOffBy + mono;
+    try {
+      const now = serverClock(serverScheduledAt, () => mono);
+      expect(now()).toBe(serverScheduledAt);
+      mono += 1_250;
+      expect(now()).toBe(serverScheduledAt + 1_250);
+      // A run whose last event the server stamped 2 s ago is 2 s idle, not an hour and 2 s.
+      const lastEvent = serverScheduledAt + 1_250 - 2_000;
+      expect(now() - lastEvent).toBe(2_000);
+      expect(
+        overdueOf(
+          {
+            state: temporal.api.enums.v1.PendingActivityState.PENDING_ACTIVITY_STATE_SCHEDULED,
+            activityOptions: { scheduleToStartTimeout: { seconds: 60 as never } },
+            scheduledTime: { seconds: Math.floor(lastEvent / 1000) as never, nanos: (lastEvent % 1000) * 1e6 },
+          },
+          now(),
+        ),
+      ).toBeUndefined();
+    } finally {
+      Date.now = realNow;
+    }
   });
 });

@@ -160,7 +160,7 @@ async function rowStatus(orderId: string): Promise<string | undefined> {
 const pending = async (orderId: string) => (await env.client.workflow.getHandle(workflowIdFor(orderId)).describe()).raw;
 
 describe('an activity that keeps failing past the bound', () => {
-  it('goes to a person with its last failure; paused by an operator, a person is told who and since when, once, and it stays paused', async () => {
+  it('goes to a person with its last failure; paused by an operator, a person is told who and since when, once per pause, and it stays paused', async () => {
     const { order, sku } = await newOrder('paused');
     failing.add(order.orderId);
     const handle = await start(order);
@@ -214,6 +214,33 @@ describe('an activity that keeps failing past the bound', () => {
     expect(await runCli(['views'], cfg, io)).toBe(0);
     expect(said.join('\n')).toMatch(new RegExp(`stalled: .*${order.orderId} \\(activity-paused\\)`));
     expect(said.join('\n')).toContain(`'${workflowIdFor(order.orderId)}'`);
+
+    // An alert belongs to an episode: unpaused while the carrier is still down, then paused again,
+    // the same run's second pause is told again (once).
+    const pauseTimeOf = async () => (await shipment())?.pauseInfo?.pauseTime?.seconds?.toString();
+    const firstPause = await pauseTimeOf();
+    await env.client.workflowService.unpauseActivity({
+      namespace: env.client.options.namespace,
+      execution: { workflowId: workflowIdFor(order.orderId) },
+      id: activityId,
+      identity: 'ops-on-call',
+    });
+    await until('the shipment unpaused', async () => (await shipment())?.paused === false);
+    await sleepMs(1_100); // a pause time of its own (the server's timestamps, to the second here)
+    await env.client.workflowService.pauseActivity({
+      namespace: env.client.options.namespace,
+      execution: { workflowId: workflowIdFor(order.orderId) },
+      id: activityId,
+      identity: 'ops-on-call',
+      reason: 'carrier incident, again',
+      requestId: randomUUID(),
+    });
+    await until('the shipment paused again', async () => (await shipment())?.paused === true);
+    expect(await pauseTimeOf()).not.toBe(firstPause);
+    const again = await sweep([order.orderId]);
+    expect(again.actions.map((a) => [a.action, a.cause])).toEqual([['person', 'activity-paused']]);
+    expect(again.actions[0]!.reason).toContain('(carrier incident, again)');
+    expect((await sweep([order.orderId])).actions).toEqual([]);
 
     // The operator's decision: the carrier is back, the activity unpaused; the saga completes.
     failing.delete(order.orderId);

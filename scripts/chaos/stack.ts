@@ -3,7 +3,8 @@
  * (restartable on fixed ports, its applied faults counted from its log) and N worker processes, each
  * SIGKILLed and restarted on its own schedule. The workers are versioned as under npm start: one
  * build (its ID computed once, so every restart rejoins the same version), made current once the
- * first workers poll; every saga is pinned to it.
+ * first workers poll; every saga is pinned to it. Mid-soak a deploy makes a new build current and
+ * stops the old build's workers after the drain decision (deploy()).
  */
 import type { ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -16,7 +17,14 @@ import type { Pool } from 'pg';
 import { createPool } from '../../db/pool';
 import { prepareDatabase, type RoleUrls } from '../../db/roles';
 import { freePort, startProviderProcess, startWorkerProcess, stopProcess } from '../../platform/processes';
-import { DEPLOYMENT_NAME, makeVersionCurrent, orderTaskQueues, resolveBuildId } from '../../lib/deployments';
+import {
+  DEPLOYMENT_NAME,
+  makeVersionCurrent,
+  openPinnedRuns,
+  orderTaskQueues,
+  resolveBuildId,
+  versionName,
+} from '../../lib/deployments';
 import { existingServerOptions } from '../../lib/temporal-connection';
 import { DEFAULT_SAGA_CONFIG } from '../../workflows/order-saga';
 import { dataConverterFor, FAILURE_CONVERTER_PATH, parseKeyList } from '../../platform/payload-codec';
@@ -39,6 +47,8 @@ export interface Restart {
   what: string;
   ms: number;
   evidence: string;
+  /** How long until every open order moved again after it (scripts/chaos/moved.ts), once measured. */
+  moved?: string;
 }
 
 /** Faults the provider applied, per `target kind`, counted from its `fault applied` log lines. */
@@ -53,8 +63,11 @@ export class ChaosStack {
   /** This soak's payload key (a new one each run), handed to its worker processes. */
   readonly payloadKeys = `chaos-${randomBytes(3).toString('hex')}:${randomBytes(32).toString('base64')}`;
   readonly dataConverter = dataConverterFor(parseKeyList(this.payloadKeys));
-  /** The workers' Worker Deployment version (one build for the whole soak). */
-  readonly version = { deploymentName: DEPLOYMENT_NAME, buildId: resolveBuildId() };
+  /** The workers' Worker Deployment version: the current build (a worker restarted joins it). */
+  version = { deploymentName: DEPLOYMENT_NAME, buildId: resolveBuildId() };
+  /** Every worker process started, with its build: the deploy stops the old build's, stop() every one. */
+  private readonly spawned = new Map<ChildProcess, string>();
+  private deploys = 0;
   /** Faults applied to the saga's calls (the workers'). */
   readonly applied: AppliedFaults = new Map();
   /** Faults applied to the chaos operators' own calls to the provider. */
@@ -245,7 +258,50 @@ export class ChaosStack {
     return restart;
   }
 
-  private async startWorker(): Promise<ChildProcess> {
+  /**
+   * A deploy, as docs/versioning.md describes it: the new build's workers (as many as run now) start
+   * beside the old ones, it is made current once they poll, and every worker restarted from then on
+   * joins it. The drain decision: the old build's workers keep running while a saga pinned to it is
+   * open, for at most `drainWaitMs`; then they stop. A run still pinned to it is the sweeper's from
+   * then on (its tasks go to a build nobody polls: a new run from the row, `build-unpolled`).
+   */
+  async deploy(drainWaitMs: number): Promise<Restart> {
+    const t = Date.now();
+    const old = this.version;
+    const next = { deploymentName: old.deploymentName, buildId: `${old.buildId}.deploy${++this.deploys}` };
+    await Promise.all(this.workers.map(() => this.startWorker(next.buildId)));
+    const made = await makeVersionCurrent(this.env.connection, {
+      namespace: 'default',
+      version: next,
+      taskQueues: orderTaskQueues(this.taskQueue, DEFAULT_SAGA_CONFIG.inventoryLanes),
+      identity: 'chaos soak deploy',
+    });
+    this.version = next;
+    const currentMs = Date.now() - t;
+    const pinned = (): Promise<number> =>
+      openPinnedRuns(this.env.connection, 'default', old).catch(() => Number.POSITIVE_INFINITY);
+    let left = await pinned();
+    while (left > 0 && Date.now() - t < drainWaitMs && !this.stopping) {
+      await this.nap(2_000);
+      left = await pinned();
+    }
+    const stopped = [...this.spawned].filter(([, build]) => build === old.buildId).map(([w]) => w);
+    await Promise.all(stopped.map((w) => stopProcess(w, 'SIGTERM')));
+    const restart = {
+      what: 'deploy',
+      ms: Date.now() - t,
+      evidence:
+        `${versionName(next)} current after ${currentMs} ms (was ${versionName(made.previous ?? old)}); ` +
+        (left === 0
+          ? `${versionName(old)} drained`
+          : `${Number.isFinite(left) ? left : 'an unknown number of'} saga(s) still pinned to ${versionName(old)} after the ${drainWaitMs / 1000} s drain wait, left to the sweeper`) +
+        `; its ${stopped.length} worker process(es) stopped`,
+    };
+    this.restarts.push(restart);
+    return restart;
+  }
+
+  private async startWorker(buildId = this.version.buildId): Promise<ChildProcess> {
     const env = {
       TEMPORAL_ADDRESS: this.env.address,
       PAYLOAD_KEYS: this.payloadKeys,
@@ -258,12 +314,14 @@ export class ChaosStack {
       WORKER_METRICS_PORT: '0',
       TEMPORAL_METRICS_ADDRESS: 'off',
       WORKFLOW_BUNDLE: this.bundlePath,
-      BUILD_ID: this.version.buildId,
+      BUILD_ID: buildId,
     };
     // A few tries: a worker may start while Postgres restarts.
     for (let attempt = 1; ; attempt++) {
       try {
-        return await startWorkerProcess(env);
+        const w = await startWorkerProcess(env);
+        this.spawned.set(w, buildId);
+        return w;
       } catch (err) {
         if (attempt >= 5 || this.stopping) throw err;
         await sleep(1_000 * attempt);
@@ -303,7 +361,7 @@ export class ChaosStack {
     this.stopping = true;
     this.onStop();
     await Promise.allSettled(this.killers);
-    for (const w of this.workers) await stopProcess(w, 'SIGTERM');
+    for (const w of this.spawned.keys()) await stopProcess(w, 'SIGTERM');
     await stopProcess(this.provider);
     await this.db?.end().catch(() => undefined);
     await this.reader?.end().catch(() => undefined);

@@ -9,9 +9,14 @@ import { concurrentLoops, progressBar } from '../../../lib/load';
 import { FAULT_TARGETS } from '../../../provider/faults';
 import type { ChaosOrder } from '../orders';
 import type { SoakOptions } from '../options';
+import { watchMoved } from '../moved';
 import { say } from '../say';
+import type { Restart } from '../stack';
 import { sweepEvery, type Sweeper } from '../sweeper';
 import type { BroughtUp } from './bring-up';
+
+/** How long the old build's workers keep running after a deploy while sagas pinned to it are open. */
+const DRAIN_WAIT_MS = 60_000;
 
 export interface Loaded {
   /** The orders placed, a prefix of the soak's orders. */
@@ -31,6 +36,8 @@ export interface Loaded {
   operators: Promise<void>;
   /** The sweeper loop, still sweeping. */
   sweeper: Sweeper;
+  /** The measures of how long each restart held the open orders (each ends within 4 min of its restart). */
+  recoveries: Promise<void>[];
 }
 
 export async function loadAndMeddle(
@@ -45,6 +52,12 @@ export async function loadAndMeddle(
 
   // The outage and the restarts, each fired once, by the first order to finish past its share of the load.
   const events: Promise<void>[] = [];
+  // After each restart, how long until every open order moved again: measured beside the load.
+  const recoveries: Promise<void>[] = [];
+  const watched = async (restart: Promise<Restart>): Promise<void> => {
+    const r = await restart;
+    recoveries.push(watchMoved(stack.reader, r).catch((err: Error) => void (r.moved = `not measured: ${err.message}`)));
+  };
   const outage: { at?: number; ms?: number } = {};
   const at = (share: number, what: () => Promise<void>): (() => void) => {
     let fired = false;
@@ -61,10 +74,12 @@ export async function loadAndMeddle(
       for (const target of FAULT_TARGETS) await stack.admin.set({ kind: 'outage', target, forMs: options.outageMs });
     }),
     at(0.35, () => people.pauseSweepSchedule((ms) => sweeper.pauseFor(ms), 20_000)),
-    at(0.45, async () => void (await stack.restartPostgres())),
-    at(0.7, async () => void (await stack.restartProvider())),
+    at(0.45, () => watched(stack.restartPostgres())),
+    at(0.7, () => watched(stack.restartProvider())),
+    // A new build made current; the old build's workers stop after the drain decision.
+    at(0.3, () => watched(stack.deploy(DRAIN_WAIT_MS))),
     // On the real server, the server process itself is stopped and started again mid-load.
-    ...(options.temporal === 'server' ? [at(0.55, async () => void (await stack.restartTemporal()))] : []),
+    ...(options.temporal === 'server' ? [at(0.55, () => watched(stack.restartTemporal()))] : []),
   ];
 
   const latencies: number[] = [];
@@ -98,5 +113,5 @@ export async function loadAndMeddle(
   const loadSeconds = (Date.now() - started) / 1000;
   await stack.stopKilling();
   await stack.clearFaults();
-  return { placed, loadSeconds, latencies, slowest, unsettled, errors, outage, operators, sweeper };
+  return { placed, loadSeconds, latencies, slowest, unsettled, errors, outage, operators, sweeper, recoveries };
 }

@@ -175,8 +175,9 @@ function coverageGaps(
   if (!people.actions.get('cancel')?.accepted) missing.push('an accepted cancel');
   if (people.terminated.size > 0 && swept.restarts === 0) missing.push('an order the sweeper healed');
   if (!people.cancels.get('after the pivot')?.sent) missing.push('a cancel after the pivot');
-  if (stack.restarts.length < (temporal === 'server' ? 3 : 2))
-    missing.push(`the Postgres, provider${temporal === 'server' ? ' and Temporal server' : ''} restarts`);
+  const restarted = new Set(stack.restarts.map((r) => r.what));
+  for (const what of ['Postgres', 'provider', 'deploy', ...(temporal === 'server' ? ['Temporal server'] : [])])
+    if (!restarted.has(what)) missing.push(what === 'deploy' ? 'the deploy' : `the ${what} restart`);
   // The counts the full soak must reach; the quick one and a short --orders are too small for them.
   const fullTargets = !quick && count >= 500;
   if (fullTargets && facts.unknownPayment.size < 20)
@@ -227,7 +228,7 @@ function collectViolations(
 async function printSummary(
   { quick, count, concurrency, killEveryMs }: SoakOptions,
   { stack, people }: BroughtUp,
-  { placed, loadSeconds, latencies, slowest, unsettled, errors, outage }: Loaded,
+  { placed, loadSeconds, latencies, slowest, unsettled, errors, outage, recoveries }: Loaded,
   { running, swept, stranded }: Settled,
   { report, audit, facts, reasons, missing, violations, taskFailed, sdkBugUnhealed }: Findings,
   seconds: number,
@@ -288,7 +289,11 @@ async function printSummary(
   say(
     `worker faults: SIGKILLs per worker process ${stack.workerKills.join(' and ')} (each about every ${killEveryMs / 1000} s, restarted)`,
   );
-  for (const r of stack.restarts) say(`  ${r.what} restarted in ${r.ms} ms, confirmed: ${r.evidence}`);
+  await Promise.all(recoveries);
+  for (const r of stack.restarts)
+    say(
+      `  ${r.what} ${r.what === 'deploy' ? 'done' : 'restarted'} in ${r.ms} ms, confirmed: ${r.evidence}; ${r.moved ?? 'not measured'}`,
+    );
   say(
     `saga log (${facts.runs} runs read): ${facts.unknownPayment.size} sagas reached UNKNOWN_PAYMENT; ${facts.compensationsFaulted.size} of ${facts.compensationsRun.size} compensations met a fault (in ${facts.compensatedUnderFault.size} orders)`,
   );
