@@ -285,7 +285,9 @@ export class ChaosStack {
       await this.nap(2_000);
       left = await pinned();
     }
-    const stopped = [...this.spawned].filter(([, build]) => build === old.buildId).map(([w]) => w);
+    const stopped = [...this.spawned]
+      .filter(([w, build]) => build === old.buildId && w.exitCode === null && w.signalCode === null)
+      .map(([w]) => w);
     await Promise.all(stopped.map((w) => stopProcess(w, 'SIGTERM')));
     const restart = {
       what: 'deploy',
@@ -295,7 +297,7 @@ export class ChaosStack {
         (left === 0
           ? `${versionName(old)} drained`
           : `${Number.isFinite(left) ? left : 'an unknown number of'} saga(s) still pinned to ${versionName(old)} after the ${drainWaitMs / 1000} s drain wait, left to the sweeper`) +
-        `; its ${stopped.length} worker process(es) stopped`,
+        `; its ${stopped.length} running worker process(es) stopped`,
     };
     this.restarts.push(restart);
     return restart;

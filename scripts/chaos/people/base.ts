@@ -17,7 +17,7 @@ import {
 } from '@temporalio/client';
 import { WorkflowIdReusePolicy } from '@temporalio/common';
 import { runCli } from '../../../client';
-import type { OrderInput } from '../../../domain/order';
+import { isTerminal, orderIdOf, type OrderInput, type OrderStatus } from '../../../domain/order';
 import type { AppConfig } from '../../../lib/config';
 import type { SagaConfig } from '../../../workflows/order-saga';
 import type { SagaState } from '../../../workflows/messages';
@@ -97,6 +97,15 @@ export class PeopleBase {
     return r.code === 0 ? (JSON.parse(r.out) as SagaState) : undefined;
   }
 
+  /** The order's row is terminal (or there is none: nothing will start a run for it). */
+  async rowEnded(workflowId: string): Promise<boolean> {
+    const { rows } = await this.stack.reader.query<{ status: string }>({
+      text: 'SELECT status FROM orders WHERE order_id = $1',
+      values: [orderIdOf(workflowId)],
+    });
+    return rows.length === 0 || isTerminal(rows[0]!.status as OrderStatus);
+  }
+
   async running(workflowId: string): Promise<boolean> {
     try {
       return (await this.client.workflow.getHandle(workflowId).describe()).status.name === 'RUNNING';
@@ -123,17 +132,24 @@ export class PeopleBase {
     }
   }
 
-  /** Waits until the order's latest run has closed (a run a Reset replaced is followed to the new one). */
+  /**
+   * Waits until the order's latest run has closed and its row has ended (a run a Reset replaced is
+   * followed to the new one; a run closed while its row is open is the sweeper's to replace, as after
+   * a deploy, and its new run is followed too).
+   */
   async closed(workflowId: string, limitMs: number): Promise<boolean> {
     const until = Date.now() + limitMs;
+    const over = async (): Promise<boolean> => !(await this.running(workflowId)) && (await this.rowEnded(workflowId));
     while (Date.now() < until) {
       const handle = this.client.workflow.getHandle(workflowId);
       try {
         await this.resultWithin(handle, until - Date.now());
-        if (!(await this.running(workflowId))) return true;
+        if (await over()) return true;
+        await sleep(500); // the sweeper starts a new run from the open row: follow it
       } catch (err) {
         if (err instanceof WorkflowFailedError) {
-          if (!(await this.running(workflowId).catch(() => true))) return true;
+          if (await over().catch(() => false)) return true;
+          await sleep(500);
           continue;
         }
         // The server restarting (the soak stops it once) or unreachable for a moment: look again.
