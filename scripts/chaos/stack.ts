@@ -68,6 +68,8 @@ export class ChaosStack {
   /** Every worker process started, with its build: the deploy stops the old build's, stop() every one. */
   private readonly spawned = new Map<ChildProcess, string>();
   private deploys = 0;
+  /** The build a deploy is draining: a worker of it killed meanwhile comes back as its own build. */
+  private draining?: string;
   /** Faults applied to the saga's calls (the workers'). */
   readonly applied: AppliedFaults = new Map();
   /** Faults applied to the chaos operators' own calls to the provider. */
@@ -260,9 +262,9 @@ export class ChaosStack {
 
   /**
    * A deploy, as docs/versioning.md describes it: the new build's workers (as many as run now) start
-   * beside the old ones, it is made current once they poll, and every worker restarted from then on
-   * joins it. The drain decision: the old build's workers keep running while a saga pinned to it is
-   * open, for at most `drainWaitMs`; then they stop. A run still pinned to it is the sweeper's from
+   * beside the old ones and it is made current once they poll. The drain decision: the old build's
+   * workers keep running (a killed one comes back as the old build) while a saga pinned to it is open,
+   * for at most `drainWaitMs`; then they stop, and every worker restarted from then on is the new build. A run still pinned to it is the sweeper's from
    * then on (its tasks go to a build nobody polls: a new run from the row, `build-unpolled`).
    */
   async deploy(drainWaitMs: number): Promise<Restart> {
@@ -276,6 +278,7 @@ export class ChaosStack {
       taskQueues: orderTaskQueues(this.taskQueue, DEFAULT_SAGA_CONFIG.inventoryLanes),
       identity: 'chaos soak deploy',
     });
+    this.draining = old.buildId;
     this.version = next;
     const currentMs = Date.now() - t;
     const pinned = (): Promise<number> =>
@@ -285,6 +288,7 @@ export class ChaosStack {
       await this.nap(2_000);
       left = await pinned();
     }
+    this.draining = undefined; // from here on every restarted worker joins the new build
     const stopped = [...this.spawned]
       .filter(([w, build]) => build === old.buildId && w.exitCode === null && w.signalCode === null)
       .map(([w]) => w);
@@ -345,7 +349,8 @@ export class ChaosStack {
           await stopProcess(w, 'SIGKILL');
           this.workerKills[i]!++;
         }
-        this.workers[i] = await this.startWorker();
+        const build = this.spawned.get(w);
+        this.workers[i] = await this.startWorker(build !== undefined && build === this.draining ? build : undefined);
         await this.nap(everyMs * (0.75 + Math.random() * 0.5));
       }
     });
