@@ -18,7 +18,7 @@ export interface AppSchedule {
   everyVariable: string;
   /**
    * How long one of its runs may take, start to close (the run's execution timeout). Its activity's
-   * own bounds fit inside it; a run that still cannot finish (its worker gone, its activity lost) is
+   * own bounds (a try of 5 min) are shorter; a run that still cannot finish (its worker gone, its activity lost) is
    * ended by the server at this bound, and the Schedule's next start goes ahead.
    */
   runBound: string;

@@ -415,6 +415,8 @@ class OrderSaga {
       {
         ...laneOpts,
         taskQueue: laneTaskQueue(workflowInfo().taskQueue, lane),
+        // Its own schedule-to-start bound: a lane task keeps its place in the queue (never sent again).
+        scheduleToStartTimeout: untilDeadline,
         scheduleToCloseTimeout: untilDeadline,
       },
       'reserveInventorySerial',

@@ -86,12 +86,17 @@ export type Ret<K extends ActName> = Awaited<ReturnType<OrderActivities[K]>>;
  * workflow task waits for that build too: the sweeper sees it unpolled and replaces the run.
  */
 export const PICKUP_BOUND_MS = 60_000;
+/**
+ * How many times a task is sent again; the last send waits without a schedule-to-start bound, so a run
+ * whose tasks nobody takes for good stops adding events (and the sweeper sees it stalled).
+ */
+export const MAX_RESENDS = 5;
 
 /**
  * Runs one activity with a readable summary, shown for the activity in the Web UI. Unless the options
  * set their own schedule-to-start timeout (which then means "dropped unsent", as for a charge), a task
- * no worker took within PICKUP_BOUND_MS is scheduled again, within the step's schedule-to-close bound
- * when it has one: that bound holds across the resends.
+ * no worker took within PICKUP_BOUND_MS is scheduled again (at most MAX_RESENDS times), within the
+ * step's schedule-to-close bound when it has one: that bound holds across the resends.
  */
 export function act<K extends ActName>(
   opts: ActivityOptions,
@@ -121,16 +126,19 @@ async function resendUntilTaken<T>(
   for (let resent = 0; ; resent++) {
     // eslint-disable-next-line no-restricted-properties -- as above
     const left = closeBy === undefined ? undefined : Math.max(1_000, closeBy - Date.now());
+    const last = resent >= MAX_RESENDS;
     const o: ActivityOptions = {
       ...opts,
-      scheduleToStartTimeout: left === undefined ? PICKUP_BOUND_MS : Math.min(PICKUP_BOUND_MS, left),
+      ...(last
+        ? {}
+        : { scheduleToStartTimeout: left === undefined ? PICKUP_BOUND_MS : Math.min(PICKUP_BOUND_MS, left) }),
       ...(left === undefined ? {} : { scheduleToCloseTimeout: left }),
     };
     try {
       return await send(o, resent);
     } catch (err) {
       const lastChance = left !== undefined && left <= PICKUP_BOUND_MS;
-      if (!notTaken(err) || lastChance) throw err;
+      if (!notTaken(err) || lastChance || last) throw err;
       log.warn('no worker took the activity within its bound; sending it again', {
         activity: err instanceof ActivityFailure ? err.activityType : undefined,
         resent: resent + 1,
