@@ -5,7 +5,9 @@
  * TEMPORAL_CLI_PATH / TEMPORAL_TEST_SERVER_PATH override; with neither, the SDK's own download is
  * used (needs internet).
  */
+import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
+import { connect, createServer } from 'node:net';
 import path from 'node:path';
 import {
   TestWorkflowEnvironment,
@@ -97,3 +99,89 @@ export async function startDevServer(opts: DevServerOptions = {}): Promise<TestW
 /** The Java time-skipping test server's wrapper. undefined → let the SDK download it. */
 export const testServerExecutable = (): EphemeralServerExecutable | undefined =>
   executable('TEMPORAL_TEST_SERVER_PATH', path.join(CACHE_DIR, 'bin', 'temporal-test-server'));
+
+/**
+ * How long the Java test server may take to listen. The SDK gives a server it starts 5 s, which a JVM
+ * on a busy 2-core machine (test files starting theirs at once) sometimes misses; a server this module
+ * starts gets this bound instead.
+ */
+export const TEST_SERVER_START_MS = 60_000;
+
+/** A free TCP port on loopback (the OS picks it; the test server binds it next). */
+async function freePort(): Promise<number> {
+  const srv = createServer();
+  await new Promise<void>((resolve, reject) => srv.once('error', reject).listen(0, '127.0.0.1', resolve));
+  const { port } = srv.address() as { port: number };
+  await new Promise<void>((resolve) => srv.close(() => resolve()));
+  return port;
+}
+
+/** Resolves once `port` on loopback accepts a connection; rejects past `withinMs` or if `exited` settles. */
+async function listening(port: number, withinMs: number, exited: Promise<string>): Promise<void> {
+  const deadline = Date.now() + withinMs;
+  let gone: string | undefined;
+  void exited.then((why) => (gone = why));
+  for (;;) {
+    const ok = await new Promise<boolean>((resolve) => {
+      const sock = connect({ host: '127.0.0.1', port }, () => (sock.end(), resolve(true)));
+      sock.once('error', () => resolve(false));
+    });
+    if (ok) return;
+    if (gone !== undefined) throw new Error(`the Java test server exited before it listened (${gone})`);
+    if (Date.now() > deadline)
+      throw new Error(`the Java test server did not listen on 127.0.0.1:${port} within ${withinMs / 1000} s`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+/**
+ * The Java time-skipping test server with its client and worker connections. The cached (or
+ * TEMPORAL_TEST_SERVER_PATH) wrapper is started here, on a free loopback port, within
+ * TEST_SERVER_START_MS, and stopped by the environment's teardown; without one, the SDK downloads and
+ * starts it.
+ */
+export async function startTimeSkippingServer(
+  opts: { client?: ClientOptionsForTestEnv } = {},
+): Promise<TestWorkflowEnvironment> {
+  const executable = testServerExecutable();
+  if (executable?.type !== 'existing-path') {
+    return TestWorkflowEnvironment.createTimeSkipping(opts.client ? { client: opts.client } : {});
+  }
+  const port = await freePort();
+  const child = spawn(executable.path, [String(port)], { stdio: ['ignore', 'ignore', 'pipe'] });
+  let stderr = '';
+  child.stderr.on('data', (d: Buffer) => (stderr = (stderr + d.toString()).slice(-2000)));
+  const exited = new Promise<string>((resolve) => {
+    child.once('error', (err) => resolve(err.message));
+    child.once('exit', (code, signal) => resolve(`${signal ?? `exit ${code}`}${stderr ? `: ${stderr.trim()}` : ''}`));
+  });
+  const stop = async () => {
+    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+    await exited;
+  };
+  try {
+    await listening(port, TEST_SERVER_START_MS, exited);
+    // The SDK's own factory for a server it did not start, with its test service (time skipping) on:
+    // createFromExistingServer turns that off, and the factory is not part of the typed API.
+    const create = (
+      TestWorkflowEnvironment as unknown as {
+        create(o: Record<string, unknown>): Promise<TestWorkflowEnvironment>;
+      }
+    ).create.bind(TestWorkflowEnvironment);
+    const env = await create({
+      server: { type: 'existing' },
+      address: `127.0.0.1:${port}`,
+      supportsTimeSkipping: true,
+      ...(opts.client ? { client: opts.client } : {}),
+    });
+    const teardown = env.teardown.bind(env);
+    env.teardown = async () => {
+      await teardown();
+      await stop();
+    };
+    return env;
+  } catch (err) {
+    await stop();
+    throw err;
+  }
+}

@@ -7,7 +7,7 @@ import { bundleWorkflowCode, type WorkflowBundleWithSourceMap } from '@temporali
 import { registerSearchAttributes } from '../../servers/search-attributes';
 import {
   startDevServer as startSagaDevServer,
-  testServerExecutable,
+  startTimeSkippingServer,
   type DevServerOptions,
 } from '../../servers/temporal-dev';
 import { startCodecServer } from '../../lib/codec-server';
@@ -32,11 +32,7 @@ export const bundleWorkflows = (
 
 /** The Java time-skipping server (from the cache, or the SDK's download), with the search attributes. */
 export async function startTimeSkipping(): Promise<TestWorkflowEnvironment> {
-  const executable = testServerExecutable();
-  const env = await TestWorkflowEnvironment.createTimeSkipping({
-    ...(executable ? { server: { executable } } : {}),
-    client: { dataConverter: dataConverter() },
-  });
+  const env = await startTimeSkippingServer({ client: { dataConverter: dataConverter() } });
   await registerSearchAttributes(env.connection, env.namespace ?? 'default');
   return env;
 }
