@@ -28,6 +28,123 @@ export interface OpenOrderRow {
   age_ms: string;
 }
 
+/** The columns the sweeper reads of an order, with its age on Postgres's clock. */
+export const ORDER_COLUMNS = `order_id, status, customer_id, currency, payment_method, items,
+                      (extract(epoch FROM now() - updated_at) * 1000)::bigint AS age_ms`;
+
+/**
+ * "The order is open", as a literal list: so Postgres sees it implies the partial indexes on open
+ * orders (migrations/0014_sweep_pages.sql), which a parameter would hide from it.
+ */
+export const OPEN_ORDER = `status NOT IN (${TERMINAL_STATUSES.map((s) => `'${s}'`).join(', ')})`;
+
+/** How late a closed run may show in the visibility store: a run closed up to this before the last sweep is looked at again. */
+export const VISIBILITY_LAG_MS = 60_000;
+
+/** Where the sweep stands across sweeps (the one row of sweep_cursor). */
+export interface SweepCursor {
+  /** The backlog's next page starts after this order ID; '' starts a new pass. */
+  backlogAfter: string;
+  /** When the last finished sweep read the orders, on Postgres's clock (undefined: never). */
+  seenAt?: string;
+  /** The same moment on the Temporal server's clock, in ms (undefined: never). */
+  seenServerMs?: number;
+}
+
+/** One sweep's page: what may have changed since the last sweep first, then the backlog's next page. */
+export interface SweepPage {
+  /** Open orders whose run closed since the last sweep, or whose age crossed the stall or attention bound. */
+  fresh: OpenOrderRow[];
+  /** The next orders of the pass over every open order, by order ID. */
+  backlog: OpenOrderRow[];
+  /** This page starts a pass (the settled orders with an open run are listed once per pass). */
+  passStarts: boolean;
+  /** This page ends the pass: the next one starts from the first open order again. */
+  passEnds: boolean;
+  /** Now, on Postgres's clock, as the page was read (the next sweep's seenAt). */
+  readAt: string;
+}
+
+export async function readSweepCursor(db: Pool): Promise<SweepCursor> {
+  const { rows } = await db.query<{ backlog_after: string; seen_at: string | null; seen_server_ms: string | null }>(
+    `SELECT backlog_after, seen_at::text, seen_server_ms FROM sweep_cursor`,
+  );
+  const r = rows[0];
+  return {
+    backlogAfter: r?.backlog_after ?? '',
+    ...(r?.seen_at ? { seenAt: r.seen_at } : {}),
+    ...(r?.seen_server_ms != null ? { seenServerMs: Number(r.seen_server_ms) } : {}),
+  };
+}
+
+/**
+ * The order IDs whose saga run closed after `sinceMs` (the server's clock), less the visibility lag:
+ * a run terminated, timed out or failed leaves its order without a live run, and is looked at in the
+ * next sweep whatever the backlog. Runs that completed are not listed: a saga completes only after
+ * its order settles. Visibility out of order: none (the backlog's pass still comes to them).
+ */
+export async function closedSince(client: Client, sinceMs: number, limit: number): Promise<string[]> {
+  const since = new Date(sinceMs - VISIBILITY_LAG_MS).toISOString();
+  const query = `WorkflowType = '${WorkflowNames.orderSaga}' AND ExecutionStatus != 'Running' AND ExecutionStatus != 'Completed' AND CloseTime > '${since}'`;
+  const ids = new Set<string>();
+  try {
+    for await (const wf of client.workflow.list({ query, pageSize: Math.min(limit, 1000) })) {
+      const id = orderIdOf(wf.workflowId);
+      if (id !== undefined) ids.add(id);
+      if (ids.size >= limit) break;
+    }
+  } catch (err) {
+    log.warn('sweep: could not list the runs closed since the last sweep; the backlog comes to them', {
+      error: err instanceof Error ? err.message : String(err),
+    });
+  }
+  return [...ids];
+}
+
+/**
+ * One sweep's page of open orders (past the grace), at most `pageSize` fresh and then the backlog's
+ * share: the rest of the page, and never less than half of it, so a storm of fresh orders never
+ * stops the pass. `closed`: order IDs whose run closed since the last sweep (closedSince).
+ */
+export async function pageOfOrders(
+  db: Pool,
+  cursor: SweepCursor,
+  closed: string[],
+  o: { graceMs: number; stallAfterMs: number; attentionAgeMs: number; pageSize: number },
+): Promise<SweepPage> {
+  const grace = `updated_at < now() - ($1::bigint * interval '1 millisecond')`;
+  // The bounds crossed since the last sweep: (seen - bound, now - bound].
+  const crossed = (n: number) =>
+    `(updated_at > $2::timestamptz - ($${n}::bigint * interval '1 millisecond') AND updated_at <= now() - ($${n}::bigint * interval '1 millisecond'))`;
+  const fresh = await db.query<OpenOrderRow & { read_at: string }>({
+    text: `SELECT ${ORDER_COLUMNS}, now()::text AS read_at FROM orders
+            WHERE ${OPEN_ORDER} AND ${grace}
+              AND (order_id = ANY ($3::text[]) OR ($2::timestamptz IS NOT NULL AND (${crossed(4)} OR ${crossed(5)})))
+            ORDER BY updated_at LIMIT $6`,
+    values: [o.graceMs, cursor.seenAt ?? null, closed, o.stallAfterMs, o.attentionAgeMs, o.pageSize],
+  });
+  const freshIds = fresh.rows.map((r) => r.order_id);
+  const share = Math.max(o.pageSize - freshIds.length, Math.ceil(o.pageSize / 2));
+  const backlog = await db.query<OpenOrderRow & { read_at: string }>({
+    text: `SELECT ${ORDER_COLUMNS}, now()::text AS read_at FROM orders
+            WHERE ${OPEN_ORDER} AND ${grace} AND order_id > $2 AND order_id <> ALL ($3::text[])
+            ORDER BY order_id LIMIT $4`,
+    values: [o.graceMs, cursor.backlogAfter, freshIds, share],
+  });
+  const readAt =
+    fresh.rows[0]?.read_at ??
+    backlog.rows[0]?.read_at ??
+    (await db.query<{ now: string }>('SELECT now()::text AS now')).rows[0]!.now;
+  const strip = ({ read_at: _, ...row }: OpenOrderRow & { read_at: string }): OpenOrderRow => row;
+  return {
+    fresh: fresh.rows.map(strip),
+    backlog: backlog.rows.map(strip),
+    passStarts: cursor.backlogAfter === '',
+    passEnds: backlog.rows.length < share,
+    readAt,
+  };
+}
+
 /**
  * Settled orders whose run is still open: the row is terminal, but the run never closed (a versioning
  * override sent its last workflow task to a build nobody polls, say). The order's money and stock are
@@ -60,8 +177,7 @@ export async function settledButRunning(
   }
   if (ids.length === 0) return [];
   const { rows } = await db.query<OpenOrderRow>({
-    text: `SELECT order_id, status, customer_id, currency, payment_method, items,
-                  (extract(epoch FROM now() - updated_at) * 1000)::bigint AS age_ms
+    text: `SELECT ${ORDER_COLUMNS}
              FROM orders WHERE order_id = ANY ($1::text[]) AND status = ANY ($2::text[])
                AND updated_at < now() - ($3::bigint * interval '1 millisecond')
              ORDER BY updated_at`,

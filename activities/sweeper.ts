@@ -21,7 +21,7 @@
  * activities/sweep-reads.ts.
  */
 import { randomUUID } from 'node:crypto';
-import { heartbeat, log } from '@temporalio/activity';
+import { Context, heartbeat, log } from '@temporalio/activity';
 import {
   WorkflowExecutionAlreadyStartedError,
   WorkflowNotFoundError,
@@ -31,7 +31,7 @@ import {
 import { temporal } from '@temporalio/proto';
 import type { Pool } from 'pg';
 import { WorkflowNames } from '../domain/names';
-import { isTerminal, TERMINAL_STATUSES, workflowIdFor, type OrderInput, type OrderStatus } from '../domain/order';
+import { isTerminal, workflowIdFor, type OrderInput, type OrderStatus } from '../domain/order';
 import {
   classifyOrder,
   STALL_CAUSES,
@@ -43,6 +43,11 @@ import {
 } from './sweep-classify';
 import {
   activityFacts,
+  closedSince,
+  OPEN_ORDER,
+  ORDER_COLUMNS,
+  pageOfOrders,
+  readSweepCursor,
   serverClock,
   holdings,
   lastEventMs,
@@ -53,6 +58,7 @@ import {
   startConfig,
   unreachable,
   type OpenOrderRow,
+  type SweepPage,
 } from './sweep-reads';
 
 /** How the sweeper reaches Temporal: a client (made on first use) and the saga's task queue. */
@@ -79,8 +85,16 @@ export class SweeperStats {
 export interface SweepOptions extends SweepBounds {
   /** An order younger than this (since its row last changed) is left alone: its run may be starting. */
   graceMs: number;
-  /** Only these orders (an operator healing one order now); every open order when absent. */
+  /**
+   * Only these orders (an operator healing one order now), whatever the page; absent: a page of the
+   * open orders, as the cursor across sweeps says (sweep_cursor).
+   */
   orderIds?: string[];
+  /**
+   * At most this many fresh orders per sweep (a run closed, or a bound crossed, since the last sweep),
+   * and then the backlog's next page: the rest of the page, never less than half of it.
+   */
+  pageSize: number;
 }
 
 export const DEFAULT_SWEEP: SweepOptions = {
@@ -89,6 +103,7 @@ export const DEFAULT_SWEEP: SweepOptions = {
   failedTaskAttempts: 3,
   attentionAgeMs: 3_600_000,
   stallAfterMs: 300_000,
+  pageSize: 1_000,
 };
 
 export interface SweepAction {
@@ -108,8 +123,19 @@ export interface SweepReport {
   stalled: number;
   /** Orders it could not read, each handed to a person. */
   unreadable: number;
+  /** Orders another sweep was at: left to it (two sweeps never act on one order at once). */
+  busy: number;
+  /** What this sweep's page held (absent when an operator named the orders). */
+  page?: { fresh: number; backlog: number; passStarts: boolean; passEnds: boolean };
   actions: SweepAction[];
 }
+
+/**
+ * The advisory-lock class of an order a sweep is at (the second key is the order ID's hash): one
+ * sweep at a time per order, whichever started it (the Schedule, `client.ts sweep`, a retried
+ * attempt whose first still runs). A session that ends frees it.
+ */
+const SWEEP_LOCK_CLASS = 0x53574550;
 
 const { PendingWorkflowTaskState } = temporal.api.enums.v1;
 
@@ -426,75 +452,150 @@ export function sweeperActivities({
     return facts;
   };
 
+  /** Looks at one order and runs its case's handler; an order it cannot read is a person's. */
+  const sweepOne = async (s: Sweep, row: OpenOrderRow): Promise<SweepAction | undefined> => {
+    const at: OrderAtHand = { row, workflowId: workflowIdFor(row.order_id), step: 'describe its run' };
+    try {
+      try {
+        at.desc = await s.client.workflow.getHandle(at.workflowId).describe();
+      } catch (err) {
+        if (!(err instanceof WorkflowNotFoundError)) throw err;
+      }
+      const c = classifyOrder(await factsOf(s, at), s.o);
+      if ('cause' in c && STALL_CAUSES.includes(c.cause)) s.report.stalled++;
+      return await (handlers[c.case] as (s: Sweep, at: OrderAtHand, c: SweepCase) => Promise<SweepAction | undefined>)(
+        s,
+        at,
+        c,
+      );
+    } catch (err) {
+      // Temporal out of reach: the whole sweep fails and is retried; nobody is told of that.
+      if (await unreachable(s.client, err)) throw err;
+      s.report.unreadable++;
+      stats.unreadable++;
+      const message = err instanceof Error ? `${err.name}: ${err.message}` : String(err);
+      return handToPerson(row.order_id, 'unreadable', `the sweeper could not ${at.step}: ${message}`, at.desc?.runId);
+    }
+  };
+
   return {
-    /** One sweep over every open order; returns what it found and did. */
+    /**
+     * One sweep: the orders named, or one page of the open orders (what may have changed since the
+     * last sweep first, then the backlog's next page, and once per pass the settled orders whose run
+     * is still open); returns what it found and did. Cancelled, it stops between two orders and keeps
+     * its place in the backlog.
+     */
     async sweepOrders(opts: Partial<SweepOptions> = {}): Promise<SweepReport> {
       if (!tc) throw new Error('sweepOrders: this worker has no Temporal client for the sweeper');
       const o = { ...DEFAULT_SWEEP, ...opts };
+      if (!Number.isInteger(o.pageSize) || o.pageSize < 1)
+        throw new Error(`sweepOrders: pageSize must be a whole number above 0, not ${o.pageSize}`);
       const client = await tc.client();
-      const { rows } = await db.query<OpenOrderRow>({
-        text: `SELECT order_id, status, customer_id, currency, payment_method, items,
-                      (extract(epoch FROM now() - updated_at) * 1000)::bigint AS age_ms
-                 FROM orders WHERE status <> ALL ($1::text[]) AND updated_at < now() - ($2::bigint * interval '1 millisecond')
-                   AND ($3::text[] IS NULL OR order_id = ANY ($3::text[]))
-                 ORDER BY updated_at`,
-        values: [TERMINAL_STATUSES, o.graceMs, o.orderIds ?? null],
-      });
-      const open = rows.length;
       const now = serverClock();
-      rows.push(...(await settledButRunning(db, client, o, now)));
+      const startedAtServer = now();
+      let rows: OpenOrderRow[];
+      let backlog: Set<string> | undefined;
+      let page: SweepPage | undefined;
+      const cursor = o.orderIds ? undefined : await readSweepCursor(db);
+      if (!cursor) {
+        rows = (
+          await db.query<OpenOrderRow>({
+            text: `SELECT ${ORDER_COLUMNS} FROM orders WHERE ${OPEN_ORDER} AND order_id = ANY ($2::text[])
+                      AND updated_at < now() - ($1::bigint * interval '1 millisecond') ORDER BY updated_at`,
+            values: [o.graceMs, o.orderIds],
+          })
+        ).rows;
+      } else {
+        const closed =
+          cursor.seenServerMs === undefined ? [] : await closedSince(client, cursor.seenServerMs, o.pageSize);
+        page = await pageOfOrders(db, cursor, closed, o);
+        rows = [...page.fresh, ...page.backlog];
+        backlog = new Set(page.backlog.map((r) => r.order_id));
+      }
+      const open = rows.length;
+      if (!page || page.passStarts) rows.push(...(await settledButRunning(db, client, o, now)));
       const s: Sweep = {
         client,
         o,
-        report: { open, stranded: 0, stalled: 0, unreadable: 0, actions: [] },
+        report: {
+          open,
+          stranded: 0,
+          stalled: 0,
+          unreadable: 0,
+          busy: 0,
+          ...(page
+            ? {
+                page: {
+                  fresh: page.fresh.length,
+                  backlog: page.backlog.length,
+                  passStarts: page.passStarts,
+                  passEnds: page.passEnds,
+                },
+              }
+            : {}),
+          actions: [],
+        },
         oldestStranded: 0,
         pollers: new Map(),
         now,
       };
-      for (const [i, row] of rows.entries()) {
-        heartbeat({ done: i, of: rows.length });
-        const at: OrderAtHand = { row, workflowId: workflowIdFor(row.order_id), step: 'describe its run' };
-        let action: SweepAction | undefined;
-        try {
-          try {
-            at.desc = await client.workflow.getHandle(at.workflowId).describe();
-          } catch (err) {
-            if (!(err instanceof WorkflowNotFoundError)) throw err;
+      // The backlog's place: the last of its orders this sweep has been through.
+      let backlogDone: string | undefined;
+      const keepPlace = async (finished: boolean) => {
+        if (!cursor || !page) return;
+        const after = finished ? (page.passEnds ? '' : (page.backlog.at(-1)?.order_id ?? '')) : backlogDone;
+        await db.query({
+          text: `UPDATE sweep_cursor SET backlog_after = coalesce($1, backlog_after),
+                        seen_at = CASE WHEN $2 THEN $3::timestamptz ELSE seen_at END,
+                        seen_server_ms = CASE WHEN $2 THEN $4::bigint ELSE seen_server_ms END, updated_at = now()`,
+          values: [after ?? null, finished, page.readAt, Math.floor(startedAtServer)],
+        });
+      };
+      const cancelled = Context.current().cancellationSignal;
+      const locks = await db.connect();
+      try {
+        for (const [i, row] of rows.entries()) {
+          heartbeat({ done: i, of: rows.length });
+          if (cancelled.aborted) {
+            await keepPlace(false);
+            throw cancelled.reason;
           }
-          const c = classifyOrder(await factsOf(s, at), o);
-          if ('cause' in c && STALL_CAUSES.includes(c.cause)) s.report.stalled++;
-          action = await (
-            handlers[c.case] as (s: Sweep, at: OrderAtHand, c: SweepCase) => Promise<SweepAction | undefined>
-          )(s, at, c);
-        } catch (err) {
-          // Temporal out of reach: the whole sweep fails and is retried; nobody is told of that.
-          if (await unreachable(client, err)) throw err;
-          s.report.unreadable++;
-          stats.unreadable++;
-          const message = err instanceof Error ? `${err.name}: ${err.message}` : String(err);
-          action = await handToPerson(
-            row.order_id,
-            'unreadable',
-            `the sweeper could not ${at.step}: ${message}`,
-            at.desc?.runId,
-          );
+          const key = [SWEEP_LOCK_CLASS, row.order_id];
+          const took = await locks.query<{ ok: boolean }>({
+            text: 'SELECT pg_try_advisory_lock($1, hashtext($2)) AS ok',
+            values: key,
+          });
+          if (!took.rows[0]!.ok) {
+            s.report.busy++;
+          } else {
+            try {
+              const action = await sweepOne(s, row);
+              if (action) s.report.actions.push(action);
+            } finally {
+              await locks.query({ text: 'SELECT pg_advisory_unlock($1, hashtext($2))', values: key });
+            }
+          }
+          if (backlog?.has(row.order_id)) backlogDone = row.order_id;
         }
-        if (action) s.report.actions.push(action);
+        await keepPlace(true);
+      } finally {
+        locks.release();
       }
       stats.oldestStrandedMs = s.oldestStranded;
       stats.stalled = s.report.stalled;
       const { report } = s;
       // Every minute in npm start: quiet unless it found something.
-      (report.actions.length || report.stranded || report.stalled || report.unreadable ? log.info : log.debug)(
-        'sweep done',
-        {
-          open: report.open,
-          stranded: report.stranded,
-          stalled: report.stalled,
-          unreadable: report.unreadable,
-          actions: report.actions.length,
-        },
-      );
+      (report.actions.length || report.stranded || report.stalled || report.unreadable || report.busy
+        ? log.info
+        : log.debug)('sweep done', {
+        open: report.open,
+        stranded: report.stranded,
+        stalled: report.stalled,
+        unreadable: report.unreadable,
+        busy: report.busy,
+        actions: report.actions.length,
+        ...report.page,
+      });
       return report;
     },
   };

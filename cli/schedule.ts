@@ -49,12 +49,13 @@ export function register(cli: Command, ctx: CliContext): void {
     .command('sweep')
     .summary('create (or update) the Schedule that runs the sweeper')
     .description(
-      `Creates the Temporal Schedule "sweep" (or updates it) that runs the sweeper every <duration>: an open order whose saga has closed (terminated, failed) or is missing gets its saga started again from the order row (at most --max-restarts times, then a person is told); a run whose workflow task keeps failing is reset once to its last completed workflow task, then a person; a running run with no new event for longer than --stall-after is diagnosed (a versioning override or a build nobody polls is healed, a paused or long-retrying activity goes to a person, workflow tasks timing out are reset once); an order in NEEDS_ATTENTION for longer than --attention-age is alerted; an order it cannot read goes to a person and the sweep goes on. It never compensates, charges or unpauses. What it did: client.ts sweeps; the stalled orders: client.ts stalled.`,
+      `Creates the Temporal Schedule "sweep" (or updates it) that runs the sweeper every <duration>: an open order whose saga has closed (terminated, failed) or is missing gets its saga started again from the order row (at most --max-restarts times, then a person is told); a run whose workflow task keeps failing is reset once to its last completed workflow task, then a person; a running run with no new event for longer than --stall-after is diagnosed (a versioning override or a build nobody polls is healed, a paused or long-retrying activity goes to a person, workflow tasks timing out are reset once); an order in NEEDS_ATTENTION for longer than --attention-age is alerted; an order it cannot read goes to a person and the sweep goes on. Each sweep looks at one page: first the orders that may have changed since the last sweep (a run closed, a bound crossed), then the next --page-size orders of the rest, where the last sweep stopped. It never compensates, charges or unpauses. What it did: client.ts sweeps; the stalled orders: client.ts stalled.`,
     )
     .option('--every <duration>', 'how often, for example 1m, 5m (at least 60s)', interval, '1m')
     .option('--max-restarts <n>', 'restarts per order before a person is told', positiveInt, 3)
     .option('--attention-age <duration>', 'alert an order in NEEDS_ATTENTION this long', interval, '1h')
     .option('--stall-after <duration>', 'a running run with no new event this long has stopped moving', interval, '5m')
+    .option('--page-size <n>', 'orders per sweep (a pass over N open orders takes N / n sweeps)', positiveInt, 1000)
     .addOption(jsonOption())
     .action(async (opts) =>
       ctx.done(
@@ -68,6 +69,7 @@ export function register(cli: Command, ctx: CliContext): void {
                 maxRestarts: opts.maxRestarts,
                 attentionAgeMs: durationMs(opts.attentionAge),
                 stallAfterMs: durationMs(opts.stallAfter),
+                pageSize: opts.pageSize,
               },
             ],
             json: opts.json,

@@ -12,9 +12,6 @@ import { Client } from '@temporalio/client';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import type { Pool } from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { createPool } from '../db/pool';
-import { migrateAll } from '../db/migrate';
-import { grantRoles } from '../db/roles';
 import { workflowIdFor, type OrderInput } from '../domain/order';
 import { readConfig } from '../lib/config';
 import { makeVersionCurrent, orderTaskQueues } from '../lib/deployments';
@@ -23,25 +20,20 @@ import { dataConverterFor, parseKeyList } from '../platform/payload-codec';
 import { runProcess } from '../platform/processes';
 import { createOrderWorkers, type OrderWorkers } from '../worker';
 import { DEFAULT_SAGA_CONFIG } from '../workflows/order-saga';
-import { makeOrder, testPool, uid } from './support/helpers';
+import { makeOrder, uid } from './support/helpers';
+import { ownDatabase, type OwnDatabase } from './support/own-database';
 import { bundleWorkflows, startDevServer } from './support/temporal-env';
 
 const ROOT = path.resolve(__dirname, '..');
-const database = `check_${uid().replace(/-/g, '')}`;
-/** A URL with its database replaced. */
-const onDatabase = (url: string): string => {
-  const u = new URL(url);
-  u.pathname = `/${database}`;
-  return u.toString();
-};
 const taskQueue = `check-${uid()}`;
 /** Where the file's open orders wait: no worker polls it, so they stay open and untouched. */
 const idleQueue = `idle-${uid()}`;
 const buildId = `check-${uid()}`;
 
 let env: TestWorkflowEnvironment;
-let cluster: Pool; // the tests' database, to create and drop this file's
+let own: OwnDatabase;
 let owner: Pool; // this file's database, as its owner
+let onDatabase: (url: string) => string;
 let workers: OrderWorkers | undefined;
 let running: Promise<void> | undefined;
 let childEnv: NodeJS.ProcessEnv;
@@ -88,11 +80,9 @@ async function runOnce(scheduleId: string): Promise<void> {
 }
 
 beforeAll(async () => {
-  cluster = testPool();
-  await cluster.query(`CREATE DATABASE ${database}`);
-  owner = createPool(onDatabase(inject('databaseUrl')), { max: 2 });
-  await migrateAll(owner);
-  await grantRoles(owner); // the roles exist (global setup); they get this database's grants
+  own = await ownDatabase('check');
+  owner = own.owner;
+  onDatabase = own.on;
   env = await startDevServer();
   childEnv = {
     TEMPORAL_ADDRESS: env.address,
@@ -126,9 +116,7 @@ afterAll(async () => {
   await workers?.db.end();
   await workers?.reader.end();
   await env?.teardown();
-  await owner?.end();
-  await cluster?.query(`DROP DATABASE IF EXISTS ${database} WITH (FORCE)`);
-  await cluster?.end();
+  await own?.drop();
 });
 
 describe('client.ts check: the machinery', () => {
