@@ -78,14 +78,15 @@ export async function readSweepCursor(db: Pool): Promise<SweepCursor> {
 }
 
 /**
- * The order IDs whose saga run closed after `sinceMs` (the server's clock), less the visibility lag:
+ * The order IDs whose run closed after `sinceMs` (the server's clock), less the visibility lag:
  * a run terminated, timed out or failed leaves its order without a live run, and is looked at in the
  * next sweep whatever the backlog. Runs that completed are not listed: a saga completes only after
  * its order settles. Visibility out of order: none (the backlog's pass still comes to them).
  */
 export async function closedSince(client: Client, sinceMs: number, limit: number): Promise<string[]> {
   const since = new Date(sinceMs - VISIBILITY_LAG_MS).toISOString();
-  const query = `WorkflowType = '${WorkflowNames.orderSaga}' AND ExecutionStatus != 'Running' AND ExecutionStatus != 'Completed' AND CloseTime > '${since}'`;
+  // Any workflow type: an order's run is known by its ID (`order:<id>`), and its row decides.
+  const query = `ExecutionStatus != 'Running' AND ExecutionStatus != 'Completed' AND CloseTime > '${since}'`;
   const ids = new Set<string>();
   try {
     for await (const wf of client.workflow.list({ query, pageSize: Math.min(limit, 1000) })) {
@@ -125,12 +126,15 @@ export async function pageOfOrders(
   });
   const freshIds = fresh.rows.map((r) => r.order_id);
   const share = Math.max(o.pageSize - freshIds.length, Math.ceil(o.pageSize / 2));
+  // One more than the share: whether the pass ends with this page.
   const backlog = await db.query<OpenOrderRow & { read_at: string }>({
     text: `SELECT ${ORDER_COLUMNS}, now()::text AS read_at FROM orders
             WHERE ${OPEN_ORDER} AND ${grace} AND order_id > $2 AND order_id <> ALL ($3::text[])
             ORDER BY order_id LIMIT $4`,
-    values: [o.graceMs, cursor.backlogAfter, freshIds, share],
+    values: [o.graceMs, cursor.backlogAfter, freshIds, share + 1],
   });
+  const passEnds = backlog.rows.length <= share;
+  if (!passEnds) backlog.rows.pop();
   const readAt =
     fresh.rows[0]?.read_at ??
     backlog.rows[0]?.read_at ??
@@ -140,7 +144,7 @@ export async function pageOfOrders(
     fresh: fresh.rows.map(strip),
     backlog: backlog.rows.map(strip),
     passStarts: cursor.backlogAfter === '',
-    passEnds: backlog.rows.length < share,
+    passEnds,
     readAt,
   };
 }

@@ -513,7 +513,6 @@ export function sweeperActivities({
         backlog = new Set(page.backlog.map((r) => r.order_id));
       }
       const open = rows.length;
-      if (!page || page.passStarts) rows.push(...(await settledButRunning(db, client, o, now)));
       const s: Sweep = {
         client,
         o,
@@ -553,9 +552,10 @@ export function sweeperActivities({
       };
       const cancelled = Context.current().cancellationSignal;
       const locks = await db.connect();
-      try {
-        for (const [i, row] of rows.entries()) {
-          heartbeat({ done: i, of: rows.length });
+      let done = 0;
+      const lookAt = async (batch: OpenOrderRow[], of: number) => {
+        for (const row of batch) {
+          heartbeat({ done: done++, of });
           if (cancelled.aborted) {
             await keepPlace(false);
             throw cancelled.reason;
@@ -576,6 +576,15 @@ export function sweeperActivities({
             }
           }
           if (backlog?.has(row.order_id)) backlogDone = row.order_id;
+        }
+      };
+      try {
+        await lookAt(rows, rows.length);
+        // Then, once per pass, the settled orders whose run is still open: listed after the open
+        // orders were looked at, so a long list never holds back a fresh stranding.
+        if (!page || page.passStarts) {
+          const settled = await settledButRunning(db, client, o, now);
+          await lookAt(settled, rows.length + settled.length);
         }
         await keepPlace(true);
       } finally {

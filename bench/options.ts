@@ -25,6 +25,7 @@ export const SECTIONS = [
   'commit-path',
   'lock-queue',
   'cli',
+  'sweep',
 ] as const;
 export type Section = (typeof SECTIONS)[number];
 
@@ -49,6 +50,8 @@ export interface BenchOptions {
   traceWarmUps: number;
   lockQueueCases: readonly LockQueueCase[];
   engines: EnginesOptions;
+  /** The sweep section's backlog sizes and page size. */
+  sweep: { backlogs: number[]; pageSize: number };
 }
 
 /**
@@ -66,7 +69,7 @@ export function benchOptions(): BenchOptions | undefined {
   });
   if (values.help) {
     say(`Usage: npm run bench [-- --quick|--smoke] [-- --only ${SECTIONS.join('|')}]`);
-    say('  quick: about 5 minutes; the full run about 8. --only runs one section and prints its targets;');
+    say('  quick: about 8 minutes; the full run about 11. --only runs one section and prints its targets;');
     say("  it does not write bench/results/ (that is the full table's).");
     say('  smoke: every section at its smallest size (a few minutes), for CI: exit 1 when a section');
     say('  breaks or prints no table; its figures mean nothing and nothing is written.');
@@ -100,6 +103,11 @@ export function benchOptions(): BenchOptions | undefined {
       { idleOrders: 20, orders: 120, concurrency: 20, rounds: 4 }, // as the saga's rounds
       { idleOrders: 10, orders: 40, concurrency: 20, rounds: 2 },
       { idleOrders: 1, orders: 4, concurrency: 4, rounds: 2 },
+    ),
+    sweep: size(
+      { backlogs: [1_000, 10_000], pageSize: 1_000 },
+      { backlogs: [1_000, 10_000], pageSize: 1_000 },
+      { backlogs: [50, 200], pageSize: 50 },
     ),
   };
 }

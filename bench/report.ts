@@ -11,6 +11,7 @@ import { ratio, say } from './measure';
 import { LANES, LOGIC_MS, WORKERS } from './options';
 import type { SagaOverheadResult } from './saga-overhead';
 import type { BurstResult, CellResult } from './strategies';
+import { estimateSweep, type SweepBenchResult } from './sweep';
 import type { Target } from './targets';
 import type { TraceResult } from './trace';
 import { formatTimeTable } from './waterfall';
@@ -161,5 +162,24 @@ export function reportTargets(checks: Target[], startedMs: number): void {
   for (const t of checks) say(`| ${t.name} | ${t.pass ? 'PASS' : 'FAIL'} | ${t.detail} |`);
   say(
     `\n${checks.filter((t) => t.pass).length}/${checks.length} targets met; ${Math.round((Date.now() - startedMs) / 1000)} s`,
+  );
+}
+
+/** The sweep section's table: each backlog size, then the estimate for 100k. */
+export function reportSweep(r: SweepBenchResult): void {
+  const rows = [...r.sides.map((s) => ({ s, est: false })), { s: estimateSweep(r), est: true }];
+  say(
+    `\nSweep over a backlog of open orders (page ${r.pageSize}; NEEDS_ATTENTION orders, each with a run that waits for a person)`,
+  );
+  say(
+    '| open orders | sweeps per pass | one sweep p50 | first sweep of a pass | whole pass | Temporal calls / order | DB queries / order | list calls per pass | fresh stranding reached in |',
+  );
+  say('|---|---|---|---|---|---|---|---|---|');
+  for (const { s, est } of rows)
+    say(
+      `| ${s.openOrders.toLocaleString('en')}${est ? ' (estimate)' : ''} | ${s.sweepsPerPass} | ${s.sweepP50Ms} ms | ${s.firstSweepMs} ms | ${(s.passMs / 1000).toFixed(1)} s | ${s.temporalPerOrder} | ${s.dbPerOrder} | ${s.listCalls} | ${s.reachMs} ms (sweep ${s.reachSweeps}) |`,
+    );
+  say(
+    '(The estimate scales the largest size per order; the first sweep of a pass grows with it, since it lists every running saga. The time to reach a fresh stranding is the sweep that follows the terminate; on npm start add up to one Schedule interval.)',
   );
 }

@@ -18,6 +18,9 @@
  *                  UPDATE held across the logic (requests queue behind each other's logic) vs adaptive
  *   cli            the command line's start-up (cli-startup.ts): --help, status and place as processes,
  *                  bin/client and npx tsx client.ts, beside the Temporal CLI's --help
+ *   sweep          one sweep over 1k and 10k open orders (sweep.ts): time per sweep and per pass,
+ *                  Temporal calls and database queries per order, the time to reach a fresh
+ *                  stranding, and what 100k would cost by the same measure
  * --smoke runs every section at its smallest size and fails (exit 1) when one does not print its
  * table: what CI runs, for the bench's code, not its figures.
  * This file is the entry: it runs the sections the arguments ask for (options.ts), prints their tables
@@ -58,10 +61,12 @@ import {
   reportIdleLatency,
   reportLockQueue,
   reportSagaOverhead,
+  reportSweep,
   reportTargets,
   reportTrace,
 } from './report';
 import { measureSagaOverhead } from './saga-overhead';
+import { measureSweep, type SweepBenchResult } from './sweep';
 import { targets } from './targets';
 import { traceOneOrder, type TraceResult } from './trace';
 import { renderWaterfall } from './waterfall';
@@ -132,8 +137,9 @@ async function main(): Promise<void> {
       ? await traceOneOrder(pg.url, { warmUps: opts.traceWarmUps })
       : undefined;
     const cli = wanted('cli') ? await measureCliStartup(pg.url, { runs: opts.cliRuns }) : undefined;
+    const sweep: SweepBenchResult | undefined = wanted('sweep') ? await measureSweep(pg.url, opts.sweep) : undefined;
     const machine = `${os.cpus().length} × ${os.cpus()[0]?.model.trim() ?? 'cpu'}, ${Math.round(os.totalmem() / 2 ** 30)} GiB, Node ${process.version}`;
-    const checks = targets(cells, idleLatency, sagaOverhead, commitPath, cli, engines);
+    const checks = targets(cells, idleLatency, sagaOverhead, commitPath, cli, engines, sweep);
 
     say(`\n## Benchmark (${opts.kind}) — ${new Date().toISOString()}`);
     say(`machine: ${machine}; Postgres from the embedded binaries; pool size ${POOL_SIZE} for every strategy`);
@@ -174,6 +180,10 @@ async function main(): Promise<void> {
       reportCommitPath(commitPath, opts.commitSeconds);
       printed.add('commit-path');
     }
+    if (sweep) {
+      reportSweep(sweep);
+      printed.add('sweep');
+    }
     reportTargets(checks, started);
     if (smoke) {
       const missing = SECTIONS.filter((s) => wanted(s) && !printed.has(s));
@@ -189,7 +199,7 @@ async function main(): Promise<void> {
     mkdirSync(dir, { recursive: true });
     writeFileSync(
       path.join(dir, 'latest.json'),
-      `${JSON.stringify({ quick, machine, poolSize: POOL_SIZE, workers: WORKERS, logicMs: LOGIC_MS, lanes: LANES, cells, lockQueue, idleLatency, sagaOverhead, engines, trace, commitPath, targets: checks, at: new Date().toISOString() }, null, 2)}\n`,
+      `${JSON.stringify({ quick, machine, poolSize: POOL_SIZE, workers: WORKERS, logicMs: LOGIC_MS, lanes: LANES, cells, lockQueue, idleLatency, sagaOverhead, engines, trace, commitPath, sweep, targets: checks, at: new Date().toISOString() }, null, 2)}\n`,
     );
     writeFileSync(
       path.join(dir, 'latest.svg'),

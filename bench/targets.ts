@@ -9,6 +9,7 @@ import { SKU_LEVELS } from './options';
 import { ratio } from './measure';
 import type { SagaOverheadResult } from './saga-overhead';
 import type { CellResult } from './strategies';
+import type { SweepBenchResult } from './sweep';
 
 export interface Target {
   name: string;
@@ -24,6 +25,7 @@ export function targets(
   commit: { ratio?: number } | undefined,
   cli: CliStartupResult | undefined,
   engines: EngineSide[] | string | undefined,
+  sweep?: SweepBenchResult,
 ): Target[] {
   return [
     ...(cells ? contentionTargets(cells) : []),
@@ -33,7 +35,24 @@ export function targets(
     ...(cli ? cliTargets(cli) : []),
     ...(engines === undefined ? [] : [enginesTarget(engines)]),
     ...(saga && Array.isArray(engines) ? sagaCostTargets(saga, engines) : []),
+    ...(sweep ? [sweepTarget(sweep)] : []),
   ];
+}
+
+/**
+ * The sweep: the time to reach a fresh stranding stays flat as the backlog grows. At the largest
+ * backlog it is at most twice what it is at the smallest (a 10× backlog; the machine's noise is the
+ * rest), and the next sweep reaches it.
+ */
+export function sweepTarget(r: SweepBenchResult): Target {
+  const small = r.sides[0]!;
+  const big = r.sides.at(-1)!;
+  const x = ratio(big.reachMs, Math.max(1, small.reachMs));
+  return {
+    name: `sweep: a fresh stranding reached as fast at ${big.openOrders} open orders as at ${small.openOrders} (≤ 2×, next sweep)`,
+    pass: x <= 2 && big.reachSweeps === 1,
+    detail: `${big.reachMs} ms vs ${small.reachMs} ms → ${x}×; reached by sweep ${big.reachSweeps} after the terminate`,
+  };
 }
 
 /**

@@ -3,7 +3,7 @@
  * five no-op regular activities, and the same five steps of the kinds the saga runs them (local or
  * regular, `SAGA_STEP_KINDS`), so that the saga's ratio to it measures the saga's own work.
  */
-import { proxyActivities, proxyLocalActivities } from '@temporalio/workflow';
+import { condition, defineSignal, proxyActivities, proxyLocalActivities, setHandler } from '@temporalio/workflow';
 
 export { orderSaga } from '../workflows';
 
@@ -41,4 +41,14 @@ export async function noopSaga(): Promise<string> {
 export async function noopSagaLikeForLike(): Promise<string> {
   for (const step of ESSENTIAL_STEPS) await (SAGA_STEP_KINDS[step] === 'local' ? local : { noop }).noop(step);
   return 'done';
+}
+
+/**
+ * The sweep section's open order (bench/sweep.ts): a run that waits for a person's word with nothing
+ * pending, as the saga's run of an order in NEEDS_ATTENTION does.
+ */
+export async function parkedOrder(): Promise<void> {
+  let answered = false;
+  setHandler(defineSignal('resolve'), () => void (answered = true));
+  await condition(() => answered);
 }
