@@ -65,7 +65,7 @@ function counted(pool: Pool, n: { db: number }): Pool {
             n.db++;
             return (t.query as (...a: unknown[]) => unknown)(...args);
           };
-        if (p === 'connect' && t === pool) return async () => countQuery(await pool.connect()) as PoolClient;
+        if (p === 'connect' && t === pool) return async () => countQuery<PoolClient>(await pool.connect());
         const v = Reflect.get(t, p) as unknown;
         return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(t) : v;
       },
