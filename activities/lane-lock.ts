@@ -7,8 +7,8 @@
  * itself is retried by Temporal (its heartbeat stops), and its commit is idempotent.
  *
  * A process that is stopped (SIGSTOP, docker pause) or stuck in its event loop keeps its session: its
- * kernel still answers the keepalives. So the holder proves it is alive: while it holds the lane its
- * session renews a lease (lane_leases) on the database's clock, and a task waiting for the lane that
+ * kernel still answers the keepalives. So the holder proves it is alive: while it holds the lane it
+ * renews its session's lease (lane_leases) on the database's clock, from another connection, and a task waiting for the lane that
  * finds the lease over, on the database's clock too, ends the holder's session with
  * pg_terminate_backend (every worker connects as one role, which may end its own sessions). That frees
  * the lock and rolls back whatever the holder had in flight on the session; the frozen process, when
@@ -79,22 +79,23 @@ export async function withLaneLock<T>(
       `SET tcp_keepalives_idle = 10; SET tcp_keepalives_interval = 5; SET tcp_keepalives_count = 3; SET lock_timeout = '${LOCK_WAIT}'`,
     );
     let started: Date;
+    let pid: number;
     for (;;) {
       if (io.signal?.aborted) throw io.signal.reason ?? new Error('lane task cancelled while waiting for the lane');
       try {
         // The lock, then the lease in the same statement (no moment where this session holds the lane
         // under another holder's lease); its start is on the database's clock.
-        started = (
-          await c.query<{ t: Date }>({
+        ({ t: started, pid } = (
+          await c.query<{ t: Date; pid: number }>({
             text: `WITH got AS (SELECT pg_advisory_lock(hashtext($2)))
                    INSERT INTO lane_leases AS l (lane, holder_pid, worker, taken_at, expires_at)
                    SELECT $1, pg_backend_pid(), $3, clock_timestamp(), clock_timestamp() + make_interval(secs => $4) FROM got
                    ON CONFLICT (lane) DO UPDATE SET holder_pid = excluded.holder_pid, worker = excluded.worker,
                      taken_at = excluded.taken_at, expires_at = excluded.expires_at
-                   RETURNING l.taken_at AS t`,
+                   RETURNING l.taken_at AS t, l.holder_pid AS pid`,
             values: [lane, key, WORKER, lease.ms / 1000],
           })
-        ).rows[0]!.t;
+        ).rows[0]!);
         break;
       } catch (err) {
         if ((err as { code?: string }).code !== '55P03') throw err; // lock_not_available: still queued
@@ -106,15 +107,17 @@ export async function withLaneLock<T>(
     // Prove this process is alive while it holds the lane. One renewal at a time; none once the task is
     // cancelled or timed out (its work is no longer wanted, so it may be ended like a stopped one): the
     // SDK times out on its own a task whose heartbeat is late, so a task stuck inside the lane in a live
-    // process stops renewing too, and loses the lane.
+    // process stops renewing too, and loses the lane. Renewed on another of the pool's connections, in
+    // its own transaction: on the lane's session a renewal would wait behind fn's statements (a long
+    // one would lose the lane of a live holder), and inside fn's open transaction nobody would see it.
     let renewing: Promise<void> | undefined;
     const renew = setInterval(() => {
       if (renewing || broken || io.signal?.aborted) return;
-      renewing = c
+      renewing = db
         .query({
           text: `UPDATE lane_leases SET expires_at = clock_timestamp() + make_interval(secs => $2)
-                 WHERE lane = $1 AND holder_pid = pg_backend_pid()`,
-          values: [lane, lease.ms / 1000],
+                 WHERE lane = $1 AND holder_pid = $3`,
+          values: [lane, lease.ms / 1000, pid],
         })
         .then(
           (r) => {
@@ -123,10 +126,7 @@ export async function withLaneLock<T>(
               io.log?.('lane lease lost: another task took the lane over', { lane, orderId });
             }
           },
-          (err: Error & { code?: string }) => {
-            // 25P02: fn's transaction failed and is not rolled back yet; the next renewal comes after.
-            if (err.code !== '25P02') io.log?.('lane lease not renewed', { lane, orderId, error: err.message });
-          },
+          (err: Error) => io.log?.('lane lease not renewed', { lane, orderId, error: err.message }),
         )
         .finally(() => (renewing = undefined));
     }, lease.renewMs);

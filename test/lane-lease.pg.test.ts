@@ -153,6 +153,34 @@ describe('the lane lease', () => {
     expect(expiries.every((e, i) => i === 0 || e >= expiries[i - 1]!)).toBe(true);
   });
 
+  it('a holder busy in one long statement of its open transaction keeps the lane: its lease is renewed from another connection', async () => {
+    const lane = `lease-${uid()}`;
+    let holding!: () => void;
+    const held = new Promise<void>((r) => (holding = r));
+    const holder = withLaneLock(
+      holderPool,
+      lane,
+      'order-busy',
+      io(),
+      async (session) => {
+        await session.query('BEGIN');
+        holding();
+        // 6 s in one statement, in an open transaction: four lease lengths, and past the waiter's first look.
+        await session.query('SELECT pg_sleep(6)');
+        await session.query('COMMIT');
+        return 'done';
+      },
+      { ms: 1_500, renewMs: 300 },
+    );
+    await held;
+    const waiterIo = io();
+    const waiter = withLaneLock(waiterPool, lane, 'order-waiting', waiterIo, (session) => clock(session));
+    expect(await holder).toBe('done');
+    await waiter;
+    expect(await takeovers(lane)).toHaveLength(0);
+    expect(waiterIo.logs).toEqual([]);
+  });
+
   it('a waiter never ends a session that does not hold the lane, whatever an expired lease row names', async () => {
     const lane = `lease-${uid()}`;
     // The lane held without a lease (a worker of an older build), and a lapsed lease naming another session.
