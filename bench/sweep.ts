@@ -134,9 +134,9 @@ export async function measureSweep(url: string, opts: SweepOptionsBench): Promis
         20,
         Infinity,
         async () => {
-          const id = ids[next++]!;
-          await env.client.workflow.start('parkedOrder', { taskQueue, workflowId: workflowIdFor(id) });
-          if (next % 200 === 0) progress(`sweep: ${made + next}/${size} parked orders started`);
+          const i = next++;
+          await env.client.workflow.start('parkedOrder', { taskQueue, workflowId: workflowIdFor(ids[i]!) });
+          if ((i + 1) % 500 === 0) progress(`sweep: ${made + i + 1}/${size} parked orders started`);
         },
         () => next < ids.length,
       );

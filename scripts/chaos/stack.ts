@@ -271,7 +271,7 @@ export class ChaosStack {
     const t = Date.now();
     const old = this.version;
     const next = { deploymentName: old.deploymentName, buildId: `${old.buildId}.deploy${++this.deploys}` };
-    await Promise.all(this.workers.map(() => this.startWorker(next.buildId)));
+    const fresh = await Promise.all(this.workers.map(() => this.startWorker(next.buildId)));
     const made = await makeVersionCurrent(this.env.connection, {
       namespace: 'default',
       version: next,
@@ -289,9 +289,16 @@ export class ChaosStack {
       left = await pinned();
     }
     this.draining = undefined; // from here on every restarted worker joins the new build
-    const stopped = [...this.spawned]
-      .filter(([w, build]) => build === old.buildId && w.exitCode === null && w.signalCode === null)
-      .map(([w]) => w);
+    // The new build's workers take the old ones' places in the kill schedule (killWorkers), so the soak
+    // keeps as many workers as before; every old-build process still running stops.
+    const alive = (w: ChildProcess): boolean => w.exitCode === null && w.signalCode === null;
+    const replaced = this.workers.splice(0, this.workers.length, ...fresh);
+    const stopped = [
+      ...new Set([
+        ...[...this.spawned].filter(([w, build]) => build === old.buildId && alive(w)).map(([w]) => w),
+        ...replaced.filter((w): w is ChildProcess => w !== undefined && alive(w)),
+      ]),
+    ];
     await Promise.all(stopped.map((w) => stopProcess(w, 'SIGTERM')));
     const restart = {
       what: 'deploy',
@@ -350,7 +357,9 @@ export class ChaosStack {
           this.workerKills[i]!++;
         }
         const build = this.spawned.get(w);
-        this.workers[i] = await this.startWorker(build !== undefined && build === this.draining ? build : undefined);
+        const next = await this.startWorker(build !== undefined && build === this.draining ? build : undefined);
+        if (this.workers[i] === w) this.workers[i] = next;
+        else await stopProcess(next, 'SIGTERM'); // a deploy put its new worker in this place meanwhile
         await this.nap(everyMs * (0.75 + Math.random() * 0.5));
       }
     });
