@@ -70,6 +70,19 @@ export async function withLaneLock<T>(
   let broken = false;
   const lost = (): void => void (broken = true);
   c.on('error', lost);
+  // The lease's own connection, taken before the lane: a renewal never waits for the pool (a burst of
+  // other activities) nor behind the lane's statements.
+  let renewer: PoolClient;
+  try {
+    renewer = await db.connect();
+  } catch (err) {
+    c.off('error', lost);
+    c.release();
+    throw err;
+  }
+  let renewerBroken = false;
+  const renewerLost = (): void => void (renewerBroken = true);
+  renewer.on('error', renewerLost);
   const key = `lane:${lane}`;
   try {
     // If this worker's host dies, Postgres finds out within about 25 s (not the kernel's two hours)
@@ -107,13 +120,13 @@ export async function withLaneLock<T>(
     // Prove this process is alive while it holds the lane. One renewal at a time; none once the task is
     // cancelled or timed out (its work is no longer wanted, so it may be ended like a stopped one): the
     // SDK times out on its own a task whose heartbeat is late, so a task stuck inside the lane in a live
-    // process stops renewing too, and loses the lane. Renewed on another of the pool's connections, in
-    // its own transaction: on the lane's session a renewal would wait behind fn's statements (a long
-    // one would lose the lane of a live holder), and inside fn's open transaction nobody would see it.
+    // process stops renewing too, and loses the lane. Renewed on the lease's own connection, in its own
+    // transaction: on the lane's session a renewal would wait behind fn's statements (a long one would
+    // lose the lane of a live holder), and inside fn's open transaction nobody would see it.
     let renewing: Promise<void> | undefined;
     const renew = setInterval(() => {
-      if (renewing || broken || io.signal?.aborted) return;
-      renewing = db
+      if (renewing || broken || renewerBroken || io.signal?.aborted) return;
+      renewing = renewer
         .query({
           text: `UPDATE lane_leases SET expires_at = clock_timestamp() + make_interval(secs => $2)
                  WHERE lane = $1 AND holder_pid = $3`,
@@ -156,6 +169,8 @@ export async function withLaneLock<T>(
   } finally {
     c.off('error', lost);
     c.release(broken ? new Error('lane lock session closed') : undefined);
+    renewer.off('error', renewerLost);
+    renewer.release(renewerBroken ? new Error('lane lease connection closed') : undefined);
   }
 }
 

@@ -41,6 +41,9 @@ export const OPEN_ORDER = `status NOT IN (${TERMINAL_STATUSES.map((s) => `'${s}'
 /** How late a closed run may show in the visibility store: a run closed up to this before the last sweep is looked at again. */
 export const VISIBILITY_LAG_MS = 60_000;
 
+/** The fresh part of a sweep holds at most this many pages' worth of orders (a mass terminate, say). */
+export const FRESH_PAGES = 10;
+
 /** Where the sweep stands across sweeps (the one row of sweep_cursor). */
 export interface SweepCursor {
   /** The backlog's next page starts after this order ID; '' starts a new pass. */
@@ -61,6 +64,8 @@ export interface SweepPage {
   passStarts: boolean;
   /** This page ends the pass: the next one starts from the first open order again. */
   passEnds: boolean;
+  /** More orders were fresh than a sweep takes: the next sweep looks at the same window again. */
+  freshCut: boolean;
   /** Now, on Postgres's clock, as the page was read (the next sweep's seenAt). */
   readAt: string;
 }
@@ -78,34 +83,42 @@ export async function readSweepCursor(db: Pool): Promise<SweepCursor> {
 }
 
 /**
- * The order IDs whose run closed after `sinceMs` (the server's clock), less the visibility lag:
- * a run terminated, timed out or failed leaves its order without a live run, and is looked at in the
- * next sweep whatever the backlog. Runs that completed are not listed: a saga completes only after
- * its order settles. Visibility out of order: none (the backlog's pass still comes to them).
+ * The order IDs whose run closed after `sinceMs` (the server's clock), less `marginMs` (visibility's
+ * lag, and the grace an order was still in then): a run terminated, timed out or failed leaves its
+ * order without a live run, and is looked at in the next sweep whatever the backlog. Runs that
+ * completed are not listed: a saga completes only after its order settles. The whole window, up to
+ * `cap` IDs; `complete` is false when the list was cut there or visibility did not answer (the next
+ * sweep then looks at the same window again; the backlog's pass comes to them in any case).
  */
-export async function closedSince(client: Client, sinceMs: number, limit: number): Promise<string[]> {
-  const since = new Date(sinceMs - VISIBILITY_LAG_MS).toISOString();
+export async function closedSince(
+  client: Client,
+  sinceMs: number,
+  marginMs: number,
+  cap: number,
+): Promise<{ ids: string[]; complete: boolean }> {
+  const since = new Date(sinceMs - marginMs).toISOString();
   // Any workflow type: an order's run is known by its ID (`order:<id>`), and its row decides.
   const query = `ExecutionStatus != 'Running' AND ExecutionStatus != 'Completed' AND CloseTime > '${since}'`;
   const ids = new Set<string>();
   try {
-    for await (const wf of client.workflow.list({ query, pageSize: Math.min(limit, 1000) })) {
+    for await (const wf of client.workflow.list({ query, pageSize: 1000 })) {
       const id = orderIdOf(wf.workflowId);
       if (id !== undefined) ids.add(id);
-      if (ids.size >= limit) break;
+      if (ids.size >= cap) return { ids: [...ids], complete: false };
     }
   } catch (err) {
-    log.warn('sweep: could not list the runs closed since the last sweep; the backlog comes to them', {
+    log.warn('sweep: could not list the runs closed since the last sweep; looked for again next sweep', {
       error: err instanceof Error ? err.message : String(err),
     });
+    return { ids: [...ids], complete: false };
   }
-  return [...ids];
+  return { ids: [...ids], complete: true };
 }
 
 /**
- * One sweep's page of open orders (past the grace), at most `pageSize` fresh and then the backlog's
- * share: the rest of the page, and never less than half of it, so a storm of fresh orders never
- * stops the pass. `closed`: order IDs whose run closed since the last sweep (closedSince).
+ * One sweep's page of open orders (past the grace): the fresh ones, at most FRESH_PAGES pages of them,
+ * then the backlog's share: the rest of the page, and never less than half of it, so a storm of fresh
+ * orders never stops the pass. `closed`: order IDs whose run closed since the last sweep (closedSince).
  */
 export async function pageOfOrders(
   db: Pool,
@@ -122,8 +135,10 @@ export async function pageOfOrders(
             WHERE ${OPEN_ORDER} AND ${grace}
               AND (order_id = ANY ($3::text[]) OR ($2::timestamptz IS NOT NULL AND (${crossed(4)} OR ${crossed(5)})))
             ORDER BY updated_at LIMIT $6`,
-    values: [o.graceMs, cursor.seenAt ?? null, closed, o.stallAfterMs, o.attentionAgeMs, o.pageSize],
+    values: [o.graceMs, cursor.seenAt ?? null, closed, o.stallAfterMs, o.attentionAgeMs, FRESH_PAGES * o.pageSize + 1],
   });
+  const freshCut = fresh.rows.length > FRESH_PAGES * o.pageSize;
+  if (freshCut) fresh.rows.pop();
   const freshIds = fresh.rows.map((r) => r.order_id);
   const share = Math.max(o.pageSize - freshIds.length, Math.ceil(o.pageSize / 2));
   // One more than the share: whether the pass ends with this page.
@@ -145,6 +160,7 @@ export async function pageOfOrders(
     backlog: backlog.rows.map(strip),
     passStarts: cursor.backlogAfter === '',
     passEnds,
+    freshCut,
     readAt,
   };
 }

@@ -44,6 +44,7 @@ import {
 import {
   activityFacts,
   closedSince,
+  FRESH_PAGES,
   OPEN_ORDER,
   ORDER_COLUMNS,
   pageOfOrders,
@@ -59,6 +60,7 @@ import {
   unreachable,
   type OpenOrderRow,
   type SweepPage,
+  VISIBILITY_LAG_MS,
 } from './sweep-reads';
 
 /** How the sweeper reaches Temporal: a client (made on first use) and the saga's task queue. */
@@ -496,6 +498,7 @@ export function sweeperActivities({
       let rows: OpenOrderRow[];
       let backlog: Set<string> | undefined;
       let page: SweepPage | undefined;
+      let seenAll = false;
       const cursor = o.orderIds ? undefined : await readSweepCursor(db);
       if (!cursor) {
         rows = (
@@ -506,9 +509,14 @@ export function sweeperActivities({
           })
         ).rows;
       } else {
+        // The runs closed since the last sweep, and while their order was still in its grace then.
         const closed =
-          cursor.seenServerMs === undefined ? [] : await closedSince(client, cursor.seenServerMs, o.pageSize);
-        page = await pageOfOrders(db, cursor, closed, o);
+          cursor.seenServerMs === undefined
+            ? { ids: [], complete: true }
+            : await closedSince(client, cursor.seenServerMs, VISIBILITY_LAG_MS + o.graceMs, FRESH_PAGES * o.pageSize);
+        page = await pageOfOrders(db, cursor, closed.ids, o);
+        // What was fresh and not looked at (a list cut short, or not answered) stays fresh next time.
+        seenAll = closed.complete && !page.freshCut;
         rows = [...page.fresh, ...page.backlog];
         backlog = new Set(page.backlog.map((r) => r.order_id));
       }
@@ -540,26 +548,40 @@ export function sweeperActivities({
       };
       // The backlog's place: the last of its orders this sweep has been through.
       let backlogDone: string | undefined;
+      // The sweep's place, written whichever way it ends: finished (the page done), or stopped (cancelled,
+      // or failed: the backlog goes on from the order it stopped at). An order it cannot read is a
+      // person's and the sweep goes on (sweepOne), so a failure is the whole sweep's (Temporal or
+      // Postgres out of reach), and its retry starts where it stopped. One row, made again if missing.
       const keepPlace = async (finished: boolean) => {
         if (!cursor || !page) return;
         const after = finished ? (page.passEnds ? '' : (page.backlog.at(-1)?.order_id ?? '')) : backlogDone;
+        const seen = finished && seenAll;
         await db.query({
-          text: `UPDATE sweep_cursor SET backlog_after = coalesce($1, backlog_after),
-                        seen_at = CASE WHEN $2 THEN $3::timestamptz ELSE seen_at END,
-                        seen_server_ms = CASE WHEN $2 THEN $4::bigint ELSE seen_server_ms END, updated_at = now()`,
-          values: [after ?? null, finished, page.readAt, Math.floor(startedAtServer)],
+          text: `INSERT INTO sweep_cursor AS c (id, backlog_after, seen_at, seen_server_ms)
+                 VALUES (true, coalesce($1, ''), CASE WHEN $2 THEN $3::timestamptz END, CASE WHEN $2 THEN $4::bigint END)
+                 ON CONFLICT (id) DO UPDATE SET backlog_after = coalesce($1, c.backlog_after),
+                        seen_at = CASE WHEN $2 THEN $3::timestamptz ELSE c.seen_at END,
+                        seen_server_ms = CASE WHEN $2 THEN $4::bigint ELSE c.seen_server_ms END, updated_at = now()`,
+          values: [after ?? null, seen, page.readAt, Math.floor(startedAtServer)],
         });
       };
       const cancelled = Context.current().cancellationSignal;
+      const whenCancelled = new Promise<never>((_, reject) => {
+        if (cancelled.aborted) reject(cancelled.reason as Error);
+        cancelled.addEventListener('abort', () => reject(cancelled.reason as Error), { once: true });
+      });
+      whenCancelled.catch(() => undefined);
+      // The orders' advisory locks live on this session: if it breaks, or the sweep stops in the middle
+      // of an order, the session is ended rather than handed back to the pool, which frees every lock.
       const locks = await db.connect();
+      let broken = false;
+      const lost = (): void => void (broken = true);
+      locks.on('error', lost);
       let done = 0;
       const lookAt = async (batch: OpenOrderRow[], of: number) => {
         for (const row of batch) {
           heartbeat({ done: done++, of });
-          if (cancelled.aborted) {
-            await keepPlace(false);
-            throw cancelled.reason;
-          }
+          if (cancelled.aborted) throw cancelled.reason;
           const key = [SWEEP_LOCK_CLASS, row.order_id];
           const took = await locks.query<{ ok: boolean }>({
             text: 'SELECT pg_try_advisory_lock($1, hashtext($2)) AS ok',
@@ -568,17 +590,20 @@ export function sweeperActivities({
           if (!took.rows[0]!.ok) {
             s.report.busy++;
           } else {
-            try {
-              const action = await sweepOne(s, row);
-              if (action) s.report.actions.push(action);
-            } finally {
-              await locks.query({ text: 'SELECT pg_advisory_unlock($1, hashtext($2))', values: key });
-            }
+            broken = true; // until the lock is let go
+            // A cancel (or the server timing the attempt out) stops the sweep even inside an order.
+            const action = await Promise.race([sweepOne(s, row), whenCancelled]);
+            if (action) s.report.actions.push(action);
+            await locks.query({ text: 'SELECT pg_advisory_unlock($1, hashtext($2))', values: key });
+            broken = false;
           }
           if (backlog?.has(row.order_id)) backlogDone = row.order_id;
         }
       };
       try {
+        await locks.query(
+          'SET tcp_keepalives_idle = 10; SET tcp_keepalives_interval = 5; SET tcp_keepalives_count = 3',
+        );
         await lookAt(rows, rows.length);
         // Then, once per pass, the settled orders whose run is still open: listed after the open
         // orders were looked at, so a long list never holds back a fresh stranding.
@@ -587,8 +612,12 @@ export function sweeperActivities({
           await lookAt(settled, rows.length + settled.length);
         }
         await keepPlace(true);
+      } catch (err) {
+        await keepPlace(false).catch((e: Error) => void log.warn('sweep: its place not kept', { error: e.message }));
+        throw err;
       } finally {
-        locks.release();
+        locks.off('error', lost);
+        locks.release(broken ? new Error('sweep lock session ended') : undefined);
       }
       stats.oldestStrandedMs = s.oldestStranded;
       stats.stalled = s.report.stalled;

@@ -28,7 +28,8 @@ afterAll(async () => {
 beforeEach(async () => {
   await db.query('DELETE FROM orders');
   await db.query('DELETE FROM sweeper_actions');
-  await db.query(`UPDATE sweep_cursor SET backlog_after = '', seen_at = NULL, seen_server_ms = NULL`);
+  await db.query(`DELETE FROM sweep_cursor`);
+  await db.query(`INSERT INTO sweep_cursor DEFAULT VALUES`);
 });
 
 /** Open orders waiting for a person, their rows last changed `ageMin` minutes ago. */
@@ -50,17 +51,21 @@ async function waiting(ids: string[], ageMin = 10): Promise<void> {
 function standIn(onDescribe: (orderId: string) => Promise<void> = async () => undefined) {
   const described: string[] = [];
   const starts: string[] = [];
-  const closed = new Set<string>();
+  /** Closed runs, by order ID, with their close time (ms). */
+  const closedAt = new Map<string, number>();
+  const closed = { add: (id: string) => closedAt.set(id, Date.now()), has: (id: string) => closedAt.has(id) };
   let runningLists = 0;
   const client = {
     options: { namespace: 'default' },
     workflow: {
       list: async function* ({ query }: { query: string }) {
-        if (!query.includes('CloseTime')) {
+        const window = /CloseTime > '([^']+)'/.exec(query);
+        if (!window) {
           runningLists++; // the running sagas of settled orders: none
           return;
         }
-        for (const id of closed) yield { workflowId: `order:${id}` };
+        const since = Date.parse(window[1]!);
+        for (const [id, at] of closedAt) if (at > since) yield { workflowId: `order:${id}` };
       },
       getHandle: (workflowId: string) => ({
         describe: async () => {
@@ -101,7 +106,7 @@ async function sweep(
 }
 
 const cursor = async () =>
-  (await db.query<{ backlog_after: string }>('SELECT backlog_after FROM sweep_cursor')).rows[0]!.backlog_after;
+  (await db.query<{ backlog_after: string }>('SELECT backlog_after FROM sweep_cursor')).rows[0]?.backlog_after;
 
 describe('the sweep in pages', () => {
   it('goes through the backlog a page at a time, with a cursor kept across sweeps, and starts again', async () => {
@@ -131,8 +136,8 @@ describe('the sweep in pages', () => {
     expect(report.page).toMatchObject({ fresh: 1, backlog: 1 });
     expect(t.starts).toEqual(['order:q-f']);
     expect(report.actions.map((a) => `${a.orderId} ${a.action} ${a.cause}`)).toEqual(['q-f restart missing']);
-    // The backlog did not lose its place: q-d is next.
-    expect((await sweep(t, { pageSize: 2 })).described[0]).not.toBe('q-c');
+    // The backlog did not lose its place: q-d is next (q-f, closed within the window's margin, again first).
+    expect((await sweep(t, { pageSize: 2 })).described).toEqual(['q-f', 'q-d']);
   });
 
   it('an order whose age crossed the stall bound since the last sweep is fresh', async () => {
@@ -150,7 +155,7 @@ describe('the sweep in pages', () => {
     expect(report.page).toMatchObject({ fresh: 1, backlog: 1 });
   });
 
-  it('cancelled, it stops between two orders and the next sweep goes on where it stopped', async () => {
+  it('cancelled, it stops at once, inside an order too, and the next sweep goes on from that order', async () => {
     await waiting(['s-a', 's-b', 's-c', 's-d', 's-e']);
     const env = new MockActivityEnvironment();
     const t = standIn(async (id) => {
@@ -159,8 +164,49 @@ describe('the sweep in pages', () => {
     const err = await sweep(t, { pageSize: 4 }, env).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(CancelledFailure);
     expect(t.described).toEqual(['s-a', 's-b']); // nothing after the cancel
-    expect(await cursor()).toBe('s-b');
-    expect((await sweep(t, { pageSize: 4 })).described).toEqual(['s-c', 's-d', 's-e']);
+    expect(await cursor()).toBe('s-a'); // s-b was not finished
+    expect((await sweep(t, { pageSize: 4 })).described).toEqual(['s-b', 's-c', 's-d', 's-e']);
+  });
+
+  it('a sweep that fails mid-page frees the order it was at and its retry starts there', async () => {
+    await waiting(['u-a', 'u-b', 'u-c', 'u-d']);
+    // Temporal out of reach at u-c: a transport error, and the cheap call fails too.
+    const t = standIn(async (id) => {
+      if (id === 'u-c' && failing)
+        throw Object.assign(new Error('14 UNAVAILABLE: No connection established'), { code: 14 });
+    });
+    let failing = true;
+    (t.client as unknown as { workflowService: unknown }).workflowService = {
+      getSystemInfo: async () => {
+        if (failing) throw new Error('No connection established');
+        return {};
+      },
+    };
+    await expect(sweep(t, { pageSize: 4 })).rejects.toThrow(/UNAVAILABLE/);
+    expect(await cursor()).toBe('u-b');
+    // The lock of the order it was at is free: another session takes it at once.
+    const other = await db.connect();
+    try {
+      const got = await other.query<{ ok: boolean }>({
+        text: 'SELECT pg_try_advisory_lock($1, hashtext($2)) AS ok',
+        values: [0x53574550, 'u-c'],
+      });
+      expect(got.rows[0]!.ok).toBe(true);
+      await other.query({ text: 'SELECT pg_advisory_unlock($1, hashtext($2))', values: [0x53574550, 'u-c'] });
+    } finally {
+      other.release();
+    }
+    failing = false;
+    expect((await sweep(t, { pageSize: 4 })).described).toEqual(['u-c', 'u-d']);
+  });
+
+  it('a missing cursor row is made again: the sweep keeps its place', async () => {
+    await waiting(['v-a', 'v-b', 'v-c']);
+    await db.query('DELETE FROM sweep_cursor');
+    const t = standIn();
+    expect((await sweep(t, { pageSize: 2 })).described).toEqual(['v-a', 'v-b']);
+    expect(await cursor()).toBe('v-b');
+    expect((await sweep(t, { pageSize: 2 })).described).toEqual(['v-c']);
   });
 
   it('two sweeps at once never act on the same order: the second leaves it to the first', async () => {
