@@ -23,6 +23,7 @@ import { SweeperStats } from './activities/sweeper';
 import { createPool, WARM_CONNECTIONS } from './db/pool';
 import { laneTaskQueue } from './domain/lanes';
 import { readConfig, readWorkerSettings, type AppConfig } from './lib/config';
+import { startEventRelay } from './lib/event-relay';
 import { TemporalProfileError } from './lib/temporal-connection';
 import { DEPLOYMENT_NAME, makeVersionCurrent, orderTaskQueues, resolveBuildId, versionName } from './lib/deployments';
 import { databaseAnswers, healthRoutes, type Readiness } from './platform/health';
@@ -345,11 +346,24 @@ async function main(): Promise<void> {
     ...(versioning ? { versioning } : {}),
   });
   const server = await startMetricsServer(w.metrics, own.metricsPort, own.metricsHost, w.sweeperStats, workersReady(w));
+  // The order events' relay, one per worker process (lib/event-relay.ts), when an endpoint is set.
+  const relay = own.orderEvents
+    ? startEventRelay(
+        w.db,
+        own.orderEvents,
+        own.orderEventsMaxAttempts ? { maxAttempts: own.orderEventsMaxAttempts } : {},
+        (level, message, fields) =>
+          void (level === 'error' ? process.stderr : process.stdout).write(
+            `worker: ${message} ${JSON.stringify(fields)}\n`,
+          ),
+      )
+    : undefined;
   const port = (server.address() as AddressInfo).port;
   process.stdout.write(
     `worker: polling task queue "${cfg.taskQueue}" and ${lanes} serial lane(s) on ${cfg.temporal.summary} ` +
       `${w.version ? `as ${versionName(w.version)} (sagas pinned to it)` : 'unversioned'}; ` +
-      `inventory metrics http://${own.metricsHost}:${port}/metrics (and /healthz, /readyz), Temporal metrics ${runtimeMetrics === 'off' ? 'off' : `http://${runtimeMetrics}/metrics`}\n`,
+      `inventory metrics http://${own.metricsHost}:${port}/metrics (and /healthz, /readyz), Temporal metrics ${runtimeMetrics === 'off' ? 'off' : `http://${runtimeMetrics}/metrics`}; ` +
+      `order events ${own.orderEvents ? `relayed to ${own.orderEvents.url}` : 'kept, not sent (no ORDER_EVENTS_WEBHOOK_URL)'}\n`,
   );
   try {
     const running = w.run(); // SIGINT/SIGTERM shut the workers down gracefully (the SDK installs those handlers)
@@ -357,6 +371,7 @@ async function main(): Promise<void> {
     await running;
   } finally {
     server.close();
+    await relay?.stop();
     await w.db.end();
     if (w.reader !== w.db) await w.reader.end();
     await connection.close();

@@ -11,6 +11,7 @@ import type { Pool, PoolClient } from 'pg';
 import { BEFORE_PIVOT_STATUSES, FORWARD_STATUSES, isTerminal, type OrderStatus } from '../domain/order';
 import { ErrorTypes } from '../domain/failures';
 import { businessFailure } from './errors';
+import { EVENT_DATA_SQL, STATUS_EVENTS } from './order-events';
 
 type Db = Pool | PoolClient;
 
@@ -200,20 +201,37 @@ export async function transition(
   opts: { reason?: string; runId?: string; step?: string } = {},
 ): Promise<TransitionResult> {
   const runId = opts.runId ?? callerRunId() ?? null;
-  const res = await db.query({
+  const res = await db.query<{ n: number }>({
     name: 'order-transition',
-    // An escalation records what it is about (`step`), for a run that takes the order over.
-    text: `UPDATE orders SET status = $2, reason = COALESCE($3, reason), ${takeOwnership('$4')}, updated_at = now(),
-                  attention_step = CASE WHEN $2 = 'NEEDS_ATTENTION' AND status <> 'NEEDS_ATTENTION' THEN $6::text ELSE attention_step END
-           WHERE order_id = $1 AND status IN (SELECT from_status FROM order_transitions WHERE to_status = $2)
-             AND (status <> 'NEEDS_ATTENTION' OR attention_from = $2
-                  OR ($2 = 'COMPENSATING' AND attention_from = ANY ($5::text[])))
-             AND ($2 <> 'SHIPPED' OR cancel_request_id IS NULL)
-             AND ${notSuperseded('$4')}`,
+    // An escalation records what it is about (`step`), for a run that takes the order over. A status
+    // that is an event (STATUS_EVENTS) writes it in the same statement, numbered from the row.
+    text: `WITH o AS (
+             UPDATE orders SET status = $2, reason = COALESCE($3, reason), ${takeOwnership('$4')}, updated_at = now(),
+                    attention_step = CASE WHEN $2 = 'NEEDS_ATTENTION' AND status <> 'NEEDS_ATTENTION' THEN $6::text ELSE attention_step END,
+                    event_seq = event_seq + CASE WHEN $7::text IS NULL THEN 0 ELSE 1 END
+             WHERE order_id = $1 AND status IN (SELECT from_status FROM order_transitions WHERE to_status = $2)
+               AND (status <> 'NEEDS_ATTENTION' OR attention_from = $2
+                    OR ($2 = 'COMPENSATING' AND attention_from = ANY ($5::text[])))
+               AND ($2 <> 'SHIPPED' OR cancel_request_id IS NULL)
+               AND ${notSuperseded('$4')}
+             RETURNING order_id, event_seq, status, reason, customer_id, total_cents, currency, attention_step
+           ), e AS (
+             INSERT INTO order_events (order_id, seq, kind, data)
+             SELECT o.order_id, o.event_seq, $7::text, ${EVENT_DATA_SQL('o')} FROM o WHERE $7::text IS NOT NULL
+           )
+           SELECT count(*)::int AS n FROM o`,
     // An escalation may still turn backward (to COMPENSATING) when it began before the pivot.
-    values: [orderId, to, opts.reason ?? null, runId, BEFORE_PIVOT_STATUSES, opts.step ?? null],
+    values: [
+      orderId,
+      to,
+      opts.reason ?? null,
+      runId,
+      BEFORE_PIVOT_STATUSES,
+      opts.step ?? null,
+      STATUS_EVENTS[to] ?? null,
+    ],
   });
-  if (res.rowCount === 1) return { changed: true, status: to };
+  if (res.rows[0]!.n === 1) return { changed: true, status: to };
   const current = await readOrder(db, orderId);
   if (current) assertNotSuperseded(orderId, current, runId, `→ ${to}`);
   if (current && (current.status === to || isPast(current.status, to))) {

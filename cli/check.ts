@@ -4,7 +4,7 @@
  */
 import path from 'node:path';
 import type { Command } from '@commander-js/extra-typings';
-import { formatReport, RULES, temporalLookup } from '../db/invariants';
+import { EVENTS_GRACE_MS, formatReport, RULES, temporalLookup } from '../db/invariants';
 import { checkMachinery, formatMachinery, unreachableReport, type MachineryReport } from '../lib/machinery';
 import { APP_SCHEDULES } from '../lib/schedules';
 import { requirePayloadKeys } from '../platform/payload-codec';
@@ -33,6 +33,8 @@ async function check(opts: { json?: boolean; dataOnly?: boolean }, ctx: CliConte
     const report = await store.checkInvariants({
       deadlineMs: DEFAULT_SAGA_CONFIG.deadlineMs,
       ...(client ? { workflows: temporalLookup(client) } : {}),
+      // The order events' rule where the worker relays them (the same environment names the endpoint).
+      ...(cfg.orderEventsUrl ? { eventsGraceMs: EVENTS_GRACE_MS } : {}),
     });
     let machinery: MachineryReport | undefined;
     if (!opts.dataOnly) {

@@ -59,7 +59,12 @@ export const RULES = {
   shipmentsMatchSold: 'shipments match SOLD reservations, and no HELD reservation remains on a COMPLETED order',
   quotaMatchesHolds: 'purchase quota held equals what the HELD and SOLD reservations hold',
   closedRunTerminal: 'an order whose workflow has closed is in a terminal status',
+  terminalEventOut:
+    'every order that ended more than the events grace ago has its terminal event delivered or dead-lettered',
 } as const;
+
+/** How long after an order ends its terminal event may still be on its way (the relay's tries take about 3 h). */
+export const EVENTS_GRACE_MS = 4 * 3_600_000;
 
 /** Latest execution status (RUNNING, COMPLETED, FAILED, TERMINATED, …, or NOT_FOUND) of each workflow ID. */
 export type WorkflowLookup = (workflowIds: string[]) => Promise<Map<string, string>>;
@@ -86,7 +91,13 @@ export function temporalLookup(client: Client): WorkflowLookup {
 
 export async function checkInvariants(
   db: Pool,
-  opts: { deadlineMs: number; now?: Date; workflows?: WorkflowLookup },
+  opts: {
+    deadlineMs: number;
+    now?: Date;
+    workflows?: WorkflowLookup;
+    /** Check that ended orders' events went out, this long after they ended (only where a relay runs). */
+    eventsGraceMs?: number;
+  },
 ): Promise<CheckReport> {
   const violations: Violation[] = [];
   // One consistent snapshot of the database; Temporal is asked after it, with the client released.
@@ -265,6 +276,27 @@ export async function checkInvariants(
           detail: `${r.customer_id}/${r.sku}: ${r.detail}`,
         });
       }
+
+      // Only where events are relayed (an endpoint is configured), and for orders that have events
+      // (those that ended before the outbox have none).
+      if (opts.eventsGraceMs !== undefined)
+        add(
+          RULES.terminalEventOut,
+          (
+            await client.query<{ order_id: string; detail: string }>({
+              text: `SELECT o.order_id, o.status || ' since ' || o.updated_at || ': its ' || k.kind || ' event ' ||
+                            CASE WHEN e.order_id IS NULL THEN 'is missing'
+                                 ELSE 'is not delivered after ' || e.attempts || ' tries' || COALESCE(' (' || e.last_error || ')', '') END AS detail
+                       FROM orders o
+                       CROSS JOIN LATERAL (SELECT 'order.' || lower(o.status) AS kind) k
+                       LEFT JOIN order_events e ON e.order_id = o.order_id AND e.kind = k.kind
+                      WHERE o.status = ANY ($1::text[]) AND o.event_seq > 0
+                        AND o.updated_at < now() - ($2::bigint * interval '1 millisecond')
+                        AND (e.order_id IS NULL OR (e.delivered_at IS NULL AND e.dead_at IS NULL))`,
+              values: [TERMINAL_STATUSES, opts.eventsGraceMs],
+            })
+          ).rows,
+        );
 
       const open = await client.query<{ order_id: string; workflow_id: string; status: string }>({
         text: `SELECT order_id, workflow_id, status FROM orders WHERE NOT (status = ANY ($1::text[])) ORDER BY order_id LIMIT 5000`,

@@ -66,6 +66,8 @@ export interface AppConfig {
   providerApiKey: string;
   /** How long the worker waits for the provider before it treats the call as timed out (then inquires). */
   providerTimeoutMs: number;
+  /** ORDER_EVENTS_WEBHOOK_URL: where the workers relay the order events (client.ts check then checks they went out). */
+  orderEventsUrl?: string;
   /** The worker's inventory metrics endpoint (GET /metrics, GET /stats). */
   workerMetricsUrl: string;
   /** SKUs pinned to the serial lane (INVENTORY_LANE_SKUS, comma-separated): known-hot, never tried by CAS. */
@@ -99,6 +101,7 @@ export function readConfig(processEnv: NodeJS.ProcessEnv = process.env): AppConf
       .split(',')
       .map((s) => s.trim())
       .filter(Boolean),
+    ...(env.ORDER_EVENTS_WEBHOOK_URL ? { orderEventsUrl: env.ORDER_EVENTS_WEBHOOK_URL } : {}),
     workerMetricsUrl: (
       env.WORKER_METRICS_URL ?? loopbackUrl(env.WORKER_METRICS_PORT ?? DEFAULT_PORTS.workerMetrics)
     ).replace(/\/$/, ''),
@@ -124,6 +127,33 @@ export interface WorkerSettings {
   metricsHost: string;
   /** WORKER_MAKE_CURRENT=true: the worker makes its own version current once it polls. */
   makeCurrent: boolean;
+  /**
+   * ORDER_EVENTS_WEBHOOK_URL and ORDER_EVENTS_WEBHOOK_SECRET: where the worker's relay delivers the
+   * order events, and the secret it signs them with (lib/event-relay.ts); none: events are kept, not sent.
+   */
+  orderEvents: { url: string; secret: string } | undefined;
+  /** ORDER_EVENTS_MAX_ATTEMPTS: tries before an event is dead-lettered (20 by default, about 3 h). */
+  orderEventsMaxAttempts: number | undefined;
+}
+
+/** The order events' endpoint from the environment; throws naming the variable when it is not usable. */
+export function readOrderEventsEndpoint(env: NodeJS.ProcessEnv): { url: string; secret: string } | undefined {
+  const url = env.ORDER_EVENTS_WEBHOOK_URL;
+  if (!url) return undefined;
+  let parsed: URL;
+  try {
+    parsed = new URL(url);
+  } catch {
+    throw new Error(`ORDER_EVENTS_WEBHOOK_URL must be an http(s) URL, not "${url}"`);
+  }
+  if (parsed.protocol !== 'http:' && parsed.protocol !== 'https:')
+    throw new Error(`ORDER_EVENTS_WEBHOOK_URL must be an http(s) URL, not "${url}"`);
+  const secret = env.ORDER_EVENTS_WEBHOOK_SECRET ?? '';
+  if (secret.length < 16)
+    throw new Error(
+      'ORDER_EVENTS_WEBHOOK_SECRET must be set, at least 16 characters, when ORDER_EVENTS_WEBHOOK_URL is',
+    );
+  return { url, secret };
 }
 
 /**
@@ -142,7 +172,17 @@ export function readWorkerSettings(env: NodeJS.ProcessEnv = process.env): Worker
     metricsPort: Number(env.WORKER_METRICS_PORT ?? DEFAULT_PORTS.workerMetrics),
     metricsHost: env.WORKER_METRICS_HOST ?? '127.0.0.1',
     makeCurrent: env.WORKER_MAKE_CURRENT === 'true',
+    orderEvents: readOrderEventsEndpoint(env),
+    orderEventsMaxAttempts: positiveOrUndefined(env, 'ORDER_EVENTS_MAX_ATTEMPTS'),
   };
+}
+
+function positiveOrUndefined(env: NodeJS.ProcessEnv, name: string): number | undefined {
+  const raw = env[name];
+  if (raw === undefined || raw === '') return undefined;
+  const n = Number(raw);
+  if (!Number.isInteger(n) || n < 1) throw new Error(`${name} must be a whole number above 0, not "${raw}"`);
+  return n;
 }
 
 /** The Web UI page of one workflow run. */

@@ -34,6 +34,18 @@ export interface SweeperActionRow {
   newRunId: string | null;
 }
 
+/** An order event and its delivery (migrations/0016_order_events.sql). */
+export interface OrderEventRow {
+  id: string;
+  kind: string;
+  createdAt: string;
+  state: 'delivered' | 'pending' | 'dead-lettered';
+  attempts: number;
+  lastError: string | null;
+  /** When it was delivered, dead-lettered, or is next tried. */
+  at: string;
+}
+
 /** What `client.ts status` shows of an order whose run Temporal no longer has. */
 export interface OrderRowView {
   orderId: string;
@@ -83,12 +95,20 @@ export interface OrderStore {
     outcome: 'accepted' | 'refused';
     message?: string;
   }): Promise<void>;
+  /** An order's events with their delivery, in order; or, with `dead`, every dead-lettered event, oldest first. */
+  orderEvents(opts: { orderId?: string; dead?: boolean; limit: number }): Promise<OrderEventRow[]>;
+  /** Sends an order's dead-lettered events again (the relay takes them at once); needs the application role. */
+  resendEvents(orderId: string): Promise<number>;
   /** The sweeper's latest actions, newest first (`orderId` limits them to one order). */
   sweeperActions(opts: { limit: number; orderId?: string }): Promise<SweeperActionRow[]>;
   /** Open orders whose latest sweeper action (alerts aside) was for a run that had stopped moving, oldest first. */
   stalledOrders(): Promise<StalledOrderRow[]>;
   /** Every invariant over the database and the provider's ledger, in one snapshot (db/invariants.ts). */
-  checkInvariants(opts: { deadlineMs: number; workflows?: WorkflowLookup }): Promise<CheckReport>;
+  checkInvariants(opts: {
+    deadlineMs: number;
+    workflows?: WorkflowLookup;
+    eventsGraceMs?: number;
+  }): Promise<CheckReport>;
   /** The IDs of the orders that are not terminal, oldest first. */
   openOrderIds(): Promise<string[]>;
   /** Ends the pool. */
@@ -159,6 +179,44 @@ export function orderStore(db: Pool): OrderStore {
         values: [limit, orderId ?? null],
       });
       return rows.map(actionRow);
+    },
+
+    async orderEvents({ orderId, dead, limit }) {
+      const { rows } = await db.query<{
+        id: string;
+        kind: string;
+        created_at: Date;
+        state: OrderEventRow['state'];
+        attempts: number;
+        last_error: string | null;
+        at: Date;
+      }>({
+        text: `SELECT order_id || ':' || seq AS id, kind, created_at, attempts, last_error,
+                      CASE WHEN delivered_at IS NOT NULL THEN 'delivered' WHEN dead_at IS NOT NULL THEN 'dead-lettered' ELSE 'pending' END AS state,
+                      COALESCE(delivered_at, dead_at, next_attempt_at) AS at
+                 FROM order_events
+                WHERE ($1::text IS NULL OR order_id = $1) AND (NOT $2 OR dead_at IS NOT NULL AND delivered_at IS NULL)
+                ORDER BY CASE WHEN $2 THEN dead_at END, order_id, seq LIMIT $3`,
+        values: [orderId ?? null, !!dead, limit],
+      });
+      return rows.map((r) => ({
+        id: r.id,
+        kind: r.kind,
+        createdAt: r.created_at.toISOString(),
+        state: r.state,
+        attempts: r.attempts,
+        lastError: r.last_error,
+        at: r.at.toISOString(),
+      }));
+    },
+
+    async resendEvents(orderId) {
+      const res = await db.query({
+        text: `UPDATE order_events SET dead_at = NULL, attempts = 0, next_attempt_at = now()
+                WHERE order_id = $1 AND dead_at IS NOT NULL AND delivered_at IS NULL`,
+        values: [orderId],
+      });
+      return res.rowCount ?? 0;
     },
 
     async stalledOrders() {

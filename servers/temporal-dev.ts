@@ -7,13 +7,14 @@
  */
 import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { connect, createServer } from 'node:net';
+import { connect } from 'node:net';
 import path from 'node:path';
 import {
   TestWorkflowEnvironment,
   type ClientOptionsForTestEnv,
   type EphemeralServerExecutable,
 } from '@temporalio/testing';
+import { freePort } from '../platform/processes';
 import { CACHE_DIR } from './cache';
 import { latencyDynamicConfig } from './latency';
 import { CustomerIdKey, NeedsAttentionKey, OrderStatusKey, TotalCentsKey } from '../workflows/search-attributes';
@@ -106,15 +107,6 @@ export const testServerExecutable = (): EphemeralServerExecutable | undefined =>
  * starts gets this bound instead.
  */
 export const TEST_SERVER_START_MS = 60_000;
-
-/** A free TCP port on loopback (the OS picks it; the test server binds it next). */
-async function freePort(): Promise<number> {
-  const srv = createServer();
-  await new Promise<void>((resolve, reject) => srv.once('error', reject).listen(0, '127.0.0.1', resolve));
-  const { port } = srv.address() as { port: number };
-  await new Promise<void>((resolve) => srv.close(() => resolve()));
-  return port;
-}
 
 /** Resolves once `port` on loopback accepts a connection; rejects past `withinMs` or if `exited` settles. */
 async function listening(port: number, withinMs: number, exited: Promise<string>): Promise<void> {

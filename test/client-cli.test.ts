@@ -44,6 +44,7 @@ const COMMANDS = [
   'findings',
   'load',
   'views',
+  'events',
 ];
 
 describe('client.ts command line', () => {
@@ -103,6 +104,9 @@ describe('client.ts command line', () => {
     [['load', '--orders', 'many'], /--orders <N>' argument 'many' is invalid\. Expected a number/],
     [['load', '--orders', '10', '--workers', '0'], /--workers <W>/],
     [['views', '--customer', 'two words'], /--customer <customerId>/],
+    [['events'], /invalid input: orderId: name an order, or use --dead/],
+    [['events', '--dead', '--resend'], /invalid input: orderId: --resend sends one order's events again/],
+    [['events', 'o-1', '--limit', '0'], /--limit <n>/],
   ])('%j: exit 2, naming %s', async (argv, named) => {
     const r = await run(...argv);
     expect(r.code, r.err).toBe(2);

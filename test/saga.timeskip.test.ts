@@ -64,12 +64,18 @@ describe('order saga (time-skipping)', () => {
     expect(await reservations(db, order.orderId)).toEqual([{ sku: p.sku, qty: 3, status: 'SOLD' }]);
     expect(await ledger(db, order.orderId)).toEqual({ charges: [{ status: 'succeeded', amount: 4500 }], refunds: [] });
     const shipped = await db.query({ text: 'SELECT 1 FROM shipments WHERE order_id = $1', values: [order.orderId] });
-    const confirmed = await db.query({
-      text: 'SELECT 1 FROM notifications WHERE order_id = $1',
+    const events = await db.query<{ seq: number; kind: string; tracking: string | null }>({
+      text: `SELECT seq, kind, data->>'trackingNumber' AS tracking FROM order_events WHERE order_id = $1 ORDER BY seq`,
       values: [order.orderId],
     });
     expect(shipped.rowCount).toBe(1);
-    expect(confirmed.rowCount).toBe(1);
+    // Each outcome an event, numbered in order; the completion carries the tracking number.
+    expect(events.rows.map((e) => `${e.seq} ${e.kind}`)).toEqual([
+      '1 order.accepted',
+      '2 order.shipped',
+      '3 order.completed',
+    ]);
+    expect(events.rows[2]!.tracking).toMatch(/\S/);
   });
 
   it('declined card: releases the stock, charges nothing, ends FAILED with the reason', async () => {

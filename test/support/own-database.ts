@@ -14,6 +14,8 @@ export interface OwnDatabase {
   owner: Pool;
   /** `url` with its database replaced by the file's. */
   on(url: string): string;
+  /** The file's database as the tests' owner reaches it. */
+  url: string;
   /** Closes the pool and drops the database. */
   drop(): Promise<void>;
 }
@@ -33,6 +35,7 @@ export async function ownDatabase(prefix: string): Promise<OwnDatabase> {
   return {
     owner,
     on,
+    url: on(inject('databaseUrl')),
     drop: async () => {
       await owner.end();
       await cluster.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
