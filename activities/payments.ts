@@ -7,6 +7,7 @@ import type { Pool } from 'pg';
 import { ProviderHttpError, type ProviderClient } from '../provider/client';
 import { ErrorTypes } from '../domain/failures';
 import { businessFailure } from './errors';
+import { recordRefunded } from './order-events';
 import { assertNotSuperseded, callerRunId, readOrder, rowConflict, stateConflict, transition } from './order-lock';
 
 export interface ChargeRequest {
@@ -236,6 +237,8 @@ export function paymentActivities({ db, provider }: { db: Pool; provider: Provid
           );
         }
         const r = await provider.refund(refundKey, { chargeKey, amountCents: charge.amountCents });
+        // Its event, once per order (a retry of this step finds the refund replayed and the event written).
+        await recordRefunded(db, req.orderId, r.refund.amountCents);
         log.info('refund succeeded', { chargeKey, amountCents: r.refund.amountCents, replayed: r.replayed });
         return { outcome: 'refunded', amountCents: r.refund.amountCents, replayed: r.replayed };
       } catch (err) {
