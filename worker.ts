@@ -351,7 +351,10 @@ async function main(): Promise<void> {
     ? startEventRelay(
         w.db,
         own.orderEvents,
-        own.orderEventsMaxAttempts ? { maxAttempts: own.orderEventsMaxAttempts } : {},
+        {
+          ...(own.orderEventsMaxAttempts ? { maxAttempts: own.orderEventsMaxAttempts } : {}),
+          ...(own.orderEventsMaxDelayMs ? { maxDelayMs: own.orderEventsMaxDelayMs } : {}),
+        },
         (level, message, fields) =>
           void (level === 'error' ? process.stderr : process.stdout).write(
             `worker: ${message} ${JSON.stringify(fields)}\n`,

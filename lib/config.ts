@@ -134,6 +134,8 @@ export interface WorkerSettings {
   orderEvents: { url: string; secret: string } | undefined;
   /** ORDER_EVENTS_MAX_ATTEMPTS: tries before an event is dead-lettered (20 by default, about 3 h). */
   orderEventsMaxAttempts: number | undefined;
+  /** ORDER_EVENTS_MAX_DELAY_MS: the longest backoff between two tries (10 min by default). */
+  orderEventsMaxDelayMs: number | undefined;
 }
 
 /** The order events' endpoint from the environment; throws naming the variable when it is not usable. */
@@ -174,6 +176,7 @@ export function readWorkerSettings(env: NodeJS.ProcessEnv = process.env): Worker
     makeCurrent: env.WORKER_MAKE_CURRENT === 'true',
     orderEvents: readOrderEventsEndpoint(env),
     orderEventsMaxAttempts: positiveOrUndefined(env, 'ORDER_EVENTS_MAX_ATTEMPTS'),
+    orderEventsMaxDelayMs: positiveOrUndefined(env, 'ORDER_EVENTS_MAX_DELAY_MS'),
   };
 }
 

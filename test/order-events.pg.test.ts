@@ -15,7 +15,7 @@ import { readOrderEventsEndpoint } from '../lib/config';
 import { startEventRelay, type OrderEventBody } from '../lib/event-relay';
 import { startTsProcess, stopProcess } from '../platform/processes';
 import { signatureProblem, signBody } from '../platform/webhook-signature';
-import { startReceiver } from './support/event-receiver';
+import { startReceiver } from '../scripts/chaos/receiver';
 import { uid } from './support/helpers';
 import { ownDatabase, type OwnDatabase } from './support/own-database';
 

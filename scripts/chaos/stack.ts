@@ -32,6 +32,7 @@ import { createProviderAdmin, type ProviderAdmin } from '../../provider/client';
 import type { FaultRequest } from '../../provider/faults';
 import { ensurePostgres, type EmbeddedOptions, type PostgresHandle } from '../../servers/postgres';
 import { startDevServer } from '../../servers/temporal-dev';
+import { startReceiver, type Receiver, type ReceiverMode } from './receiver';
 import {
   realServerPortBlock,
   startRealTemporal,
@@ -99,6 +100,33 @@ export class ChaosStack {
   /** Sleeps, or returns at once when the soak stops killing. */
   private readonly nap = (ms: number): Promise<void> => Promise.race([sleep(ms), this.stopped]);
 
+  /** The order events' receiver (scripts/chaos/receiver.ts), and the secret the workers sign with. */
+  receiver!: Receiver;
+  readonly eventsSecret = randomBytes(24).toString('base64url');
+  /** How many times the receiver went failing, down or stalled. */
+  receiverFlaps = 0;
+
+  /**
+   * The receiver flaps until stopped: up for 4–8 s, then failing (500), down (connection closed) or
+   * stalled (no answer until it comes back) for 1–3 s, in turn. Resolves never.
+   */
+  flapReceiver(): Promise<never> {
+    const bad: ReceiverMode[] = ['fail', 'down', 'stall'];
+    this.flapper = (async () => {
+      for (let i = 0; !this.stopping; i++) {
+        await this.nap(4_000 + Math.random() * 4_000);
+        if (this.stopping) break;
+        this.receiver.mode = bad[i % bad.length]!;
+        this.receiverFlaps++;
+        await this.nap(1_000 + Math.random() * 2_000);
+        this.receiver.mode = 'ok';
+        this.receiver.release();
+      }
+    })();
+    return this.flapper.then(() => new Promise<never>(() => undefined));
+  }
+  private flapper?: Promise<void>;
+
   /** The real Temporal server on Postgres (--temporal server), when the soak runs on it. */
   private real?: RealTemporal;
 
@@ -140,6 +168,8 @@ export class ChaosStack {
     });
     this.bundlePath = path.join(this.pgOpts.dataDir, '..', 'workflow-bundle.js');
     writeFileSync(this.bundlePath, bundle.code);
+    // The order events' endpoint: a receiver of the soak's own that checks every signature, and flaps.
+    this.receiver = await startReceiver(this.eventsSecret);
     this.providerPorts = { api: await freePort(), admin: await freePort() };
     await this.startProvider();
     this.admin = createProviderAdmin({
@@ -308,7 +338,8 @@ export class ChaosStack {
         (left === 0
           ? `${versionName(old)} drained`
           : `${Number.isFinite(left) ? left : 'an unknown number of'} saga(s) still pinned to ${versionName(old)} after the ${drainWaitMs / 1000} s drain wait, left to the sweeper`) +
-        `; its ${stopped.length} running worker process(es) stopped`,
+        `; its ${stopped.length} running worker process(es) stopped (${[...this.spawned.values()].filter((b) => b === old.buildId).length} started on it in all); ` +
+        `${fresh.length} of ${versionName(next)} took their places`,
     };
     this.restarts.push(restart);
     return restart;
@@ -328,6 +359,11 @@ export class ChaosStack {
       TEMPORAL_METRICS_ADDRESS: 'off',
       WORKFLOW_BUNDLE: this.bundlePath,
       BUILD_ID: buildId,
+      ORDER_EVENTS_WEBHOOK_URL: this.receiver.url,
+      ORDER_EVENTS_WEBHOOK_SECRET: this.eventsSecret,
+      // Never given up in the soak (every event must arrive), and tried again within 2 s once the receiver is back.
+      ORDER_EVENTS_MAX_ATTEMPTS: '100000',
+      ORDER_EVENTS_MAX_DELAY_MS: '2000',
     };
     // A few tries: a worker may start while Postgres restarts.
     for (let attempt = 1; ; attempt++) {
@@ -371,12 +407,19 @@ export class ChaosStack {
     this.stopping = true;
     this.onStop();
     await Promise.allSettled(this.killers);
+    await this.flapper;
+    if (this.receiver) {
+      this.receiver.mode = 'ok';
+      this.receiver.release();
+    }
   }
 
   async stop(): Promise<void> {
     this.stopping = true;
     this.onStop();
     await Promise.allSettled(this.killers);
+    await this.flapper;
+    await this.receiver?.close();
     for (const w of this.spawned.keys()) await stopProcess(w, 'SIGTERM');
     await stopProcess(this.provider);
     await this.db?.end().catch(() => undefined);

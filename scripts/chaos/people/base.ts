@@ -17,6 +17,7 @@ import {
 } from '@temporalio/client';
 import { WorkflowIdReusePolicy } from '@temporalio/common';
 import { runCli } from '../../../client';
+import { isConnectionError } from '../../../db/pool';
 import { isTerminal, orderIdOf, type OrderInput, type OrderStatus } from '../../../domain/order';
 import type { AppConfig } from '../../../lib/config';
 import type { SagaConfig } from '../../../workflows/order-saga';
@@ -152,8 +153,9 @@ export class PeopleBase {
           await sleep(500);
           continue;
         }
-        // The server restarting (the soak stops it once) or unreachable for a moment: look again.
-        if (!(err instanceof ServiceError)) throw err;
+        // The server restarting (the soak stops it once) or unreachable for a moment, or Postgres
+        // restarting under the row's read (the soak restarts it once): look again.
+        if (!(err instanceof ServiceError) && !isConnectionError(err)) throw err;
         await sleep(1_000);
       }
     }

@@ -48,6 +48,7 @@ export async function loadAndMeddle(
   const { count, concurrency } = options;
   const operators = people.operate();
   const killing = stack.killWorkers(options.killEveryMs);
+  const flapping = stack.flapReceiver(); // the order events' receiver fails, goes down and stalls in turn
   const sweeper = sweepEvery(stack, 3_000);
 
   // The outage and the restarts, each fired once, by the first order to finish past its share of the load.
@@ -106,7 +107,11 @@ export async function loadAndMeddle(
     for (const trigger of triggers) trigger();
   };
   // The kills never resolve; a worker that cannot be brought back ends the soak.
-  await Promise.race([concurrentLoops(concurrency, loadUntil, driveOne, () => next < orders.length), killing]);
+  await Promise.race([
+    concurrentLoops(concurrency, loadUntil, driveOne, () => next < orders.length),
+    killing,
+    flapping,
+  ]);
   bar.end();
   await Promise.all(events);
   const placed = orders.slice(0, next);

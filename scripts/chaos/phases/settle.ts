@@ -7,6 +7,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { temporalLookup } from '../../../db/invariants';
 import { WorkflowNames } from '../../../domain/names';
 import { TERMINAL_STATUSES } from '../../../domain/order';
+import { waitEventsOut } from '../events';
 import { say } from '../say';
 import type { SweepCounts } from '../sweeper';
 import type { BroughtUp } from './bring-up';
@@ -21,6 +22,8 @@ export interface Settled {
   open: string[];
   /** Of those, the ones whose latest run is not running: nothing will finish them. */
   stranded: string[];
+  /** Order events still waiting to be delivered after the wait (0: every one delivered or dead-lettered). */
+  eventsPending: number;
 }
 
 export async function settle({ stack, people }: BroughtUp, { placed, operators, sweeper }: Loaded): Promise<Settled> {
@@ -47,5 +50,12 @@ export async function settle({ stack, people }: BroughtUp, { placed, operators, 
   const stranded = openRows.rows
     .filter((r) => runsOfOpen.get(`order:${r.order_id}`) !== 'RUNNING')
     .map((r) => r.order_id);
-  return { running, swept, open: openRows.rows.map((r) => r.order_id), stranded };
+  // The receiver is up for good now: every event goes out within a few tries (2 s apart at most).
+  say('waiting until every order event is delivered…');
+  const eventsPending = await waitEventsOut(
+    stack.reader,
+    placed.map((o) => o.input.orderId),
+    90_000,
+  );
+  return { running, swept, open: openRows.rows.map((r) => r.order_id), stranded, eventsPending };
 }

@@ -16,6 +16,7 @@ import { historyToJSON } from '@temporalio/common/lib/proto-utils';
 import { percentile, progressBar } from '../../../lib/load';
 import { FAULT_KINDS, FAULT_TARGETS } from '../../../provider/faults';
 import { auditOrders, readHistories, whyOpen, type HistoryFacts } from '../audit';
+import { auditEvents, eventsLine, type EventsAudit } from '../events';
 import { APPLICABLE, STUCK_EVERY } from '../faults';
 import { LIMITED_SKU, MEDDLES } from '../orders';
 import { SAGA_CONFIG, type SoakOptions } from '../options';
@@ -41,6 +42,8 @@ interface Findings {
   taskFailed: Violation[];
   /** Orders the SDK's Update-ordering bug stopped that the sweeper did not heal. */
   sdkBugUnhealed: Violation[];
+  /** The order events against what the receiver took. */
+  events: EventsAudit;
 }
 
 /** Runs the checks, prints the summary, and returns the soak's exit code. */
@@ -67,7 +70,12 @@ export async function verdict(
     values: [placed.map((o) => o.input.orderId)],
   });
   const missing = coverageGaps(options, up, settled.swept, facts);
-  const { taskFailed, sdkBugUnhealed, violations } = collectViolations(report, audit, up, facts, settled);
+  const events = await auditEvents(
+    stack.reader,
+    stack.receiver,
+    placed.map((o) => o.input.orderId),
+  );
+  const { taskFailed, sdkBugUnhealed, violations } = collectViolations(report, audit, up, facts, settled, events);
   const findings: Findings = {
     report,
     audit,
@@ -77,6 +85,7 @@ export async function verdict(
     violations,
     taskFailed,
     sdkBugUnhealed,
+    events,
   };
   const seconds = Math.round((Date.now() - started) / 1000);
   await printSummary(options, up, load, settled, findings, seconds);
@@ -153,6 +162,7 @@ function coverageGaps(
   for (const { target, kind } of APPLICABLE)
     if (!stack.applied.get(`${target} ${kind}`)) missing.push(`fault ${kind} on ${target}`);
   if (!FAULT_TARGETS.some((t) => stack.applied.get(`${t} outage`))) missing.push('a call refused by the outage');
+  if (stack.receiverFlaps === 0) missing.push('the order events receiver failing, down or stalled');
   const mustAct = [
     'cancel',
     'resolve charge-succeeded',
@@ -194,6 +204,7 @@ function collectViolations(
   { people }: BroughtUp,
   facts: HistoryFacts,
   { open, stranded }: Settled,
+  events: EventsAudit,
 ): Pick<Findings, 'taskFailed' | 'sdkBugUnhealed' | 'violations'> {
   const taskFailed = [...facts.taskFailures].map(([orderId, failures]) => ({
     rule: 'the saga code never fails a workflow task',
@@ -220,6 +231,28 @@ function collectViolations(
     ...taskFailed,
     ...sdkBugUnhealed,
     ...strandedViolations,
+    ...events.lost.map((id) => ({
+      rule: 'no order event is lost',
+      detail: `event ${id} is marked delivered, and the receiver never took it`,
+      orderIds: [id.slice(0, id.lastIndexOf(':'))],
+    })),
+    ...events.outOfOrder.map((orderId) => ({
+      rule: "an order's events arrive in order",
+      detail: 'an event arrived before one written before it',
+      orderIds: [orderId],
+    })),
+    ...(events.pending
+      ? [
+          {
+            rule: 'every order event is delivered or dead-lettered',
+            detail: `${events.pending} still pending`,
+            orderIds: [],
+          },
+        ]
+      : []),
+    ...(events.refused
+      ? [{ rule: 'every order event is signed', detail: `${events.refused} signature(s) refused`, orderIds: [] }]
+      : []),
   ];
   return { taskFailed, sdkBugUnhealed, violations };
 }
@@ -230,7 +263,7 @@ async function printSummary(
   { stack, people }: BroughtUp,
   { placed, loadSeconds, latencies, slowest, unsettled, errors, outage, recoveries }: Loaded,
   { running, swept, stranded }: Settled,
-  { report, audit, facts, reasons, missing, violations, taskFailed, sdkBugUnhealed }: Findings,
+  { report, audit, facts, reasons, missing, violations, taskFailed, sdkBugUnhealed, events }: Findings,
   seconds: number,
 ): Promise<void> {
   const stillAttention = audit.notTerminal;
@@ -317,6 +350,7 @@ async function printSummary(
     `task failures of the SDK's Update-ordering bug (sdk-core#1146), counted apart: ${facts.sdkBugTaskFailures.size} order(s)${facts.sdkBugTaskFailures.size ? `, healed ${facts.sdkBugTaskFailures.size - sdkBugUnhealed.length} (${[...facts.sdkBugTaskFailures.keys()].join(', ')})` : ''}`,
   );
   say(`stranded at the end: ${stranded.length}${stranded.length ? ` (${stranded.join(', ')})` : ''}`);
+  say(eventsLine(events, stack.receiverFlaps));
   say(
     `settled:      ${running === 0 ? 'every saga closed' : `no: ${running} still running`}${unsettled.length ? `; not closed within 5 min: ${unsettled.join(', ')}` : ''}`,
   );

@@ -1,5 +1,6 @@
 /**
- * A real webhook receiver for the order events' tests: an HTTP server on loopback that checks each
+ * A real webhook receiver for the order events (the chaos soak's, which flaps, and the tests'): an
+ * HTTP server on loopback that checks each
  * signature (platform/webhook-signature.ts) over the raw body, records what it took, and answers as
  * told: `ok`, `fail` (500), `stall` (no answer until told otherwise) or `down` (the socket closed).
  */
