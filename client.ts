@@ -11,6 +11,7 @@ import type { Client } from '@temporalio/client';
 import { readConfig, type AppConfig } from './lib/config';
 import { TemporalProfileError } from './lib/temporal-connection';
 import { startTracing } from './platform/tracing';
+import { register as apiKeys } from './cli/api-keys';
 import { register as cancel } from './cli/cancel';
 import { register as check } from './cli/check';
 import { CliError, createContext, EXIT, type CliContext, type Out } from './cli/context';
@@ -32,7 +33,22 @@ export { loadOrder } from './cli/place';
 export { RECONCILE_SCHEDULE_ID, SWEEP_SCHEDULE_ID } from './lib/schedules';
 
 /** The commands, in the order --help lists them. */
-const COMMANDS = [place, status, cancel, resolve, list, stats, check, schedule, sweeps, findings, load, keys, views];
+const COMMANDS = [
+  place,
+  status,
+  cancel,
+  resolve,
+  list,
+  stats,
+  check,
+  schedule,
+  sweeps,
+  findings,
+  load,
+  keys,
+  apiKeys,
+  views,
+];
 
 /** How the usage lines name the program unless told otherwise: the sources, run by tsx. */
 const PROGRAM = 'npx tsx client.ts';

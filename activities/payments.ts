@@ -237,6 +237,12 @@ export function paymentActivities({ db, provider }: { db: Pool; provider: Provid
         }
         const r = await provider.refund(refundKey, { chargeKey, amountCents: charge.amountCents });
         log.info('refund succeeded', { chargeKey, amountCents: r.refund.amountCents, replayed: r.replayed });
+        // The money on the order's side (the orders API reads it there): what was charged and given back.
+        await db.query({
+          text: `UPDATE orders SET charged_cents = GREATEST(charged_cents, $2), refunded_cents = GREATEST(refunded_cents, $3)
+                  WHERE order_id = $1`,
+          values: [req.orderId, charge.amountCents, r.refund.amountCents],
+        });
         return { outcome: 'refunded', amountCents: r.refund.amountCents, replayed: r.replayed };
       } catch (err) {
         if (err instanceof ApplicationFailure) throw err;
