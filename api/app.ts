@@ -93,10 +93,12 @@ const invalidRequest = (field: string, problem: string): never =>
 
 const CancelBody = record(
   {
-    reason: v.pipe(
-      v.string('must be a string'),
-      v.minLength(1, 'must not be empty'),
-      v.maxLength(200, 'must be at most 200 characters'),
+    reason: v.optional(
+      v.pipe(
+        v.string('must be a string'),
+        v.minLength(1, 'must not be empty'),
+        v.maxLength(200, 'must be at most 200 characters'),
+      ),
     ),
   },
   'must be a JSON object',
@@ -152,8 +154,7 @@ export function createApiApp(deps: ApiDeps) {
     c.set('caller', caller);
     await next();
   };
-  app.use('/v1/orders', authenticate);
-  app.use('/v1/orders/*', authenticate);
+  app.use('/v1/orders/*', authenticate); // /v1/orders itself included
 
   app.post('/v1/orders', jsonBody(MAX_BODY_BYTES), async (c) => {
     const { storefront } = c.get('caller');

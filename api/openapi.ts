@@ -17,7 +17,6 @@ export const CHECKS_BY_HAND = [
 function orderJsonSchema(): Record<string, unknown> {
   const schema = toJsonSchema(OrderSchema, {
     target: 'draft-2020-12',
-    typeMode: 'input',
     errorMode: 'ignore',
     overrideAction: ({ valibotAction, jsonSchema }) => {
       const action = valibotAction as { type: string; requirement?: unknown };
