@@ -22,7 +22,7 @@ CREATE TABLE api_placements (
   request_hash    text NOT NULL,
   order_id        text NOT NULL UNIQUE,
   status_code     integer CHECK (status_code BETWEEN 200 AND 599),
-  response        jsonb,
+  response        json, -- json, not jsonb: the answer replayed as it was sent, its fields in their order
   lease_until     timestamptz NOT NULL,
   created_at      timestamptz NOT NULL DEFAULT now(),
   answered_at     timestamptz,

@@ -431,7 +431,7 @@ async function main(): Promise<void> {
     );
     say(`READY — try: npx tsx client.ts place --file examples/order.json   (Ctrl-C to stop)`);
     say(
-      `  or: curl -H "Authorization: Bearer $(cat .data/api-key)" -H 'Idempotency-Key: first' -H 'Content-Type: application/json' -d @examples/order.json ${apiUrl}/v1/orders`,
+      `  or: curl -H "Authorization: Bearer $(cat .data/api-key)" -H 'Idempotency-Key: first' -H 'Content-Type: application/json' -d @examples/api-order.json ${apiUrl}/v1/orders`,
     );
   } catch (err) {
     say(`failed: ${(err as Error).message}`);

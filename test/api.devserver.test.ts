@@ -54,6 +54,7 @@ interface Answer {
   status: number;
   headers: Headers;
   body: Record<string, unknown>;
+  text: string;
 }
 
 async function call(
@@ -71,7 +72,12 @@ async function call(
     ...(opts.body === undefined ? {} : { body: typeof opts.body === 'string' ? opts.body : JSON.stringify(opts.body) }),
   });
   const text = await res.text();
-  return { status: res.status, headers: res.headers, body: text ? (JSON.parse(text) as Record<string, unknown>) : {} };
+  return {
+    status: res.status,
+    headers: res.headers,
+    body: text ? (JSON.parse(text) as Record<string, unknown>) : {},
+    text,
+  };
 }
 
 const placeOrder = (order: unknown, idem: string, key = keyA) => call('/v1/orders', { key, idem, body: order });
@@ -184,7 +190,7 @@ describe('POST /v1/orders', () => {
       body: `{ "items": ${JSON.stringify(order.items)}, "paymentMethod": "tok_visa", "currency": "USD", "customerId": "${order.customerId}", "orderId": "${order.orderId}" }`,
     });
     expect(again.status).toBe(202);
-    expect(again.body).toEqual(first.body);
+    expect(again.text).toBe(first.text); // the first answer as it was sent
     expect(again.headers.get(REPLAY_HEADER.toLowerCase())).toBe('true');
     expect((await env.client.workflow.getHandle(`order:${order.orderId}`).describe()).runId).toBe(runId);
 
