@@ -206,7 +206,19 @@ export function createApiApp(deps: ApiDeps) {
       if (placement.answer.status === 202) c.header('Location', orderUrl(placement.orderId));
       return c.json(placement.answer.body as object, placement.answer.status as 202);
     }
-    const answer = await place(order, claim.kind === 'takeover');
+    let answer;
+    try {
+      answer = await place(order, claim.kind === 'takeover');
+    } catch (err) {
+      // Temporal out of reach, say: nothing was answered, so the same request again carries it on.
+      await store.release({ storefront, key });
+      log('place-failed', { orderId: order.orderId, message: (err as Error).message });
+      c.header('Retry-After', '5');
+      throw new HttpError(503, {
+        error: 'unavailable',
+        message: 'the order could not be placed now; send the same request again',
+      });
+    }
     if (!answer) {
       await store.release({ storefront, key });
       c.header('Retry-After', '5');

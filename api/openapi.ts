@@ -78,7 +78,9 @@ export function openApiDocument(): Record<string, unknown> {
             413: error('body over the size limit'),
             415: error('Content-Type is not application/json'),
             422: error('invalid_order (naming the field), purchase_limit_exceeded or idempotency_key_reused'),
-            503: error('no early answer in time; send the same request again'),
+            503: error(
+              'no_answer (no early answer in time) or unavailable (Temporal out of reach); send the same request again',
+            ),
             ...auth,
           },
         },

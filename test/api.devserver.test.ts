@@ -498,8 +498,28 @@ describe('GET /v1/orders and cancel', () => {
 
 describe('rate limit, CORS and the fuzz', () => {
   it('answers 429 with Retry-After over the per-key limit, and CORS headers only for configured origins', async () => {
-    const limited = await startApi({ API_RATE_LIMIT: '3', API_CORS_ORIGINS: 'https://shop.example' });
+    // On a task queue no worker polls, with a short wait for the early answer.
+    const idleQueue = `idle-${uid()}`;
+    const limited = await startApi({
+      API_RATE_LIMIT: '3',
+      API_CORS_ORIGINS: 'https://shop.example',
+      TASK_QUEUE: idleQueue,
+      API_ANSWER_TIMEOUT_MS: '1000',
+    });
     try {
+      // No early answer in time: a 503 to retry, and the same request again carries the placement on.
+      const { sku, priceCents } = await createProduct(db, { stock: 5 });
+      const order = makeOrder([{ sku, qty: 1, unitPriceCents: priceCents }]);
+      const keyC = (await createApiKey(db, `shop-idle-${uid()}`)).key;
+      for (let i = 0; i < 2; i++) {
+        const late = await call('/v1/orders', { key: keyC, idem: 'late-1', body: order }, limited);
+        expect(late.status, JSON.stringify(late.body)).toBe(503);
+        expect(late.body.error).toBe('no_answer');
+        expect(late.headers.get('retry-after')).toBe('5');
+      }
+      expect(await rowsFor(order.orderId)).toEqual({ orders: 0, placements: 1 });
+      await env.client.workflow.getHandle(`order:${order.orderId}`).terminate('test: no worker on its queue');
+
       const statuses: number[] = [];
       let retryAfter: string | null = null;
       for (let i = 0; i < 5; i++) {
