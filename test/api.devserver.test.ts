@@ -28,6 +28,8 @@ interface Api {
   child: ChildProcess;
 }
 let api: Api;
+/** Storefront A's name and key, and storefront B's key. */
+const storefrontA = `shop-a-${uid()}`;
 let keyA: string;
 let keyB: string;
 
@@ -116,7 +118,7 @@ async function rowsFor(orderId: string): Promise<{ orders: number; placements: n
 }
 
 beforeAll(async () => {
-  keyA = (await createApiKey(db, `shop-a-${uid()}`)).key;
+  keyA = (await createApiKey(db, storefrontA)).key;
   keyB = (await createApiKey(db, `shop-b-${uid()}`)).key;
   api = await startApi();
 });
@@ -259,12 +261,6 @@ describe('POST /v1/orders', () => {
     const { sku, priceCents } = await createProduct(db, { stock: 5 });
     const order = makeOrder([{ sku, qty: 1, unitPriceCents: priceCents }]);
     const idem = `k-${uid()}`;
-    const storefront = (
-      await db.query<{ storefront: string }>({
-        text: 'SELECT storefront FROM api_keys WHERE key_id = $1',
-        values: [keyA.split('_')[1]],
-      })
-    ).rows[0]!.storefront;
     const requestHash = createHash('sha256')
       .update(JSON.stringify(parseOrder(order)))
       .digest('hex');
@@ -272,7 +268,7 @@ describe('POST /v1/orders', () => {
     await db.query({
       text: `INSERT INTO api_placements (storefront, idempotency_key, request_hash, order_id, lease_until)
              VALUES ($1, $2, $3, $4, now() + interval '1 hour')`,
-      values: [storefront, idem, requestHash, order.orderId],
+      values: [storefrontA, idem, requestHash, order.orderId],
     });
     expect(await placeOrder(order, idem)).toMatchObject({
       status: 409,
@@ -282,7 +278,7 @@ describe('POST /v1/orders', () => {
     // Its process died: the lease runs out, and the same request again places the order.
     await db.query({
       text: `UPDATE api_placements SET lease_until = now() - interval '1 second' WHERE storefront = $1 AND idempotency_key = $2`,
-      values: [storefront, idem],
+      values: [storefrontA, idem],
     });
     const carried = await placeOrder(order, idem);
     expect(carried.status, JSON.stringify(carried.body)).toBe(202);
@@ -437,6 +433,28 @@ describe('GET /v1/orders and cancel', () => {
       expect(r.status, query).toBe(400);
       expect(r.body.field, query).toBe(field);
     }
+  });
+
+  it('names the next step a person must take for an order in NEEDS_ATTENTION, from its row', async () => {
+    const orderId = `t-${uid()}`;
+    // A row as an escalation over an unknown charge leaves it (the saga's part is tested elsewhere).
+    await db.query({
+      text: `INSERT INTO orders (order_id, customer_id, status, reason, currency, total_cents, items, payment_method, workflow_id, attention_from)
+             VALUES ($1, 'cust-1', 'NEEDS_ATTENTION', 'charge outcome unknown after 10 inquiries', 'USD', 1000,
+                     '[{"sku":"SKU-MUG","qty":1,"unitPriceCents":1000}]', 'tok_visa', $2, 'UNKNOWN_PAYMENT')`,
+      values: [orderId, `order:${orderId}`],
+    });
+    await db.query({
+      text: `INSERT INTO api_placements (storefront, idempotency_key, request_hash, order_id, status_code, response, lease_until)
+             VALUES ($1, $2, 'x', $2, 202, '{}', now())`,
+      values: [storefrontA, orderId],
+    });
+    const r = await call(`/v1/orders/${orderId}`, { key: keyA });
+    expect(r.body).toMatchObject({
+      status: 'NEEDS_ATTENTION',
+      nextStep: { by: 'operator', action: 'resolve', choices: ['charge-succeeded', 'charge-failed'] },
+    });
+    expect(String((r.body.nextStep as { detail: string }).detail)).toContain(`client.ts resolve ${orderId}`);
   });
 
   it('cancels before the pivot (recorded, 202; the charge given back on the row), and refuses past the pivot, after the end, and for no such order', async () => {
