@@ -32,7 +32,7 @@ import { HttpError, jsonApp, jsonBody, readJson, type JsonEnv } from '../platfor
 import type { Acceptance } from '../workflows/messages';
 import { openApiDocument } from './openapi';
 import { RateLimiter } from './rate-limit';
-import { apiStore, decodeCursor, encodeCursor, isOrderStatus } from './store';
+import { apiStore, carriedOn, decodeCursor, encodeCursor, isOrderStatus, type Placement } from './store';
 
 /** An order is a few KiB at most (50 lines); anything much larger is not one. */
 export const MAX_BODY_BYTES = 32 * 1024;
@@ -166,12 +166,17 @@ export function createApiApp(deps: ApiDeps) {
       if (err instanceof OrderValidationError) return refuse(422, 'invalid_order', err.message, err.field);
       throw err;
     }
-    const problem = await orders.catalogueProblem(order);
-    if (problem)
-      return refuse(422, 'invalid_order', `invalid order: ${problem.field}: ${problem.problem}`, problem.field);
-    if (await store.placedOutside(order.orderId))
-      return refuse(409, 'order_exists', `orderId: ${order.orderId} is already placed`, 'orderId');
     const requestHash = sha256(JSON.stringify(order));
+    // A key already used answers as it did (or refuses), before anything else is checked again.
+    const prior = await store.placement(storefront, key);
+    if (prior && !carriedOn(prior, requestHash)) return answerPrior(c, prior, requestHash);
+    if (!prior) {
+      const problem = await orders.catalogueProblem(order);
+      if (problem)
+        return refuse(422, 'invalid_order', `invalid order: ${problem.field}: ${problem.problem}`, problem.field);
+      if (await store.placedOutside(order.orderId))
+        return refuse(409, 'order_exists', `orderId: ${order.orderId} is already placed`, 'orderId');
+    }
     const claim = await store.claim({
       storefront,
       key,
@@ -186,26 +191,7 @@ export function createApiApp(deps: ApiDeps) {
         `orderId: ${order.orderId} is already placed under another Idempotency-Key`,
         'orderId',
       );
-    if (claim.kind === 'existing') {
-      const { placement } = claim;
-      if (placement.requestHash !== requestHash)
-        return refuse(
-          422,
-          'idempotency_key_reused',
-          'Idempotency-Key: already used with another body',
-          'Idempotency-Key',
-        );
-      if (!placement.answer)
-        return refuse(
-          409,
-          'request_in_flight',
-          'Idempotency-Key: the first request with this key is still in flight',
-          'Idempotency-Key',
-        );
-      c.header(REPLAY_HEADER, 'true');
-      if (placement.answer.status === 202) c.header('Location', orderUrl(placement.orderId));
-      return c.json(placement.answer.body as object, placement.answer.status as 202);
-    }
+    if (claim.kind === 'existing') return answerPrior(c, claim.placement, requestHash);
     let answer;
     try {
       answer = await place(order, claim.kind === 'takeover');
@@ -234,6 +220,27 @@ export function createApiApp(deps: ApiDeps) {
   });
 
   const orderUrl = (orderId: string): string => `/v1/orders/${encodeURIComponent(orderId)}`;
+
+  /** The answer to a key already used: the first answer again, or why not (another body, still in flight). */
+  function answerPrior(c: Context<ApiEnv>, placement: Placement, requestHash: string): Response {
+    if (placement.requestHash !== requestHash)
+      return refuse(
+        422,
+        'idempotency_key_reused',
+        'Idempotency-Key: already used with another body',
+        'Idempotency-Key',
+      );
+    if (!placement.answer)
+      return refuse(
+        409,
+        'request_in_flight',
+        'Idempotency-Key: the first request with this key is still in flight',
+        'Idempotency-Key',
+      );
+    c.header(REPLAY_HEADER, 'true');
+    if (placement.answer.status === 202) c.header('Location', orderUrl(placement.orderId));
+    return c.json(placement.answer.body as object, placement.answer.status as 202);
+  }
 
   /** Starts the saga and turns what it came to into the answer to keep; undefined when there is none in time. */
   async function place(order: OrderInput, takeover: boolean): Promise<{ status: number; body: object } | undefined> {

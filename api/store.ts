@@ -112,9 +112,36 @@ export function decodeCursor(text: string): Cursor | undefined {
   }
 }
 
+/** Is this the same request as the placement's, left unanswered by a process that died (its lease is over)? */
+export const carriedOn = (p: Placement, requestHash: string): boolean =>
+  !p.answer && p.leaseOver && p.requestHash === requestHash;
+
 export const isOrderStatus = (s: string): s is OrderStatus => (ORDER_STATUSES as readonly string[]).includes(s);
 
 export function apiStore(db: Pool) {
+  /** The placement under this storefront's key, if there is one. */
+  async function placement(storefront: string, key: string): Promise<Placement | undefined> {
+    const { rows } = await db.query<{
+      request_hash: string;
+      order_id: string;
+      status_code: number | null;
+      response: unknown;
+      lease_over: boolean;
+    }>({
+      text: `SELECT request_hash, order_id, status_code, response, lease_until <= now() AS lease_over
+               FROM api_placements WHERE storefront = $1 AND idempotency_key = $2`,
+      values: [storefront, key],
+    });
+    const row = rows[0];
+    if (!row) return undefined;
+    return {
+      requestHash: row.request_hash,
+      orderId: row.order_id,
+      leaseOver: row.lease_over,
+      ...(row.status_code === null ? {} : { answer: { status: row.status_code, body: row.response } }),
+    };
+  }
+
   return {
     /**
      * Claims `key` for this order, in one statement: a new placement (in flight until `answer`), or
@@ -133,27 +160,9 @@ export function apiStore(db: Pool) {
         values: [p.storefront, p.key, p.requestHash, p.orderId, p.leaseMs],
       });
       if (inserted.rowCount === 1) return { kind: 'new' };
-      const { rows } = await db.query<{
-        request_hash: string;
-        order_id: string;
-        status_code: number | null;
-        response: unknown;
-        lease_over: boolean;
-      }>({
-        text: `SELECT request_hash, order_id, status_code, response, lease_until <= now() AS lease_over
-                 FROM api_placements WHERE storefront = $1 AND idempotency_key = $2`,
-        values: [p.storefront, p.key],
-      });
-      const row = rows[0];
-      if (!row) return { kind: 'order-taken' };
-      const placement: Placement = {
-        requestHash: row.request_hash,
-        orderId: row.order_id,
-        leaseOver: row.lease_over,
-        ...(row.status_code === null ? {} : { answer: { status: row.status_code, body: row.response } }),
-      };
-      if (placement.answer || !row.lease_over || row.request_hash !== p.requestHash)
-        return { kind: 'existing', placement };
+      const prior = await placement(p.storefront, p.key);
+      if (!prior) return { kind: 'order-taken' };
+      if (!carriedOn(prior, p.requestHash)) return { kind: 'existing', placement: prior };
       const taken = await db.query({
         text: `UPDATE api_placements SET lease_until = now() + $3 * interval '1 millisecond'
                 WHERE storefront = $1 AND idempotency_key = $2 AND status_code IS NULL AND lease_until <= now()`,
@@ -161,8 +170,10 @@ export function apiStore(db: Pool) {
       });
       return taken.rowCount === 1
         ? { kind: 'takeover' }
-        : { kind: 'existing', placement: { ...placement, leaseOver: false } };
+        : { kind: 'existing', placement: { ...prior, leaseOver: false } };
     },
+
+    placement,
 
     /** Records the answer given, for the same request again. */
     async answer(p: { storefront: string; key: string; status: number; body: unknown }): Promise<void> {

@@ -185,7 +185,9 @@ describe('POST /v1/orders', () => {
     expect(first.headers.get(REPLAY_HEADER.toLowerCase())).toBeNull();
     const { runId } = await env.client.workflow.getHandle(`order:${order.orderId}`).describe();
 
-    // The same body with its keys in another order and other spacing is the same request.
+    // The same body with its keys in another order and other spacing is the same request, answered as
+    // it was even after the catalogue changed.
+    await db.query({ text: 'UPDATE products SET price_cents = price_cents + 1 WHERE sku = $1', values: [sku] });
     const again = await call('/v1/orders', {
       key: keyA,
       idem,
