@@ -11,6 +11,7 @@ import type { Client } from '@temporalio/client';
 import { readConfig, type AppConfig } from './lib/config';
 import { TemporalProfileError } from './lib/temporal-connection';
 import { startTracing } from './platform/tracing';
+import { register as apiKeys } from './cli/api-keys';
 import { register as cancel } from './cli/cancel';
 import { register as check } from './cli/check';
 import { register as events } from './cli/events';
@@ -47,6 +48,7 @@ const COMMANDS = [
   findings,
   load,
   keys,
+  apiKeys,
   views,
 ];
 

@@ -351,10 +351,7 @@ async function main(): Promise<void> {
     ? startEventRelay(
         w.db,
         own.orderEvents,
-        {
-          ...(own.orderEventsMaxAttempts ? { maxAttempts: own.orderEventsMaxAttempts } : {}),
-          ...(own.orderEventsMaxDelayMs ? { maxDelayMs: own.orderEventsMaxDelayMs } : {}),
-        },
+        { maxAttempts: own.orderEventsMaxAttempts, maxDelayMs: own.orderEventsMaxDelayMs },
         (level, message, fields) =>
           void (level === 'error' ? process.stderr : process.stdout).write(
             `worker: ${message} ${JSON.stringify(fields)}\n`,

@@ -39,22 +39,30 @@ export const EVENT_DATA_SQL = (o: string): string =>
      'trackingNumber', (SELECT s.tracking_number FROM shipments s WHERE s.order_id = ${o}.order_id)))`;
 
 /**
- * The refund's event, once per order: its number taken from the row, in one transaction with the
- * row locked, so two retries of the refund step never write two. Returns whether it was written now.
+ * The refund on the order's side, in one statement: the money charged and given back (the orders API
+ * reads them there), and the refund's event, once per order (a retry of the refund step writes the
+ * amounts again and no second event). Returns whether the event was written now.
  */
-export async function recordRefunded(db: Pool | PoolClient, orderId: string, amountCents: number): Promise<boolean> {
+export async function recordRefunded(
+  db: Pool | PoolClient,
+  orderId: string,
+  chargedCents: number,
+  refundedCents: number,
+): Promise<boolean> {
+  const first = `NOT EXISTS (SELECT 1 FROM order_events WHERE order_id = $1 AND kind = 'order.refunded')`;
   const { rows } = await db.query<{ n: number }>({
     text: `WITH o AS (
-             UPDATE orders SET event_seq = event_seq + 1
-              WHERE order_id = $1 AND NOT EXISTS (SELECT 1 FROM order_events WHERE order_id = $1 AND kind = 'order.refunded')
-             RETURNING order_id, event_seq, status, reason, customer_id, total_cents, currency, attention_step
+             UPDATE orders SET charged_cents = GREATEST(charged_cents, $2), refunded_cents = GREATEST(refunded_cents, $3),
+                    event_seq = event_seq + CASE WHEN ${first} THEN 1 ELSE 0 END
+              WHERE order_id = $1
+             RETURNING order_id, event_seq, status, reason, customer_id, total_cents, currency, attention_step, ${first} AS fresh
            ), e AS (
              INSERT INTO order_events (order_id, seq, kind, data)
-             SELECT o.order_id, o.event_seq, 'order.refunded', ${EVENT_DATA_SQL('o')} || jsonb_build_object('refundedCents', $2::bigint)
-               FROM o RETURNING 1
+             SELECT o.order_id, o.event_seq, 'order.refunded', ${EVENT_DATA_SQL('o')} || jsonb_build_object('refundedCents', $3::bigint)
+               FROM o WHERE o.fresh RETURNING 1
            )
            SELECT count(*)::int AS n FROM e`,
-    values: [orderId, amountCents],
+    values: [orderId, chargedCents, refundedCents],
   });
   return rows[0]!.n === 1;
 }

@@ -203,11 +203,13 @@ export async function transition(
   const runId = opts.runId ?? callerRunId() ?? null;
   const res = await db.query<{ n: number }>({
     name: 'order-transition',
-    // An escalation records what it is about (`step`), for a run that takes the order over. A status
-    // that is an event (STATUS_EVENTS) writes it in the same statement, numbered from the row.
+    // An escalation records what it is about (`step`), for a run that takes the order over. CHARGED
+    // records the money taken: the charge is for the row's own total (chargePayment checks it). A
+    // status that is an event (STATUS_EVENTS) writes it in the same statement, numbered from the row.
     text: `WITH o AS (
              UPDATE orders SET status = $2, reason = COALESCE($3, reason), ${takeOwnership('$4')}, updated_at = now(),
                     attention_step = CASE WHEN $2 = 'NEEDS_ATTENTION' AND status <> 'NEEDS_ATTENTION' THEN $6::text ELSE attention_step END,
+                    charged_cents = CASE WHEN $2 = 'CHARGED' THEN GREATEST(charged_cents, total_cents) ELSE charged_cents END,
                     event_seq = event_seq + CASE WHEN $7::text IS NULL THEN 0 ELSE 1 END
              WHERE order_id = $1 AND status IN (SELECT from_status FROM order_transitions WHERE to_status = $2)
                AND (status <> 'NEEDS_ATTENTION' OR attention_from = $2

@@ -237,8 +237,8 @@ export function paymentActivities({ db, provider }: { db: Pool; provider: Provid
           );
         }
         const r = await provider.refund(refundKey, { chargeKey, amountCents: charge.amountCents });
-        // Its event, once per order (a retry of this step finds the refund replayed and the event written).
-        await recordRefunded(db, req.orderId, r.refund.amountCents);
+        // The money on the order's side (the orders API reads it there), and the refund's event once.
+        await recordRefunded(db, req.orderId, charge.amountCents, r.refund.amountCents);
         log.info('refund succeeded', { chargeKey, amountCents: r.refund.amountCents, replayed: r.replayed });
         return { outcome: 'refunded', amountCents: r.refund.amountCents, replayed: r.replayed };
       } catch (err) {

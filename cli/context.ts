@@ -2,7 +2,6 @@
  * What every command of client.ts shares, built once per run: the configuration and its Web UI links,
  * the Temporal client (connected on first use), the stores, the output, the exit codes and CliError.
  */
-import { setTimeout as sleep } from 'node:timers/promises';
 import { Client, Connection } from '@temporalio/client';
 import { dataConverterFor, requirePayloadKeys } from '../platform/payload-codec';
 import { activeTracing } from '../platform/tracing';
@@ -101,9 +100,3 @@ async function connect(cfg: AppConfig): Promise<Client> {
     );
   }
 }
-
-/** What a bounded wait (place's, cancel's and resolve's --wait) gets when the time is up. */
-export const LATE = Symbol('late');
-
-/** Resolves to LATE after ms, without holding the process open. */
-export const lateAfter = (ms: number): Promise<typeof LATE> => sleep(Math.max(0, ms), LATE, { ref: false });

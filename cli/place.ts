@@ -4,21 +4,13 @@
  */
 import { readFile } from 'node:fs/promises';
 import type { Command } from '@commander-js/extra-typings';
-import {
-  WithStartWorkflowOperation,
-  WorkflowExecutionAlreadyStartedError,
-  WorkflowFailedError,
-  WorkflowUpdateFailedError,
-  type WorkflowHandleWithFirstExecutionRunId,
-} from '@temporalio/client';
-import { WorkflowIdConflictPolicy, WorkflowIdReusePolicy } from '@temporalio/common';
+import { WorkflowFailedError } from '@temporalio/client';
 import { ErrorTypes } from '../domain/failures';
 import { OrderValidationError, parseOrder, workflowIdFor, type OrderInput, type OrderResult } from '../domain/order';
 import { orderOutcome } from '../lib/order-outcome';
 import type { OrderStore } from '../lib/order-store';
-import { acceptedUpdate, type Acceptance } from '../workflows/messages';
-import { ORDER_SAGA, sagaStartOptions } from '../workflows/saga-start';
-import { CliError, EXIT, LATE, lateAfter, type CliContext, type Out } from './context';
+import { placeOrder } from '../lib/place-order';
+import { CliError, EXIT, type CliContext, type Out } from './context';
 import { jsonOption, waitOption } from './options';
 
 /** Reads and validates an order file. Throws CliError(2) naming the field; with a store, also checks the catalogue and duplicates (3). */
@@ -99,62 +91,21 @@ async function place(
   }
   const client = await ctx.temporal();
   const workflowId = workflowIdFor(order.orderId);
-  // Update-with-Start: one call starts the saga and returns its early answer (stock reserved, or refused).
-  // An order ID is placed once: REJECT_DUPLICATE refuses the ID of a closed run and FAIL a running one,
-  // and either is a duplicate order (exit 3). The search attributes go in the start request, so the
-  // order is listed PENDING even when no worker answers (the "no answer within --wait" exit).
-  const start = new WithStartWorkflowOperation(
-    ORDER_SAGA,
-    sagaStartOptions(order, cfg.taskQueue, {
-      searchAttributesAtStart: true,
-      policies: {
-        workflowIdReusePolicy: WorkflowIdReusePolicy.REJECT_DUPLICATE,
-        workflowIdConflictPolicy: WorkflowIdConflictPolicy.FAIL,
-      },
-    }),
-  );
   const sent = Date.now();
-  const waitMs = opts.waitSeconds * 1000;
-  // The call waits for the saga's early answer; past --wait it is cut, not left to the server's long poll.
-  const cut = new AbortController();
-  let acceptance: Acceptance | typeof LATE | Error;
-  try {
-    acceptance = await Promise.race([
-      client.withAbortSignal(cut.signal, () =>
-        client.workflow.executeUpdateWithStart(acceptedUpdate, { startWorkflowOperation: start }),
-      ),
-      lateAfter(waitMs),
-    ]);
-  } catch (err) {
-    if (err instanceof WorkflowExecutionAlreadyStartedError) {
-      throw new CliError(
-        `duplicate order: orderId: ${order.orderId} already has workflow ${workflowId}`,
-        EXIT.duplicate,
-      );
-    }
-    // The saga started but ended before it could answer (it failed at its boundary, say): its outcome says why.
-    if (!(err instanceof WorkflowUpdateFailedError)) throw err;
-    acceptance = err;
-  }
-  const answerMs = Date.now() - sent;
-  if (acceptance === LATE) {
-    cut.abort();
-    start.workflowHandle().catch(() => undefined); // cut with the call
-    const run = await client.workflow
-      .getHandle(workflowId)
-      .describe()
-      .catch(() => undefined);
+  // Update-with-Start (lib/place-order.ts): one call starts the saga and returns its early answer.
+  const placed = await placeOrder(client, order, cfg.taskQueue, opts.waitSeconds * 1000);
+  if (placed.kind === 'duplicate')
+    throw new CliError(`duplicate order: orderId: ${order.orderId} already has workflow ${workflowId}`, EXIT.duplicate);
+  if (placed.kind === 'late') {
     throw new CliError(
-      run
-        ? `order ${order.orderId}: started, but no answer within ${opts.waitSeconds} s (is a worker running?); see ${links.run(workflowId, run.runId)}`
+      placed.runId
+        ? `order ${order.orderId}: started, but no answer within ${opts.waitSeconds} s (is a worker running?); see ${links.run(workflowId, placed.runId)}`
         : `order ${order.orderId}: no answer within ${opts.waitSeconds} s, and the server does not show it started; see client.ts status ${order.orderId}`,
       EXIT.notCompleted,
     );
   }
-  const handle = await start.workflowHandle();
-  // The start's run ID, when the server's answer carried it; else as the server describes the run.
-  const runId =
-    (handle as Partial<WorkflowHandleWithFirstExecutionRunId>).firstExecutionRunId || (await handle.describe()).runId;
+  const { handle, runId, answerMs } = placed;
+  const acceptance = placed.kind === 'answered' ? placed.acceptance : placed.error;
   const base = { orderId: order.orderId, workflowId, runId, uiUrl: links.run(workflowId, runId) };
   // With --no-wait, the early answer: accepted (RESERVED) and running on, or refused with the reason.
   // A saga that ended before it could answer: wait for the end, which says why (an invalid order is

@@ -157,8 +157,9 @@ async function grant(c: PoolClient): Promise<void> {
   await c.query(`REVOKE INSERT, UPDATE, DELETE ON public.order_transitions, public.schema_migrations FROM ${app}`);
   await c.query(`REVOKE INSERT, UPDATE, DELETE ON provider.schema_migrations FROM ${provider}`);
   await c.query(`GRANT SELECT ON ALL TABLES IN SCHEMA public, provider TO ${reader}`);
-  // The hashes of the provider's keys are for the provider alone (short keys could be guessed offline).
-  await c.query(`REVOKE SELECT ON provider.api_keys FROM ${reader}`);
+  // The hashes of the provider's keys are for the provider alone (short keys could be guessed offline);
+  // the orders API's, for the application alone.
+  await c.query(`REVOKE SELECT ON provider.api_keys, public.api_keys FROM ${reader}`);
 }
 
 /** Migrations then roles, as the owner: what npm start, the tests, the soak and the bench do first. */

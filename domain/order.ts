@@ -93,8 +93,8 @@ const OrderItemSchema = record(
   'must be an object',
 );
 
-/** The order a client places: the one input schema, checked by the client, the workflow and the activity. */
-const OrderSchema = v.pipe(
+/** The order a client places: the one input schema, checked by the client, the workflow, the activity and the orders API (its OpenAPI document is generated from it). */
+export const OrderSchema = v.pipe(
   record(
     {
       orderId: IdSchema,

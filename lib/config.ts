@@ -11,6 +11,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { WorkflowNames } from '../domain/names';
 import { DEV_PROVIDER_API_KEY, PROVIDER_ADMIN_PORT, PROVIDER_PORT } from '../provider/defaults';
+import { DEFAULT_RELAY } from './event-relay';
 import { loadTemporalProfile, type TemporalProfile } from './temporal-connection';
 
 /** The loopback ports each process listens on, or finds the others on, when the environment names none. */
@@ -33,6 +34,8 @@ export const DEFAULT_PORTS = {
   postgres: 54329,
   /** TEMPORAL_METRICS_ADDRESS's port: the Temporal runtime's Prometheus endpoint in the (first) worker. */
   temporalMetrics: 9464,
+  /** API_PORT: the orders API (api/). */
+  api: 8080,
 } as const;
 
 /** http://127.0.0.1:<port> */
@@ -133,9 +136,9 @@ export interface WorkerSettings {
    */
   orderEvents: { url: string; secret: string } | undefined;
   /** ORDER_EVENTS_MAX_ATTEMPTS: tries before an event is dead-lettered (20 by default, about 3 h). */
-  orderEventsMaxAttempts: number | undefined;
+  orderEventsMaxAttempts: number;
   /** ORDER_EVENTS_MAX_DELAY_MS: the longest backoff between two tries (10 min by default). */
-  orderEventsMaxDelayMs: number | undefined;
+  orderEventsMaxDelayMs: number;
 }
 
 /** The order events' endpoint from the environment; throws naming the variable when it is not usable. */
@@ -175,17 +178,57 @@ export function readWorkerSettings(env: NodeJS.ProcessEnv = process.env): Worker
     metricsHost: env.WORKER_METRICS_HOST ?? '127.0.0.1',
     makeCurrent: env.WORKER_MAKE_CURRENT === 'true',
     orderEvents: readOrderEventsEndpoint(env),
-    orderEventsMaxAttempts: positiveOrUndefined(env, 'ORDER_EVENTS_MAX_ATTEMPTS'),
-    orderEventsMaxDelayMs: positiveOrUndefined(env, 'ORDER_EVENTS_MAX_DELAY_MS'),
+    orderEventsMaxAttempts: wholeSetting(env, 'ORDER_EVENTS_MAX_ATTEMPTS', DEFAULT_RELAY.maxAttempts, 1, 1_000_000),
+    orderEventsMaxDelayMs: wholeSetting(env, 'ORDER_EVENTS_MAX_DELAY_MS', DEFAULT_RELAY.maxDelayMs, 1, 86_400_000),
   };
 }
 
-function positiveOrUndefined(env: NodeJS.ProcessEnv, name: string): number | undefined {
+/** What the orders API (api/server.ts) alone reads, beside AppConfig. */
+export interface ApiSettings {
+  /** API_PORT and API_HOST: where it listens (127.0.0.1:8080; 0.0.0.0 in a container). */
+  port: number;
+  host: string;
+  /** API_RATE_LIMIT: requests per minute per key (a bucket of this size, refilled evenly). */
+  ratePerMinute: number;
+  /** API_CORS_ORIGINS: browser origins allowed to call it (comma-separated); none when unset, and no CORS headers. */
+  corsOrigins: string[];
+  /** API_ANSWER_TIMEOUT_MS: how long POST /v1/orders waits for the saga's early answer before a 503. */
+  answerTimeoutMs: number;
+}
+
+/** A whole number from min to max, or an error naming the variable. */
+function wholeSetting(env: NodeJS.ProcessEnv, name: string, fallback: number, min: number, max: number): number {
   const raw = env[name];
-  if (raw === undefined || raw === '') return undefined;
+  if (raw === undefined || raw === '') return fallback;
   const n = Number(raw);
-  if (!Number.isInteger(n) || n < 1) throw new Error(`${name} must be a whole number above 0, not "${raw}"`);
+  if (!Number.isInteger(n) || n < min || n > max)
+    throw new Error(`${name} must be a whole number from ${min} to ${max}, not "${raw}"`);
   return n;
+}
+
+/** The orders API's own settings; throws naming the variable when one is not usable. */
+export function readApiSettings(env: NodeJS.ProcessEnv = process.env): ApiSettings {
+  const corsOrigins = (env.API_CORS_ORIGINS ?? '')
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean);
+  for (const origin of corsOrigins) {
+    let parsed: URL | undefined;
+    try {
+      parsed = new URL(origin);
+    } catch {
+      parsed = undefined;
+    }
+    if (!parsed || parsed.origin !== origin)
+      throw new Error(`API_CORS_ORIGINS: "${origin}" is not an origin such as https://shop.example`);
+  }
+  return {
+    port: wholeSetting(env, 'API_PORT', DEFAULT_PORTS.api, 0, 65535),
+    host: env.API_HOST ?? '127.0.0.1',
+    ratePerMinute: wholeSetting(env, 'API_RATE_LIMIT', 600, 1, 1_000_000),
+    corsOrigins,
+    answerTimeoutMs: wholeSetting(env, 'API_ANSWER_TIMEOUT_MS', 30_000, 100, 600_000),
+  };
 }
 
 /** The Web UI page of one workflow run. */

@@ -9,6 +9,7 @@ import { decideCancel, recordResolve, settleRequest, type CancelDecision } from 
 import { checkAgainstCatalogue } from '../activities/orders';
 import { STALL_CAUSES } from '../activities/sweep-classify';
 import { checkInvariants, type CheckReport, type WorkflowLookup } from '../db/invariants';
+import { createApiKey, listApiKeys, revokeApiKey, type ApiKeyRow } from './api-keys';
 import { createPool } from '../db/pool';
 import { TERMINAL_STATUSES, type OrderInput, type OrderStatus } from '../domain/order';
 import type { AppConfig } from './config';
@@ -111,6 +112,10 @@ export interface OrderStore {
   }): Promise<CheckReport>;
   /** The IDs of the orders that are not terminal, oldest first. */
   openOrderIds(): Promise<string[]>;
+  /** The orders API's keys (lib/api-keys.ts): make one for a storefront (the only copy of its secret), list, revoke. */
+  createApiKey(storefront: string): Promise<{ keyId: string; key: string }>;
+  listApiKeys(): Promise<ApiKeyRow[]>;
+  revokeApiKey(keyId: string): Promise<boolean>;
   /** Ends the pool. */
   close(): Promise<void>;
 }
@@ -267,6 +272,10 @@ export function orderStore(db: Pool): OrderStore {
       });
       return rows.map((r) => r.order_id);
     },
+
+    createApiKey: (storefront) => createApiKey(db, storefront),
+    listApiKeys: () => listApiKeys(db),
+    revokeApiKey: (keyId) => revokeApiKey(db, keyId),
 
     close: () => db.end(),
   };

@@ -52,7 +52,7 @@ env "${unset_all[@]}" "${compose[@]}" --env-file "$envfile" -f docker-compose.ym
   }
   if (cfg.services.provider.environment.PROVIDER_ADMIN_HOST !== "127.0.0.1") bad.push("provider: the admin API does not listen on loopback only");
   // Each process connects with its own role; only setup (the migrations) as the owner.
-  const roles = { setup: "orders", provider: "order_provider", worker: "order_app" };
+  const roles = { setup: "orders", provider: "order_provider", worker: "order_app", api: "order_app" };
   for (const [name, svc] of Object.entries(cfg.services)) {
     const url = svc.environment?.DATABASE_URL;
     if (url === undefined) continue;
@@ -67,7 +67,7 @@ env "${unset_all[@]}" "${compose[@]}" --env-file "$envfile" -f docker-compose.ym
   if (!mounts(cfg.services["temporal-ui"], "/temporal/ui/order-saga.yaml", "/home/ui-server/config/order-saga.yaml")) bad.push("temporal-ui: does not mount temporal/ui/order-saga.yaml");
   if (!(cfg.services["temporal-ui"].entrypoint ?? []).join(" ").includes("--env order-saga")) bad.push("temporal-ui: does not use temporal/ui/order-saga.yaml");
   // Payloads are sealed by every app process, and the Web UI decodes through the codec server.
-  for (const name of ["worker", "codec-server"])
+  for (const name of ["worker", "codec-server", "api"])
     if (!cfg.services[name]?.environment?.PAYLOAD_KEYS) bad.push(`${name}: no PAYLOAD_KEYS`);
   for (const name of ["provider", "setup", "temporal", "temporal-ui"])
     if (cfg.services[name]?.environment?.PAYLOAD_KEYS) bad.push(`${name}: has the payload keys, which it does not need`);

@@ -34,8 +34,9 @@ import ts from 'typescript';
  *    (with the saga's search attributes), the real Temporal server and its Web UI server. On db/
  *    (pool, roles), platform/ and the search attributes of workflows/; beside lib/, neither imports
  *    the other.
- *  - entry points: worker.ts, client.ts, cli/, scripts/, bench/. Programs that put the layers together;
- *    cli/ holds client.ts's commands (client.ts imports them, never the other way round).
+ *  - entry points: worker.ts, client.ts, cli/, api/, scripts/, bench/. Programs that put the layers together;
+ *    cli/ holds client.ts's commands (client.ts imports them, never the other way round); api/ is the
+ *    orders API's process (what it shares with client.ts, such as placing an order, is in lib/).
  *  - test/: may import anything; nothing imports it.
  */
 const LAYERS: readonly (readonly string[])[] = [
@@ -46,7 +47,7 @@ const LAYERS: readonly (readonly string[])[] = [
   ['activities'],
   ['workflows'],
   ['lib', 'servers'],
-  ['worker.ts', 'client.ts', 'cli', 'scripts', 'bench'],
+  ['worker.ts', 'client.ts', 'cli', 'api', 'scripts', 'bench'],
   ['test'],
 ];
 

@@ -12,17 +12,22 @@
  *   4. the workers' build (BUILD_ID, else lib/deployments.ts makes one) made the current version of
  *      the Worker Deployment `order-saga` once they poll: new sagas go to it, each pinned to it;
  *   5. both Schedules of lib/schedules.ts, created or updated: `sweep` (SWEEP_EVERY, 1m) and
- *      `reconcile` (RECONCILE_EVERY, 1h).
+ *      `reconcile` (RECONCILE_EVERY, 1h);
+ *   6. the orders API (api/server.ts) on 127.0.0.1:8080 (API_PORT, API_HOST), with a development key
+ *      for storefront `dev` kept in .data/api-key (made once, mode 0600; a key the database no longer
+ *      knows is replaced).
  * Ctrl-C stops them all, children first.
  */
 import { spawnSync, type ChildProcess } from 'node:child_process';
 import { parseArgs } from 'node:util';
 import { randomBytes } from 'node:crypto';
-import { mkdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { Client, Connection } from '@temporalio/client';
 import { bundleWorkflowCode, DefaultLogger } from '@temporalio/worker';
+import { createPool } from '../db/pool';
 import { passwordsFromEnv, prepareDatabase, ROLES } from '../db/roles';
+import { createApiKey, verifyApiKey } from '../lib/api-keys';
 import { DEFAULT_PORTS, listUrl, loopbackUrl, operatorViews, readConfig, RUNTIME_FILE } from '../lib/config';
 import { checkExternalTemporal } from '../lib/cluster-check';
 import { startCodecServer } from '../lib/codec-server';
@@ -94,6 +99,23 @@ async function bundleWorkflows(): Promise<string> {
     `workflows: bundled in ${((Date.now() - started) / 1000).toFixed(1)} s into ${path.relative(ROOT, file)}, loaded by each worker`,
   );
   return file;
+}
+
+/** Where npm start keeps the development key of the orders API (never committed: .data/ is ignored). */
+const DEV_API_KEY_FILE = path.join(DATA, 'api-key');
+
+/** The development key for storefront `dev`: the one in DEV_API_KEY_FILE while the database knows it, else a new one. */
+async function devApiKey(appUrl: string): Promise<{ made: boolean }> {
+  const pool = createPool(appUrl, { max: 1 });
+  try {
+    const kept = existsSync(DEV_API_KEY_FILE) ? readFileSync(DEV_API_KEY_FILE, 'utf8').trim() : '';
+    if (kept && (await verifyApiKey(pool, kept))) return { made: false };
+    const { key } = await createApiKey(pool, 'dev');
+    writeFileSync(DEV_API_KEY_FILE, `${key}\n`, { mode: 0o600 });
+    return { made: true };
+  } finally {
+    await pool.end();
+  }
 }
 
 /**
@@ -362,6 +384,12 @@ async function main(): Promise<void> {
         await connection.close();
       }
     }
+    // ---- The orders API, with a development key ----
+    const devKey = await devApiKey(urls.app);
+    const apiPort = env.API_PORT ?? String(DEFAULT_PORTS.api);
+    await launch('api', 'api/server.ts', /"listening"/, { ...appEnv, API_PORT: apiPort });
+    const apiUrl = `http://${env.API_HOST ?? '127.0.0.1'}:${apiPort}`;
+
     const runtime = {
       // The profile's variables that hold no secret (an API key or key content is never written).
       ...Object.fromEntries(SHAREABLE_PROFILE_VARIABLES.filter((k) => env[k]).map((k) => [k, env[k]])),
@@ -398,7 +426,13 @@ async function main(): Promise<void> {
     say(
       `Metrics:   ${cfg.workerMetricsUrl}/metrics (inventory), ${loopbackUrl(DEFAULT_PORTS.temporalMetrics)}/metrics (Temporal runtime)`,
     );
+    say(
+      `Orders API: ${apiUrl} (docs/api.md); key of storefront dev ${devKey.made ? 'made in' : 'in'} ${path.relative(ROOT, DEV_API_KEY_FILE)}`,
+    );
     say(`READY — try: npx tsx client.ts place --file examples/order.json   (Ctrl-C to stop)`);
+    say(
+      `  or: curl -H "Authorization: Bearer $(cat .data/api-key)" -H 'Idempotency-Key: first' -H 'Content-Type: application/json' -d @examples/api-order.json ${apiUrl}/v1/orders`,
+    );
   } catch (err) {
     say(`failed: ${(err as Error).message}`);
     await shutdown(1);

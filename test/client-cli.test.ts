@@ -43,6 +43,7 @@ const COMMANDS = [
   'schedule',
   'findings',
   'load',
+  'api-keys',
   'views',
   'events',
 ];

@@ -139,6 +139,7 @@ describe('database roles', () => {
         [uid()],
       ),
       'read the hashes of the API keys': await attempt(reader, `SELECT key_hash FROM provider.api_keys`),
+      "read the hashes of the orders API's keys": await attempt(reader, `SELECT secret_hash FROM api_keys`),
       'create a table': await attempt(reader, `CREATE TABLE planted (x int)`),
     };
     expect(refused).toEqual(Object.fromEntries(Object.keys(refused).map((k) => [k, REFUSED])));

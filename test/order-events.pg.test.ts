@@ -89,8 +89,8 @@ describe('order events', () => {
     await transition(db, id, 'COMPLETED', { runId: 'run-1' });
     // A refused write writes nothing.
     await expect(transition(db, id, 'CANCELLED', { runId: 'run-1' })).rejects.toThrow(/refused/);
-    expect(await recordRefunded(db, id, 2500)).toBe(true);
-    expect(await recordRefunded(db, id, 2500)).toBe(false); // the refund step retried
+    expect(await recordRefunded(db, id, 2500, 2500)).toBe(true);
+    expect(await recordRefunded(db, id, 2500, 2500)).toBe(false); // the refund step retried
     const { rows } = await db.query<{ seq: number; kind: string; data: Record<string, unknown> }>({
       text: 'SELECT seq, kind, data FROM order_events WHERE order_id = $1 ORDER BY seq',
       values: [id],

@@ -80,6 +80,33 @@ describe('the order state machine', () => {
     expect((await ledger(db, order.orderId)).charges).toHaveLength(1);
   });
 
+  it('the money the saga learns is on the row: charged with the move to CHARGED (by the charge or after an inquiry), refunded with the refund, once', async () => {
+    const money = async (orderId: string) =>
+      (
+        await db.query<{ charged_cents: string; refunded_cents: string }>({
+          text: 'SELECT charged_cents, refunded_cents FROM orders WHERE order_id = $1',
+          values: [orderId],
+        })
+      ).rows[0];
+    const { order } = await placed(); // 2 × 1000
+    await runActivity(acts.reserveInventory, reserveReq(order));
+    await runActivity(acts.chargePayment, chargeReq(order));
+    expect(await money(order.orderId)).toEqual({ charged_cents: '0', refunded_cents: '0' }); // not yet CHARGED
+    await runActivity(acts.chargePayment, { ...chargeReq(order), markCharged: true });
+    await runActivity(acts.chargePayment, { ...chargeReq(order), markCharged: true });
+    expect(await money(order.orderId)).toEqual({ charged_cents: '2000', refunded_cents: '0' });
+    await runActivity(acts.refundPayment, refundReq(order.orderId));
+    await runActivity(acts.refundPayment, refundReq(order.orderId)); // a replay
+    expect(await money(order.orderId)).toEqual({ charged_cents: '2000', refunded_cents: '2000' });
+
+    // Charged as an inquiry found it: the move to CHARGED records it all the same.
+    const { order: inquired } = await placed();
+    await runActivity(acts.reserveInventory, reserveReq(inquired));
+    await runActivity(acts.chargePayment, chargeReq(inquired));
+    await runActivity(acts.setOrderStatus, { orderId: inquired.orderId, status: 'CHARGED' });
+    expect(await money(inquired.orderId)).toEqual({ charged_cents: '2000', refunded_cents: '0' });
+  });
+
   it("the keys the workflow passes must be the order's own: another order's key is refused before any call", async () => {
     const { order } = await placed();
     await runActivity(acts.reserveInventory, reserveReq(order));
