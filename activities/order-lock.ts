@@ -198,7 +198,13 @@ export async function transition(
   db: Db,
   orderId: string,
   to: OrderStatus,
-  opts: { reason?: string; runId?: string; step?: string } = {},
+  opts: {
+    reason?: string;
+    runId?: string;
+    step?: string;
+    /** Added to the event's data (the tracking number of a shipment made in the same transaction). */
+    eventData?: Record<string, unknown>;
+  } = {},
 ): Promise<TransitionResult> {
   const runId = opts.runId ?? callerRunId() ?? null;
   const res = await db.query<{ n: number }>({
@@ -219,7 +225,7 @@ export async function transition(
              RETURNING order_id, event_seq, status, reason, customer_id, total_cents, currency, attention_step
            ), e AS (
              INSERT INTO order_events (order_id, seq, kind, data)
-             SELECT o.order_id, o.event_seq, $7::text, ${EVENT_DATA_SQL('o')} FROM o WHERE $7::text IS NOT NULL
+             SELECT o.order_id, o.event_seq, $7::text, ${EVENT_DATA_SQL('o')} || $8::jsonb FROM o WHERE $7::text IS NOT NULL
            )
            SELECT count(*)::int AS n FROM o`,
     // An escalation may still turn backward (to COMPENSATING) when it began before the pivot.
@@ -231,6 +237,7 @@ export async function transition(
       BEFORE_PIVOT_STATUSES,
       opts.step ?? null,
       STATUS_EVENTS[to] ?? null,
+      JSON.stringify(opts.eventData ?? {}),
     ],
   });
   if (res.rows[0]!.n === 1) return { changed: true, status: to };

@@ -34,7 +34,8 @@ export function shippingActivities({ db }: { db: Pool }) {
         if (row) assertNotSuperseded(req.orderId, row, callerRunId(), 'ship');
         const before = await prior();
         if (before !== undefined) return before;
-        if (!(await transition(c, req.orderId, 'SHIPPED')).changed) {
+        // Its event carries the tracking number: the shipment row is written below, in this transaction.
+        if (!(await transition(c, req.orderId, 'SHIPPED', { eventData: { trackingNumber } })).changed) {
           const after = await prior();
           if (after !== undefined) return after;
           stateConflict(

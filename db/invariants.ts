@@ -63,8 +63,11 @@ export const RULES = {
     'every order that ended more than the events grace ago has its terminal event delivered or dead-lettered',
 } as const;
 
-/** How long after an order ends its terminal event may still be on its way (the relay's tries take about 3 h). */
-export const EVENTS_GRACE_MS = 4 * 3_600_000;
+/**
+ * How long after an order ends its terminal event may still be on its way: an order's events go one
+ * after another, and each may take its tries (at most about 2.7 h), so 12 h covers the four before it.
+ */
+export const EVENTS_GRACE_MS = 12 * 3_600_000;
 
 /** Latest execution status (RUNNING, COMPLETED, FAILED, TERMINATED, …, or NOT_FOUND) of each workflow ID. */
 export type WorkflowLookup = (workflowIds: string[]) => Promise<Map<string, string>>;

@@ -135,7 +135,7 @@ export interface WorkerSettings {
    * order events, and the secret it signs them with (lib/event-relay.ts); none: events are kept, not sent.
    */
   orderEvents: { url: string; secret: string } | undefined;
-  /** ORDER_EVENTS_MAX_ATTEMPTS: tries before an event is dead-lettered (20 by default, about 3 h). */
+  /** ORDER_EVENTS_MAX_ATTEMPTS: tries before an event is dead-lettered (20 by default, about 2 h). */
   orderEventsMaxAttempts: number;
   /** ORDER_EVENTS_MAX_DELAY_MS: the longest backoff between two tries (10 min by default). */
   orderEventsMaxDelayMs: number;

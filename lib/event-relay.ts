@@ -7,7 +7,9 @@
  * least once, each with its ID to deduplicate on). A failure (an error, a non-2xx, no answer within the
  * timeout) is tried again after a jittered exponential backoff; after the last attempt the event is
  * dead-lettered and a person is told (an ALERT log line; `client.ts events --dead`). An order's later
- * events go on past a dead-lettered one.
+ * events go on past a dead-lettered one, so one sent again (`client.ts events --resend`) arrives after
+ * them: a receiver orders an order's events by `seq`. A round's transaction stays open while it
+ * delivers (at most `timeoutMs`): a server's idle_in_transaction_session_timeout must be longer.
  */
 import type { Pool, PoolClient } from 'pg';
 import { SIGNATURE_HEADER, signBody } from '../platform/webhook-signature';
@@ -31,7 +33,7 @@ export interface RelayOptions {
   idleMs: number;
 }
 
-/** About 3 h of tries: 1 s, 2 s, … 10 min, 20 tries. */
+/** 20 tries, 1 s, 2 s, … then 10 min apart: about 1.8 h of backoff (at most 2.7 h with the jitter). */
 export const DEFAULT_RELAY: RelayOptions = {
   batch: 50,
   maxAttempts: 20,

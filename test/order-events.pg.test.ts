@@ -84,8 +84,9 @@ describe('order events', () => {
     await transition(db, id, 'RESERVED', { runId: 'run-1' });
     await transition(db, id, 'RESERVED', { runId: 'run-1' }); // a retry: no change, no event
     await transition(db, id, 'CHARGED', { runId: 'run-1' }); // not an event
+    // As the shipment step does: the move to SHIPPED first, with the tracking number, then the shipment row.
+    await transition(db, id, 'SHIPPED', { runId: 'run-1', eventData: { trackingNumber: 'TRK-42' } });
     await db.query({ text: `INSERT INTO shipments (order_id, tracking_number) VALUES ($1, 'TRK-42')`, values: [id] });
-    await transition(db, id, 'SHIPPED', { runId: 'run-1' });
     await transition(db, id, 'COMPLETED', { runId: 'run-1' });
     // A refused write writes nothing.
     await expect(transition(db, id, 'CANCELLED', { runId: 'run-1' })).rejects.toThrow(/refused/);
@@ -101,6 +102,7 @@ describe('order events', () => {
       '3 order.completed',
       '4 order.refunded',
     ]);
+    expect(rows[1]!.data).toMatchObject({ status: 'SHIPPED', trackingNumber: 'TRK-42' });
     expect(rows[2]!.data).toMatchObject({
       status: 'COMPLETED',
       trackingNumber: 'TRK-42',

@@ -16,6 +16,8 @@ export interface EventsAudit {
   redelivered: number;
   /** Events the database says were delivered that the receiver never took. */
   lost: string[];
+  /** Orders that ended whose terminal event (completed, cancelled, failed) the receiver never took. */
+  terminalMissing: string[];
   /** Orders whose events first arrived out of their order. */
   outOfOrder: string[];
   /** Signatures the receiver refused. */
@@ -52,6 +54,14 @@ export async function auditEvents(reader: Pool, receiver: Receiver, orderIds: st
     seen.add(e.id);
     firsts.set(e.orderId, [...(firsts.get(e.orderId) ?? []), e.seq]);
   }
+  // What must exist: each ended order's terminal event, received (whatever the database says of it).
+  const ended = await reader.query<{ order_id: string; kind: string }>({
+    text: `SELECT order_id, 'order.' || lower(status) AS kind FROM orders
+            WHERE order_id = ANY ($1::text[]) AND status IN ('COMPLETED', 'CANCELLED', 'FAILED')`,
+    values: [orderIds],
+  });
+  const received = new Set(taken.map((e) => `${e.orderId} ${e.type}`));
+  const terminalMissing = ended.rows.filter((r) => !received.has(`${r.order_id} ${r.kind}`)).map((r) => r.order_id);
   const outOfOrder = [...firsts].filter(([, seqs]) => seqs.some((s, i) => i > 0 && s < seqs[i - 1]!)).map(([id]) => id);
   return {
     written: rows.length,
@@ -60,6 +70,7 @@ export async function auditEvents(reader: Pool, receiver: Receiver, orderIds: st
     pending: rows.filter((r) => !r.delivered && !r.dead).length,
     redelivered: taken.length - takenIds.size,
     lost: rows.filter((r) => r.delivered && !takenIds.has(r.id)).map((r) => r.id),
+    terminalMissing,
     outOfOrder,
     refused: receiver.refused.length,
   };
@@ -68,5 +79,6 @@ export async function auditEvents(reader: Pool, receiver: Receiver, orderIds: st
 /** The summary's line. */
 export const eventsLine = (a: EventsAudit, flaps: number): string =>
   `order events: ${a.written} written, ${a.delivered} delivered (${a.redelivered} again, at least once), ` +
-  `${a.deadLettered} dead-lettered, ${a.pending} pending, ${a.lost.length} lost, ${a.outOfOrder.length} order(s) out of order, ` +
+  `${a.deadLettered} dead-lettered, ${a.pending} pending, ${a.lost.length} lost, ${a.terminalMissing.length} ended order(s) without their terminal event, ` +
+  `${a.outOfOrder.length} order(s) out of order, ` +
   `${a.refused} signature(s) refused; the receiver failed, went down or stalled ${flaps} times`;
