@@ -26,6 +26,7 @@ export const SECTIONS = [
   'lock-queue',
   'cli',
   'sweep',
+  'storefront',
 ] as const;
 export type Section = (typeof SECTIONS)[number];
 
@@ -52,6 +53,8 @@ export interface BenchOptions {
   engines: EnginesOptions;
   /** The sweep section's backlog sizes and page size. */
   sweep: { backlogs: number[]; pageSize: number };
+  /** The storefront section's orders each way and events for the relay. */
+  storefront: { orders: number; events: number };
 }
 
 /**
@@ -109,5 +112,6 @@ export function benchOptions(): BenchOptions | undefined {
       { backlogs: [1_000, 10_000], pageSize: 1_000 },
       { backlogs: [50, 200], pageSize: 50 },
     ),
+    storefront: size({ orders: 30, events: 4_000 }, { orders: 15, events: 2_000 }, { orders: 2, events: 100 }),
   };
 }

@@ -11,6 +11,7 @@ import { ratio, say } from './measure';
 import { LANES, LOGIC_MS, WORKERS } from './options';
 import type { SagaOverheadResult } from './saga-overhead';
 import type { BurstResult, CellResult } from './strategies';
+import type { StorefrontResult } from './storefront';
 import { estimateSweep, type SweepBenchResult } from './sweep';
 import type { Target } from './targets';
 import type { TraceResult } from './trace';
@@ -181,5 +182,21 @@ export function reportSweep(r: SweepBenchResult): void {
     );
   say(
     '(The estimate scales the largest size per order; the first sweep of a pass grows with it, since it lists every running saga. The time to reach a fresh stranding is the sweep that follows the terminate; on npm start add up to one Schedule interval.)',
+  );
+}
+
+/** The storefront section: the API's early answer beside place's, and one relay's events per second. */
+export function reportStorefront(r: StorefrontResult): void {
+  say(`\nThe storefront's edges (${r.orders} orders each way, one at a time, alternating; idle stack)`);
+  say('| early answer | p50 | p99 |');
+  say('|---|---|---|');
+  say(
+    `| POST /v1/orders (the orders API, over HTTP, with its key and Idempotency-Key) | ${r.api.p50} ms | ${r.api.p99} ms |`,
+  );
+  say(
+    `| client.ts place (the same Update-with-Start, as the command times it) | ${r.place.p50} ms | ${r.place.p99} ms |`,
+  );
+  say(
+    `order events: one relay delivered ${r.relay.events} events in ${r.relay.seconds} s → ${r.relay.perSecond} events/s (signed; ${r.relay.redelivered} again)`,
   );
 }

@@ -18,6 +18,8 @@
  *                  UPDATE held across the logic (requests queue behind each other's logic) vs adaptive
  *   cli            the command line's start-up (cli-startup.ts): --help, status and place as processes,
  *                  bin/client and npx tsx client.ts, beside the Temporal CLI's --help
+ *   storefront     the storefront's edges (storefront.ts): POST /v1/orders to its early answer beside
+ *                  client.ts place's, and the order events one relay delivers per second
  *   sweep          one sweep over 1k and 10k open orders (sweep.ts): time per sweep and per pass,
  *                  Temporal calls and database queries per order, the time to reach a fresh
  *                  stranding, and what 100k would cost by the same measure
@@ -61,11 +63,13 @@ import {
   reportIdleLatency,
   reportLockQueue,
   reportSagaOverhead,
+  reportStorefront,
   reportSweep,
   reportTargets,
   reportTrace,
 } from './report';
 import { measureSagaOverhead } from './saga-overhead';
+import { measureStorefront, type StorefrontResult } from './storefront';
 import { measureSweep, type SweepBenchResult } from './sweep';
 import { targets } from './targets';
 import { traceOneOrder, type TraceResult } from './trace';
@@ -138,6 +142,9 @@ async function main(): Promise<void> {
       : undefined;
     const cli = wanted('cli') ? await measureCliStartup(pg.url, { runs: opts.cliRuns }) : undefined;
     const sweep: SweepBenchResult | undefined = wanted('sweep') ? await measureSweep(pg.url, opts.sweep) : undefined;
+    const storefront: StorefrontResult | undefined = wanted('storefront')
+      ? await measureStorefront(pg.url, opts.storefront)
+      : undefined;
     const machine = `${os.cpus().length} × ${os.cpus()[0]?.model.trim() ?? 'cpu'}, ${Math.round(os.totalmem() / 2 ** 30)} GiB, Node ${process.version}`;
     const checks = targets(cells, idleLatency, sagaOverhead, commitPath, cli, engines, sweep);
 
@@ -184,6 +191,10 @@ async function main(): Promise<void> {
       reportSweep(sweep);
       printed.add('sweep');
     }
+    if (storefront) {
+      reportStorefront(storefront);
+      printed.add('storefront');
+    }
     reportTargets(checks, started);
     if (smoke) {
       const missing = SECTIONS.filter((s) => wanted(s) && !printed.has(s));
@@ -199,7 +210,7 @@ async function main(): Promise<void> {
     mkdirSync(dir, { recursive: true });
     writeFileSync(
       path.join(dir, 'latest.json'),
-      `${JSON.stringify({ quick, machine, poolSize: POOL_SIZE, workers: WORKERS, logicMs: LOGIC_MS, lanes: LANES, cells, lockQueue, idleLatency, sagaOverhead, engines, trace, commitPath, sweep, targets: checks, at: new Date().toISOString() }, null, 2)}\n`,
+      `${JSON.stringify({ quick, machine, poolSize: POOL_SIZE, workers: WORKERS, logicMs: LOGIC_MS, lanes: LANES, cells, lockQueue, idleLatency, sagaOverhead, engines, trace, commitPath, sweep, storefront, targets: checks, at: new Date().toISOString() }, null, 2)}\n`,
     );
     writeFileSync(
       path.join(dir, 'latest.svg'),
