@@ -297,9 +297,12 @@ export async function lastEventMs(client: Client, workflowId: string, runId: str
 
 /**
  * A poller last seen longer ago than this is gone: a live worker polls again as soon as a long poll
- * (about a minute) ends, while the server lists a stopped one for five minutes.
+ * (at most a minute on the server) ends, so its last poll is never much older than a minute, while the
+ * server lists a stopped one for five minutes. 80 s leaves a live one 20 s of slack; a build drained
+ * in a deploy counts as gone 80 s after its last worker stopped (the soak once missed its bound by a
+ * second with two minutes here).
  */
-const POLLER_GONE_MS = 120_000;
+const POLLER_GONE_MS = 80_000;
 
 /** The versions polling a task queue's workflow tasks (`name:build`, or `''` for an unversioned worker). */
 export async function pollersOf(client: Client, queue: string, now: number): Promise<string[]> {
