@@ -30,6 +30,7 @@ import { sendRequest } from '../lib/saga-requests';
 import { databaseAnswers, healthRoutes } from '../platform/health';
 import { HttpError, jsonApp, jsonBody, readJson, type JsonEnv } from '../platform/http';
 import type { Acceptance } from '../workflows/messages';
+import type { SagaConfig } from '../workflows/saga-config';
 import { openApiDocument } from './openapi';
 import { RateLimiter } from './rate-limit';
 import { apiStore, carriedOn, decodeCursor, encodeCursor, isOrderStatus, type Placement } from './store';
@@ -56,6 +57,8 @@ export interface ApiDeps {
   ratePerMinute: number;
   corsOrigins: string[];
   answerTimeoutMs: number;
+  /** The config the sagas it places run with; unset, the saga's defaults. */
+  sagaConfig?: Partial<SagaConfig>;
   log: (event: string, fields?: Record<string, unknown>) => void;
 }
 
@@ -244,7 +247,7 @@ export function createApiApp(deps: ApiDeps) {
 
   /** Starts the saga and turns what it came to into the answer to keep; undefined when there is none in time. */
   async function place(order: OrderInput, takeover: boolean): Promise<{ status: number; body: object } | undefined> {
-    const placed = await placeOrder(client, order, deps.taskQueue, deps.answerTimeoutMs);
+    const placed = await placeOrder(client, order, deps.taskQueue, deps.answerTimeoutMs, deps.sagaConfig);
     const { orderId } = order;
     switch (placed.kind) {
       case 'late':

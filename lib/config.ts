@@ -10,6 +10,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { WorkflowNames } from '../domain/names';
+import { parseSagaConfig, type SagaConfig } from '../workflows/saga-config';
 import { DEV_PROVIDER_API_KEY, PROVIDER_ADMIN_PORT, PROVIDER_PORT } from '../provider/defaults';
 import { DEFAULT_RELAY } from './event-relay';
 import { loadTemporalProfile, type TemporalProfile } from './temporal-connection';
@@ -194,6 +195,11 @@ export interface ApiSettings {
   corsOrigins: string[];
   /** API_ANSWER_TIMEOUT_MS: how long POST /v1/orders waits for the saga's early answer before a 503. */
   answerTimeoutMs: number;
+  /**
+   * API_SAGA_CONFIG: the saga config (JSON, workflows/saga-config.ts) the orders it places run with;
+   * unset, the saga's defaults, as under `client.ts place`.
+   */
+  sagaConfig?: SagaConfig;
 }
 
 /** A whole number from min to max, or an error naming the variable. */
@@ -228,7 +234,23 @@ export function readApiSettings(env: NodeJS.ProcessEnv = process.env): ApiSettin
     ratePerMinute: wholeSetting(env, 'API_RATE_LIMIT', 600, 1, 1_000_000),
     corsOrigins,
     answerTimeoutMs: wholeSetting(env, 'API_ANSWER_TIMEOUT_MS', 30_000, 100, 600_000),
+    ...(env.API_SAGA_CONFIG ? { sagaConfig: sagaConfigSetting(env.API_SAGA_CONFIG) } : {}),
   };
+}
+
+/** API_SAGA_CONFIG read as JSON and checked as the saga checks its config; errors name the variable and the field. */
+function sagaConfigSetting(raw: string): SagaConfig {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(raw);
+  } catch (err) {
+    throw new Error('API_SAGA_CONFIG must be a JSON object such as {"deadlineMs":120000}', { cause: err });
+  }
+  try {
+    return parseSagaConfig(parsed);
+  } catch (err) {
+    throw new Error(`API_SAGA_CONFIG: ${(err as Error).message}`, { cause: err });
+  }
 }
 
 /** The Web UI page of one workflow run. */

@@ -14,6 +14,7 @@ import {
 import { WorkflowIdConflictPolicy, WorkflowIdReusePolicy } from '@temporalio/common';
 import type { OrderInput } from '../domain/order';
 import { acceptedUpdate, type Acceptance } from '../workflows/messages';
+import type { SagaConfig } from '../workflows/saga-config';
 import { ORDER_SAGA, sagaStartOptions } from '../workflows/saga-start';
 
 /** What the start came to, each a value the caller turns into its own answer. */
@@ -31,17 +32,19 @@ export type Placement =
  * Starts the order's saga with an Update-with-Start and waits at most `waitMs` for its early answer.
  * An order ID is placed once: REJECT_DUPLICATE refuses the ID of a closed run and FAIL a running one.
  * The search attributes go in the start request, so the order is listed PENDING even when no worker
- * answers.
+ * answers. `config` is the saga's second argument (left out: its defaults).
  */
 export async function placeOrder(
   client: Client,
   order: OrderInput,
   taskQueue: string,
   waitMs: number,
+  config?: Partial<SagaConfig>,
 ): Promise<Placement> {
   const start = new WithStartWorkflowOperation(
     ORDER_SAGA,
     sagaStartOptions(order, taskQueue, {
+      ...(config ? { config } : {}),
       searchAttributesAtStart: true,
       policies: {
         workflowIdReusePolicy: WorkflowIdReusePolicy.REJECT_DUPLICATE,

@@ -33,6 +33,9 @@ describe('readApiSettings', () => {
       corsOrigins: ['https://shop.example', 'http://127.0.0.1:3000'],
       answerTimeoutMs: 1000,
     });
+    const withConfig = readApiSettings({ API_SAGA_CONFIG: '{"deadlineMs":120000,"inquiryBaseMs":1000}' });
+    expect(withConfig.sagaConfig).toMatchObject({ deadlineMs: 120_000, inquiryBaseMs: 1000, inventoryLanes: 2 });
+    expect(() => readApiSettings({ API_SAGA_CONFIG: '{"deadlineMs":-1}' })).toThrow(/API_SAGA_CONFIG: .*deadlineMs/);
     for (const [name, value] of [
       ['API_PORT', '65536'],
       ['API_PORT', 'http'],
@@ -41,6 +44,9 @@ describe('readApiSettings', () => {
       ['API_ANSWER_TIMEOUT_MS', '10'],
       ['API_CORS_ORIGINS', 'https://shop.example/path'],
       ['API_CORS_ORIGINS', '*'],
+      ['API_SAGA_CONFIG', 'deadlineMs=1'],
+      ['API_SAGA_CONFIG', '{"deadlineMs":-1}'],
+      ['API_SAGA_CONFIG', '{"noSuchKnob":1}'],
     ] as const) {
       expect(() => readApiSettings({ [name]: value }), `${name}=${value}`).toThrow(name);
     }

@@ -2,7 +2,8 @@
  * Orders like real ones, for the chaos soak: 1–5 lines, 30 % with one hot SKU, some with the
  * catalogue's SKU-LIMITED near its per-customer limit, repeat customers, 5 % declined cards. Each
  * order also gets the person who meddles with it (if anyone): a cancel at some moment, a reset, a
- * second start, a Terminate. Deterministic for a seed.
+ * second start, a Terminate. About a third are placed through the orders API, as a storefront
+ * would; the rest as the soak's own starts. Deterministic for a seed.
  */
 import type { Pool } from 'pg';
 import type { OrderInput } from '../../domain/order';
@@ -32,6 +33,11 @@ export interface ChaosOrder {
   meddle: Meddle;
   /** 0..1, the moment (share of a few seconds) at which a timed meddle acts. */
   when: number;
+  /**
+   * Placed with `POST /v1/orders` (people/storefront.ts), not started by the soak itself; 'replay':
+   * then sent again with the same key, which must answer as the first time.
+   */
+  viaApi: false | 'place' | 'replay';
 }
 
 /** A well-mixed hash of (i, salt) onto [0, 1): the soak's choices are deterministic. */
@@ -96,6 +102,7 @@ export function makeOrders(n: number, tag: string, cat: Catalogue): ChaosOrder[]
       },
       meddle,
       when: unit(i, 9),
+      viaApi: unit(i, 10) < 0.33 ? (unit(i, 11) < 0.5 ? 'replay' : 'place') : false,
     };
   });
 }

@@ -4,7 +4,8 @@
  * SIGKILLed and restarted on its own schedule. The workers are versioned as under npm start: one
  * build (its ID computed once, so every restart rejoins the same version), made current once the
  * first workers poll; every saga is pinned to it. Mid-soak a deploy makes a new build current and
- * stops the old build's workers after the drain decision (deploy()).
+ * stops the old build's workers after the drain decision (deploy()). The orders API runs as its own
+ * process too (api/server.ts, a storefront's key made for the soak), SIGKILLed and started again once.
  */
 import type { ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -16,7 +17,14 @@ import { bundleWorkflowCode, DefaultLogger } from '@temporalio/worker';
 import type { Pool } from 'pg';
 import { createPool } from '../../db/pool';
 import { prepareDatabase, type RoleUrls } from '../../db/roles';
-import { freePort, startProviderProcess, startWorkerProcess, stopProcess } from '../../platform/processes';
+import { createApiKey } from '../../lib/api-keys';
+import {
+  freePort,
+  startProviderProcess,
+  startTsProcess,
+  startWorkerProcess,
+  stopProcess,
+} from '../../platform/processes';
 import {
   DEPLOYMENT_NAME,
   makeVersionCurrent,
@@ -32,6 +40,7 @@ import { createProviderAdmin, type ProviderAdmin } from '../../provider/client';
 import type { FaultRequest } from '../../provider/faults';
 import { ensurePostgres, type EmbeddedOptions, type PostgresHandle } from '../../servers/postgres';
 import { startDevServer } from '../../servers/temporal-dev';
+import { SAGA_CONFIG } from './options';
 import { startReceiver, type Receiver, type ReceiverMode } from './receiver';
 import {
   realServerPortBlock,
@@ -130,6 +139,11 @@ export class ChaosStack {
   /** The real Temporal server on Postgres (--temporal server), when the soak runs on it. */
   private real?: RealTemporal;
 
+  /** The orders API: its URL (a port kept across its restart) and the soak's storefront key. */
+  readonly api = { url: '', key: '' };
+  private apiProcess?: ChildProcess;
+  private apiPort = 0;
+
   constructor(
     private readonly pgOpts: EmbeddedOptions,
     private readonly temporal: 'dev' | 'server' = 'dev',
@@ -177,6 +191,10 @@ export class ChaosStack {
       adminKey: this.adminKey,
     });
     this.workers = await Promise.all(Array.from({ length: workerCount }, () => this.startWorker()));
+    this.api.key = (await createApiKey(this.db, 'chaos storefront')).key;
+    this.apiPort = await freePort();
+    this.api.url = `http://127.0.0.1:${this.apiPort}`;
+    await this.startApi();
     // Versioned workers get no task until their version is current: make it so once they poll.
     await makeVersionCurrent(this.env.connection, {
       namespace: 'default',
@@ -208,6 +226,59 @@ export class ChaosStack {
     this.provider = p.child;
     this.providerPids.add(p.child.pid!);
     this.providerUrl = p.url;
+  }
+
+  /** The orders API's process, with the soak's saga config, on its fixed port. */
+  private async startApi(): Promise<void> {
+    const { child } = await startTsProcess(
+      'api/server.ts',
+      {
+        TEMPORAL_ADDRESS: this.env.address,
+        PAYLOAD_KEYS: this.payloadKeys,
+        TASK_QUEUE: this.taskQueue,
+        DATABASE_URL: this.urls.app,
+        API_PORT: String(this.apiPort),
+        API_SAGA_CONFIG: JSON.stringify(SAGA_CONFIG),
+        // Its lease on a placement is this + 5 s: a placement its killed process left is carried on soon.
+        API_ANSWER_TIMEOUT_MS: '10000',
+        API_RATE_LIMIT: '1000000',
+      },
+      /"listening"/,
+      { showStderr: true },
+    );
+    this.apiProcess = child;
+  }
+
+  /**
+   * SIGKILLs the orders API and starts it again on the same port; confirmed by a new pid that answers.
+   * A storefront's request cut by the kill is sent again with its key (people/storefront.ts).
+   */
+  async restartApi(): Promise<Restart> {
+    const t = Date.now();
+    const old = this.apiProcess!;
+    await stopProcess(old, 'SIGKILL');
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await this.startApi();
+        break;
+      } catch (err) {
+        if (attempt >= 5) throw err; // Postgres may be restarting, or the port not yet free
+        await sleep(1_000 * attempt);
+      }
+    }
+    if (this.stopping) {
+      await stopProcess(this.apiProcess);
+      throw new Error('orders API restart: the soak is stopping');
+    }
+    const health = await fetch(`${this.api.url}/healthz`, { signal: AbortSignal.timeout(5_000) });
+    if (!health.ok) throw new Error(`orders API restart: /healthz answered ${health.status}`);
+    const restart = {
+      what: 'orders API',
+      ms: Date.now() - t,
+      evidence: `pid ${old.pid} → ${this.apiProcess!.pid}, /healthz 200`,
+    };
+    this.restarts.push(restart);
+    return restart;
   }
 
   /** Sets the fault rules; they are set again after a provider restart (they live in its memory). */
@@ -421,6 +492,7 @@ export class ChaosStack {
     await this.flapper;
     await this.receiver?.close();
     for (const w of this.spawned.keys()) await stopProcess(w, 'SIGTERM');
+    await stopProcess(this.apiProcess);
     await stopProcess(this.provider);
     await this.db?.end().catch(() => undefined);
     await this.reader?.end().catch(() => undefined);

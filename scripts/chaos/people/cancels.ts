@@ -1,5 +1,6 @@
 /**
- * Customers and support cancel with `client.ts cancel`, at the moment the order chose: early, in the
+ * Customers and support cancel with `client.ts cancel` (through the orders API for an order placed
+ * there, storefront.ts), at the moment the order chose: early, in the
  * charge, after it, or after the pivot (a slow database holds the shipment so the saga is seen there).
  * Each cancel is counted by the moment it met; one that fails without a refusal is a violation.
  */
@@ -8,6 +9,7 @@ import { isTerminal } from '../../../domain/order';
 import type { SagaState } from '../../../workflows/messages';
 import type { ChaosOrder } from '../orders';
 import type { CancelMoment, PeopleBase } from './base';
+import { cancelThroughApi } from './storefront';
 
 export async function cancel(p: PeopleBase, o: ChaosOrder): Promise<void> {
   const id = o.input.orderId;
@@ -45,7 +47,9 @@ export async function cancel(p: PeopleBase, o: ChaosOrder): Promise<void> {
   const at = moment(seen);
   p.count('cancel', 'sent');
   p.count(at, 'sent', p.cancels);
-  const r = await p.cli(['cancel', id, '--reason', `chaos: the customer cancelled (${at})`]);
+  const reason = `chaos: the customer cancelled (${at})`;
+  // An order the storefront placed is cancelled through its API; the others with client.ts.
+  const r = o.viaApi ? await cancelThroughApi(p, id, reason) : await p.cli(['cancel', id, '--reason', reason]);
   if (r.code === 0) {
     p.count('cancel', 'accepted');
     p.count(at, 'accepted', p.cancels);

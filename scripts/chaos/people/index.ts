@@ -1,5 +1,7 @@
 /**
  * The people in the chaos soak's loop, each through the interface a person has, one module a family:
+ *   - a storefront places about a third of the orders through the orders API, sending a request
+ *     again with its key until it is answered, and checks a replay's answer (storefront.ts);
  *   - customers and support cancel with `client.ts cancel`, at chosen moments (cancels.ts);
  *   - operators resolve every NEEDS_ATTENTION saga with `client.ts resolve`, choosing the action the
  *     provider's ledger supports (and, now and then, first the one it does not: it must be refused);
@@ -26,6 +28,7 @@ import { Operators } from './operators';
 import { overrideNoBuild } from './override';
 import { pauseActivity } from './pause-activity';
 import { placeAgain, reset, resetWhileOpen, startAgainClosed } from './reset-and-start-again';
+import { placeThroughApi } from './storefront';
 import { pauseSweepSchedule } from './sweep-schedule';
 import { terminate, unreadableSignal } from './terminate';
 
@@ -42,7 +45,8 @@ export class People extends PeopleBase {
     const { input, meddle } = o;
     const id = input.orderId;
     const wid = workflowIdFor(id);
-    await this.start(input);
+    if (o.viaApi) await placeThroughApi(this, o);
+    else await this.start(input);
     if (meddle.startsWith('cancel-')) await cancel(this, o);
     if (meddle === 'reset-open') await resetWhileOpen(this, o);
     if (meddle === 'terminate') return terminate(this, o, limitMs);

@@ -77,6 +77,8 @@ export async function loadAndMeddle(
     at(0.35, () => people.pauseSweepSchedule((ms) => sweeper.pauseFor(ms), 20_000)),
     at(0.45, () => watched(stack.restartPostgres())),
     at(0.7, () => watched(stack.restartProvider())),
+    // The orders API's process killed mid-load: a storefront's request it held is sent again with its key.
+    at(0.6, async () => void (await stack.restartApi())),
     // A new build made current; the old build's workers stop after the drain decision.
     at(0.3, () => watched(stack.deploy(DRAIN_WAIT_MS))),
     // On the real server, the server process itself is stopped and started again mid-load.

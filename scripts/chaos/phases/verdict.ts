@@ -183,10 +183,18 @@ function coverageGaps(
   ];
   for (const a of mustAct) if (!people.actions.get(a)?.sent) missing.push(`operator action ${a}`);
   if (!people.actions.get('cancel')?.accepted) missing.push('an accepted cancel');
+  if (!people.actions.get('api place')?.accepted) missing.push('an order placed through the orders API');
+  if (!people.actions.get('api replay')?.accepted) missing.push('an API answer replayed for its Idempotency-Key');
   if (people.terminated.size > 0 && swept.restarts === 0) missing.push('an order the sweeper healed');
   if (!people.cancels.get('after the pivot')?.sent) missing.push('a cancel after the pivot');
   const restarted = new Set(stack.restarts.map((r) => r.what));
-  for (const what of ['Postgres', 'provider', 'deploy', ...(temporal === 'server' ? ['Temporal server'] : [])])
+  for (const what of [
+    'Postgres',
+    'provider',
+    'orders API',
+    'deploy',
+    ...(temporal === 'server' ? ['Temporal server'] : []),
+  ])
     if (!restarted.has(what)) missing.push(what === 'deploy' ? 'the deploy' : `the ${what} restart`);
   // The counts the full soak must reach; the quick one and a short --orders are too small for them.
   const fullTargets = !quick && count >= 500;
