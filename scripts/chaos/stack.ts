@@ -253,29 +253,51 @@ export class ChaosStack {
    * SIGKILLs the orders API and starts it again on the same port; confirmed by a new pid that answers.
    * A storefront's request cut by the kill is sent again with its key (people/storefront.ts).
    */
-  async restartApi(): Promise<Restart> {
+  restartApi(): Promise<Restart> {
+    return this.killAndStartAgain({
+      what: 'orders API',
+      current: () => this.apiProcess,
+      start: () => this.startApi(),
+      url: () => this.api.url,
+      backoffMs: 1_000, // Postgres may be restarting, or the port not yet free
+    });
+  }
+
+  /**
+   * SIGKILLs one of the soak's servers and starts it again on the same ports, a few tries (the port may
+   * take a moment to come free); confirmed by a new pid that answers /healthz, after `then` (if given).
+   */
+  private async killAndStartAgain(r: {
+    what: string;
+    current: () => ChildProcess | undefined;
+    start: () => Promise<void>;
+    url: () => string;
+    backoffMs: number;
+    then?: { run: () => Promise<void>; evidence: string };
+  }): Promise<Restart> {
     const t = Date.now();
-    const old = this.apiProcess!;
+    const old = r.current()!;
     await stopProcess(old, 'SIGKILL');
     for (let attempt = 1; ; attempt++) {
       try {
-        await this.startApi();
+        await r.start();
         break;
       } catch (err) {
-        if (attempt >= 5) throw err; // Postgres may be restarting, or the port not yet free
-        await sleep(1_000 * attempt);
+        if (attempt >= 5) throw err;
+        await sleep(r.backoffMs * attempt);
       }
     }
     if (this.stopping) {
-      await stopProcess(this.apiProcess);
-      throw new Error('orders API restart: the soak is stopping');
+      await stopProcess(r.current()); // the soak is stopping: do not leave the new one behind
+      throw new Error(`${r.what} restart: the soak is stopping`);
     }
-    const health = await fetch(`${this.api.url}/healthz`, { signal: AbortSignal.timeout(5_000) });
-    if (!health.ok) throw new Error(`orders API restart: /healthz answered ${health.status}`);
+    await r.then?.run();
+    const health = await fetch(`${r.url()}/healthz`, { signal: AbortSignal.timeout(5_000) });
+    if (!health.ok) throw new Error(`${r.what} restart: /healthz answered ${health.status}`);
     const restart = {
-      what: 'orders API',
+      what: r.what,
       ms: Date.now() - t,
-      evidence: `pid ${old.pid} → ${this.apiProcess!.pid}, /healthz 200`,
+      evidence: `pid ${old.pid} → ${r.current()!.pid}, /healthz 200${r.then ? `, ${r.then.evidence}` : ''}`,
     };
     this.restarts.push(restart);
     return restart;
@@ -292,34 +314,21 @@ export class ChaosStack {
     await this.admin.clear();
   }
 
-  /** SIGKILLs the provider and starts it again on the same ports; confirmed by a new pid that answers. */
-  async restartProvider(): Promise<Restart> {
-    const t = Date.now();
-    const old = this.provider!;
-    await stopProcess(old, 'SIGKILL');
-    for (let attempt = 1; ; attempt++) {
-      try {
-        await this.startProvider();
-        break;
-      } catch (err) {
-        if (attempt >= 5) throw err; // the port may take a moment to come free
-        await sleep(500);
-      }
-    }
-    if (this.stopping) {
-      await stopProcess(this.provider); // the soak is stopping: do not leave the new one behind
-      throw new Error('provider restart: the soak is stopping');
-    }
-    for (const r of this.rules) await this.admin.set(r);
-    const health = await fetch(`${this.providerUrl}/healthz`, { signal: AbortSignal.timeout(5_000) });
-    if (!health.ok) throw new Error(`provider restart: /healthz answered ${health.status}`);
-    const restart = {
+  /** SIGKILLs the provider and starts it again on the same ports, with its fault rules set again. */
+  restartProvider(): Promise<Restart> {
+    return this.killAndStartAgain({
       what: 'provider',
-      ms: Date.now() - t,
-      evidence: `pid ${old.pid} → ${this.provider!.pid}, /healthz 200, fault rules set again`,
-    };
-    this.restarts.push(restart);
-    return restart;
+      current: () => this.provider,
+      start: () => this.startProvider(),
+      url: () => this.providerUrl,
+      backoffMs: 500,
+      then: {
+        run: async () => {
+          for (const rule of this.rules) await this.admin.set(rule);
+        },
+        evidence: 'fault rules set again',
+      },
+    });
   }
 
   /**
