@@ -339,8 +339,8 @@ export function createHolds(pool: Pool, opts: { authExpiryMs: number }) {
           message: `authorization ${key} was captured (${row.capture_key}): refund the capture instead`,
         });
       }
-      const voided = await release(c, row, 'void');
-      return { authorization: toAuthorization((await select(c, key))!), replayed: status === 'voided' && !voided };
+      await release(c, row, 'void');
+      return { authorization: toAuthorization((await select(c, key))!), replayed: status === 'voided' };
     });
   }
 

@@ -220,7 +220,7 @@ function createLedger(pool: Pool, opts: { authExpiryMs: number }) {
           values: [key, hash, of.key, body.amountCents],
         });
       } catch (err) {
-        // The same key, for another charge, committed meanwhile: like a charge in flight, retry to see it.
+        // The same key, for another charge or capture, committed meanwhile: like a charge in flight, retry to see it.
         if (isUniqueViolation(err)) throw inFlightError();
         throw err;
       }
