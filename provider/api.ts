@@ -62,15 +62,96 @@ export type Inquiry = Charge | ClosedKey;
  */
 export type CancelResult = { outcome: 'found'; charge: Charge } | ({ outcome: 'closed' } & ClosedKey);
 
-export const RefundRequestSchema = record({ chargeKey: printable(), amountCents }, 'must be a JSON object');
-export type RefundRequest = v.InferOutput<typeof RefundRequestSchema>;
+/** A refund of a charge (`chargeKey`) or of a capture (`captureKey`): exactly one of the two. */
+export const RefundRequestSchema = v.pipe(
+  record(
+    { chargeKey: v.optional(printable()), captureKey: v.optional(printable()), amountCents },
+    'must be a JSON object',
+  ),
+  v.forward(
+    v.check(
+      (r) => r.chargeKey !== undefined || r.captureKey !== undefined,
+      'is required (or captureKey, for a refund of a capture)',
+    ),
+    ['chargeKey'],
+  ),
+  v.forward(
+    v.check((r) => r.chargeKey === undefined || r.captureKey === undefined, 'give chargeKey or captureKey, not both'),
+    ['captureKey'],
+  ),
+  v.transform((r): RefundRequest =>
+    r.captureKey !== undefined
+      ? { captureKey: r.captureKey, amountCents: r.amountCents }
+      : { chargeKey: r.chargeKey!, amountCents: r.amountCents },
+  ),
+);
+export type RefundRequest = { chargeKey: string; amountCents: number } | { captureKey: string; amountCents: number };
 
-export interface Refund {
+export type Refund = { idempotencyKey: string; amountCents: number; status: 'succeeded' } & (
+  { chargeKey: string } | { captureKey: string }
+);
+
+/** Holds on a card: an authorization, captured later (money taken) or voided (hold released). */
+export const AuthorizationRequestSchema = ChargeRequestSchema;
+export type AuthorizationRequest = ChargeRequest;
+
+/**
+ * `processing` (being decided), `authorized` (held, capturable until `expiresAt`), `declined` (nothing
+ * held), `voided` (released), `captured` (taken), `expired` (never captured, and lapsed).
+ */
+export type AuthorizationStatus = 'processing' | 'authorized' | 'declined' | 'voided' | 'captured' | 'expired';
+
+export interface Authorization {
   idempotencyKey: string;
-  chargeKey: string;
+  status: AuthorizationStatus;
+  /** The amount held. */
   amountCents: number;
-  status: 'succeeded';
+  currency: string;
+  /** A declined one's reason (`card_declined`, `insufficient_funds`). */
+  failureCode?: string;
+  /** When the hold lapses (ISO 8601): a capture after it is refused. None while processing or when declined. */
+  expiresAt?: string;
+  /** When it was voided (ISO 8601), by a void or a technical cancel. */
+  voidedAt?: string;
+  /** The capture's key and amount, once captured. */
+  captureKey?: string;
+  capturedCents: number;
+  /** What was refunded of its capture. */
+  refundedCents: number;
 }
+
+/** The inquiry's answer (GET /v1/authorizations/{key}, 200): the authorization, or the closed key. */
+export type AuthorizationInquiry = Authorization | ClosedKey;
+
+/**
+ * The technical cancel's answer (POST /v1/authorizations/{key}/cancel, 200): the authorization made
+ * under the key, as it is after the cancel (a hold it found is voided), or the key now closed.
+ */
+export type AuthorizationCancelResult =
+  { outcome: 'found'; authorization: Authorization } | ({ outcome: 'closed' } & ClosedKey);
+
+/** POST /v1/authorizations/{key}/capture: at most the amount held. */
+export const CaptureRequestSchema = record({ amountCents }, 'must be a JSON object');
+export type CaptureRequest = v.InferOutput<typeof CaptureRequestSchema>;
+
+export interface Capture {
+  /** The capture's own Idempotency-Key. */
+  idempotencyKey: string;
+  authorizationKey: string;
+  /** `failed`: refused for good (`failureCode` says why); `processing` only while the provider decides. */
+  status: 'processing' | 'succeeded' | 'failed';
+  amountCents: number;
+  currency: string;
+  failureCode?: CaptureFailure;
+  refundedCents: number;
+}
+
+/**
+ * A capture refused by the authorization's state, for good: answered 409 with this as its error,
+ * kept under the capture key (its replay and its inquiry say the same).
+ */
+export type CaptureFailure =
+  'authorization_expired' | 'authorization_voided' | 'authorization_declined' | 'already_captured';
 
 export interface ApiError {
   error: string;

@@ -2,7 +2,13 @@
  * The provider's settings, read from its environment in one place. The provider sits below lib/ in
  * the layers, so it reads its own variables here rather than through lib/config.ts.
  */
-import { DEV_PROVIDER_ADMIN_KEY, DEV_PROVIDER_API_KEY, PROVIDER_ADMIN_PORT, PROVIDER_PORT } from './defaults';
+import {
+  DEFAULT_AUTH_EXPIRY_MS,
+  DEV_PROVIDER_ADMIN_KEY,
+  DEV_PROVIDER_API_KEY,
+  PROVIDER_ADMIN_PORT,
+  PROVIDER_PORT,
+} from './defaults';
 
 export interface ProviderConfig {
   databaseUrl: string;
@@ -15,6 +21,24 @@ export interface ProviderConfig {
   /** Loopback unless asked otherwise: the payment API may face a network, the fault switches not. */
   adminHost: string;
   adminKeys: string[];
+  /** How long an authorization holds the amount; a capture after it is refused (`authorization_expired`). */
+  authExpiryMs: number;
+}
+
+/** An expiry from 1 s (tests) to 30 days (the longest card holds). */
+const AUTH_EXPIRY_MIN_MS = 1_000;
+const AUTH_EXPIRY_MAX_MS = 30 * 24 * 3_600_000;
+
+/** PROVIDER_AUTH_EXPIRY_MS, else the default; throws naming the variable when it is not a usable duration. */
+function authExpiryFromEnv(env: NodeJS.ProcessEnv): number {
+  const raw = env.PROVIDER_AUTH_EXPIRY_MS;
+  if (raw === undefined || raw === '') return DEFAULT_AUTH_EXPIRY_MS;
+  const ms = Number(raw);
+  if (!/^\d+$/.test(raw.trim()) || !Number.isSafeInteger(ms) || ms < AUTH_EXPIRY_MIN_MS || ms > AUTH_EXPIRY_MAX_MS)
+    throw new Error(
+      `PROVIDER_AUTH_EXPIRY_MS must be a whole number of milliseconds from ${AUTH_EXPIRY_MIN_MS} to ${AUTH_EXPIRY_MAX_MS} (30 days), not "${raw}"`,
+    );
+  return ms;
 }
 
 /**
@@ -36,8 +60,8 @@ export function keysFromEnv(env: NodeJS.ProcessEnv, name: string, fallback: stri
 
 /**
  * DATABASE_URL (required), PROVIDER_HOST, PROVIDER_PORT, PROVIDER_API_KEY(S), PROVIDER_ADMIN_PORT,
- * PROVIDER_ADMIN_HOST and PROVIDER_ADMIN_KEY(S), with their loopback and development defaults. Throws
- * naming the variable when one cannot be used.
+ * PROVIDER_ADMIN_HOST, PROVIDER_ADMIN_KEY(S) and PROVIDER_AUTH_EXPIRY_MS, with their loopback and
+ * development defaults. Throws naming the variable when one cannot be used.
  */
 export function readProviderConfig(env: NodeJS.ProcessEnv = process.env): ProviderConfig {
   const databaseUrl = env.DATABASE_URL;
@@ -50,5 +74,6 @@ export function readProviderConfig(env: NodeJS.ProcessEnv = process.env): Provid
     adminPort: Number(env.PROVIDER_ADMIN_PORT ?? PROVIDER_ADMIN_PORT),
     adminHost: env.PROVIDER_ADMIN_HOST ?? '127.0.0.1',
     adminKeys: keysFromEnv(env, 'PROVIDER_ADMIN_KEY', DEV_PROVIDER_ADMIN_KEY),
+    authExpiryMs: authExpiryFromEnv(env),
   };
 }

@@ -16,9 +16,35 @@ export const FAULT_KINDS = [
   'outage',
 ] as const;
 export type FaultKind = (typeof FAULT_KINDS)[number];
-/** `cancels`: the technical cancel (POST /v1/charges/{key}/cancel), which the refund step sends first. */
-export const FAULT_TARGETS = ['charges', 'refunds', 'inquiries', 'cancels'] as const;
+/**
+ * The calls of the charge API, which the saga makes today. `cancels`: the technical cancel (POST
+ * /v1/charges/{key}/cancel), which the refund step sends first. `refunds` covers the refunds of
+ * captures too (one endpoint).
+ */
+export const CHARGE_FAULT_TARGETS = ['charges', 'refunds', 'inquiries', 'cancels'] as const;
+/**
+ * The calls of the authorization API: POST /v1/authorizations (`authorizations`), its capture
+ * (`captures`), void (`voids`) and technical cancel (`authorization-cancels`), and the inquiries GET
+ * /v1/authorizations/{key} (`authorization-inquiries`) and GET /v1/captures/{key} (`capture-inquiries`).
+ */
+export const AUTHORIZATION_FAULT_TARGETS = [
+  'authorizations',
+  'captures',
+  'voids',
+  'authorization-cancels',
+  'authorization-inquiries',
+  'capture-inquiries',
+] as const;
+export const FAULT_TARGETS = [...CHARGE_FAULT_TARGETS, ...AUTHORIZATION_FAULT_TARGETS] as const;
 export type FaultTarget = (typeof FAULT_TARGETS)[number];
+/** The targets whose answer can say `processing`: the inquiries and the technical cancels. */
+export const PROCESSING_TARGETS: readonly FaultTarget[] = [
+  'inquiries',
+  'cancels',
+  'authorization-inquiries',
+  'capture-inquiries',
+  'authorization-cancels',
+];
 
 export interface FaultRule {
   id: number;
@@ -80,8 +106,8 @@ const FaultRequestSchema = v.pipe(
   ),
   v.forward(
     v.check(
-      (r) => r.kind !== 'processing' || ['inquiries', 'cancels'].includes(r.target ?? 'inquiries'),
-      'processing applies to inquiries and cancels',
+      (r) => r.kind !== 'processing' || PROCESSING_TARGETS.includes(r.target ?? 'inquiries'),
+      `processing applies to ${PROCESSING_TARGETS.join(', ')}`,
     ),
     ['target'],
   ),

@@ -1,9 +1,9 @@
 /**
  * The provider's ledger in Postgres (schema `provider`): charges, refunds, closed keys, inquiries,
- * each once per Idempotency-Key under the key's advisory lock; and the API keys in force, hashed.
- * Its refusals are the API's (HttpError), so the routes pass them on as they are.
+ * each once per Idempotency-Key under the key's advisory lock; the authorizations (holds.ts); and the
+ * API keys in force, hashed. Its refusals are the API's (HttpError), so the routes pass them on as
+ * they are.
  */
-import { createHash } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Pool, PoolClient } from 'pg';
 import { assertMigrated, PROVIDER_MIGRATIONS } from '../db/migrate';
@@ -11,8 +11,6 @@ import { withTransaction } from '../db/pool';
 import { HttpError } from '../platform/http';
 import {
   DECLINED_PAYMENT_METHODS,
-  KEY_CLOSED_ERROR,
-  KEY_CLOSED_STATUS,
   type CancelResult,
   type Charge,
   type ChargeRequest,
@@ -22,10 +20,9 @@ import {
   type RefundRequest,
 } from './api';
 import { DEV_PROVIDER_API_KEY } from './defaults';
+import { createHolds } from './holds';
+import { inFlight as inFlightError, isUniqueViolation, keyClosed, keyReused, lockKey, sha256 } from './idempotency';
 import { log } from './log';
-
-/** The hex SHA-256 the ledger stores: of a request's parameters, and of each API key. */
-export const sha256 = (s: string): string => createHash('sha256').update(s).digest('hex');
 
 interface ChargeRow {
   idempotency_key: string;
@@ -53,25 +50,8 @@ function toCharge(row: ChargeRow): Charge {
   return charge;
 }
 
-/**
- * The key's lock, taken first by each transaction that makes a charge or closes a key: a charge and a
- * technical cancel of one key are serialized whatever holds either up (a table lock before its first
- * write, say), and the second sees what the first committed. A two-int advisory lock, in its own
- * space (apart from the one-bigint locks of the migrations and roles); two keys that hash alike
- * merely wait for each other.
- */
-async function lockKey(c: PoolClient, key: string): Promise<void> {
-  await c.query({ text: `SELECT pg_advisory_xact_lock(hashtext('provider.charge-key'), hashtext($1))`, values: [key] });
-}
-
-const keyClosed = (key: string): HttpError =>
-  new HttpError(KEY_CLOSED_STATUS, {
-    error: KEY_CLOSED_ERROR,
-    message: `charge key ${key} was closed by a cancel: no charge can be made under it`,
-  });
-
 /** The provider's ledger in Postgres: charges and refunds, each once per Idempotency-Key; closed keys. */
-function createLedger(pool: Pool) {
+function createLedger(pool: Pool, opts: { authExpiryMs: number }) {
   /** Charges this process is deciding right now: the same key meanwhile gets 409. */
   const inFlight = new Set<string>();
 
@@ -120,7 +100,7 @@ function createLedger(pool: Pool) {
    */
   async function cancelCharge(key: string): Promise<CancelResult> {
     const r = await withTransaction(pool, async (c) => {
-      await lockKey(c, key);
+      await lockKey(c, 'provider.charge-key', key);
       const { rows } = await c.query<ChargeRow>({ text: CHARGE_SELECT, values: [key] });
       const row = rows[0];
       if (row) return { row };
@@ -142,19 +122,15 @@ function createLedger(pool: Pool) {
     delay?: { ms: number; applied: () => void },
   ): Promise<{ charge: Charge; replayed: boolean }> {
     const hash = sha256(JSON.stringify([body.amountCents, body.currency, body.paymentMethod, body.reference ?? null]));
-    if (inFlight.has(key))
-      throw new HttpError(409, {
-        error: 'request_in_flight',
-        message: 'a request with this Idempotency-Key is in flight',
-      });
+    if (inFlight.has(key)) throw inFlightError();
     inFlight.add(key);
     try {
       // Under the key's lock: a key a cancel closed takes no charge, and a cancel that comes after this
       // finds the charge. Without a delay the charge is decided in the same transaction, so no cancel
       // or inquiry ever sees it `processing`.
       const inserted = await withTransaction(pool, async (c) => {
-        await lockKey(c, key);
-        if (await closedKey(c, key)) throw keyClosed(key);
+        await lockKey(c, 'provider.charge-key', key);
+        if (await closedKey(c, key)) throw keyClosed('charge', key);
         const r = await c.query({
           text: `INSERT INTO provider.charges (idempotency_key, request_hash, amount_cents, currency, payment_method, reference, status)
                  VALUES ($1, $2, $3, $4, $5, $6, 'processing') ON CONFLICT (idempotency_key) DO NOTHING`,
@@ -165,12 +141,7 @@ function createLedger(pool: Pool) {
       });
       if (!inserted) {
         const { rows } = await pool.query<ChargeRow>({ text: CHARGE_SELECT, values: [key] });
-        if (rows[0] && rows[0].request_hash !== hash) {
-          throw new HttpError(422, {
-            error: 'idempotency_key_reused',
-            message: 'this Idempotency-Key was used with other parameters',
-          });
-        }
+        if (rows[0] && rows[0].request_hash !== hash) throw keyReused();
         inFlight.delete(key); // the row is not ours to decide: recover it if it was cut off
         const row = await recover(rows[0]);
         if (!row) throw new HttpError(409, { error: 'conflict', message: 'charge is being written; retry' });
@@ -190,84 +161,105 @@ function createLedger(pool: Pool) {
     return { charge, replayed: false };
   }
 
+  /**
+   * A refund of a charge or of a capture: only of money taken (a succeeded charge or capture), and
+   * never more than it, summed over its refunds. An authorization never captured has nothing to
+   * refund: its hold is voided instead.
+   */
   async function createRefund(key: string, body: RefundRequest): Promise<{ refund: Refund; replayed: boolean }> {
-    const hash = sha256(JSON.stringify([body.chargeKey, body.amountCents]));
+    const of =
+      'captureKey' in body
+        ? ({ kind: 'capture', table: 'captures', field: 'captureKey', key: body.captureKey } as const)
+        : ({ kind: 'charge', table: 'charges', field: 'chargeKey', key: body.chargeKey } as const);
+    // A charge's refund hashes as before captures existed, so the refunds already written still replay.
+    const hash = sha256(
+      JSON.stringify(of.kind === 'charge' ? [of.key, body.amountCents] : ['capture', of.key, body.amountCents]),
+    );
+    const answer = (amountCents: number): Refund =>
+      of.kind === 'charge'
+        ? { idempotencyKey: key, chargeKey: of.key, amountCents, status: 'succeeded' }
+        : { idempotencyKey: key, captureKey: of.key, amountCents, status: 'succeeded' };
     return withTransaction(pool, async (c) => {
-      // Serialise refunds of one charge, so their sum can never pass the charge's amount.
-      const charge = await c.query<{ amount_cents: string; status: string }>({
-        text: 'SELECT amount_cents, status FROM provider.charges WHERE idempotency_key = $1 FOR UPDATE',
-        values: [body.chargeKey],
+      // Serialise refunds of one charge (or capture), so their sum can never pass its amount.
+      const taken = await c.query<{ amount_cents: string; status: string }>({
+        text: `SELECT amount_cents, status FROM provider.${of.table} WHERE idempotency_key = $1 FOR UPDATE`,
+        values: [of.key],
       });
-      const existing = await c.query<{ request_hash: string; charge_key: string; amount_cents: string }>({
-        text: 'SELECT request_hash, charge_key, amount_cents FROM provider.refunds WHERE idempotency_key = $1',
+      const existing = await c.query<{ request_hash: string; amount_cents: string }>({
+        text: 'SELECT request_hash, amount_cents FROM provider.refunds WHERE idempotency_key = $1',
         values: [key],
       });
       const prior = existing.rows[0];
       if (prior) {
-        if (prior.request_hash !== hash) {
-          throw new HttpError(422, {
-            error: 'idempotency_key_reused',
-            message: 'this Idempotency-Key was used with other parameters',
-          });
-        }
-        const refund: Refund = {
-          idempotencyKey: key,
-          chargeKey: prior.charge_key,
-          amountCents: Number(prior.amount_cents),
-          status: 'succeeded',
-        };
-        return { refund, replayed: true };
+        if (prior.request_hash !== hash) throw keyReused();
+        return { refund: answer(Number(prior.amount_cents)), replayed: true };
       }
-      const row = charge.rows[0];
-      if (!row)
-        throw new HttpError(404, { error: 'charge_not_found', field: 'chargeKey', message: 'no charge with that key' });
+      const row = taken.rows[0];
+      if (!row) throw await notFound(c, of.kind, of.key);
       if (row.status !== 'succeeded') {
         throw new HttpError(422, {
-          error: 'charge_not_refundable',
-          field: 'chargeKey',
-          message: `charge is ${row.status}`,
+          error: `${of.kind}_not_refundable`,
+          field: of.field,
+          message: `${of.kind} is ${row.status}`,
         });
       }
       const refunded = await c.query<{ sum: string }>({
-        text: 'SELECT COALESCE(sum(amount_cents), 0) AS sum FROM provider.refunds WHERE charge_key = $1',
-        values: [body.chargeKey],
+        text: `SELECT COALESCE(sum(amount_cents), 0) AS sum FROM provider.refunds WHERE ${of.kind}_key = $1`,
+        values: [of.key],
       });
       if (Number(refunded.rows[0]!.sum) + body.amountCents > Number(row.amount_cents)) {
         throw new HttpError(422, {
-          error: 'refund_exceeds_charge',
+          error: `refund_exceeds_${of.kind}`,
           field: 'amountCents',
-          message: 'refunds would exceed the charge',
+          message: `refunds would exceed the ${of.kind}`,
         });
       }
       try {
         await c.query({
-          text: `INSERT INTO provider.refunds (idempotency_key, request_hash, charge_key, amount_cents, status) VALUES ($1, $2, $3, $4, 'succeeded')`,
-          values: [key, hash, body.chargeKey, body.amountCents],
+          text: `INSERT INTO provider.refunds (idempotency_key, request_hash, ${of.kind}_key, amount_cents, status) VALUES ($1, $2, $3, $4, 'succeeded')`,
+          values: [key, hash, of.key, body.amountCents],
         });
       } catch (err) {
-        // The same key, for another charge, committed meanwhile: like a charge in flight, retry to see it.
-        if ((err as { code?: string }).code === '23505') {
-          throw new HttpError(409, {
-            error: 'request_in_flight',
-            message: 'a request with this Idempotency-Key is in flight',
-          });
-        }
+        // The same key, for another charge or capture, committed meanwhile: like a charge in flight, retry to see it.
+        if (isUniqueViolation(err)) throw inFlightError();
         throw err;
       }
-      log('refund', { key, chargeKey: body.chargeKey, amountCents: body.amountCents });
-      return {
-        refund: { idempotencyKey: key, chargeKey: body.chargeKey, amountCents: body.amountCents, status: 'succeeded' },
-        replayed: false,
-      };
+      log('refund', { key, [of.field]: of.key, amountCents: body.amountCents });
+      return { refund: answer(body.amountCents), replayed: false };
     });
   }
 
-  return { getCharge, cancelCharge, createCharge, createRefund };
+  /** No charge (or capture) under the key; a capture key that names an authorization says so. */
+  async function notFound(c: PoolClient, kind: 'charge' | 'capture', key: string): Promise<HttpError> {
+    const field = kind === 'charge' ? 'chargeKey' : 'captureKey';
+    const held =
+      kind === 'capture' &&
+      Boolean(
+        (
+          await c.query({
+            text: 'SELECT 1 FROM provider.authorizations WHERE idempotency_key = $1',
+            values: [key],
+          })
+        ).rowCount,
+      );
+    return new HttpError(404, {
+      error: `${kind}_not_found`,
+      field,
+      message: held
+        ? `no capture with that key: ${key} is an authorization, whose hold is voided, not refunded; refund its capture`
+        : `no ${kind} with that key`,
+    });
+  }
+
+  return { getCharge, cancelCharge, createCharge, createRefund, ...createHolds(pool, opts) };
 }
 export type Ledger = ReturnType<typeof createLedger>;
 
-/** The ledger on `pool`: refuses a schema not migrated, and records the API keys in force. */
-export async function openLedger(pool: Pool, apiKeys: string[]): Promise<Ledger> {
+/**
+ * The ledger on `pool`: refuses a schema not migrated, and records the API keys in force.
+ * `authExpiryMs`: how long an authorization's hold lasts.
+ */
+export async function openLedger(pool: Pool, apiKeys: string[], opts: { authExpiryMs: number }): Promise<Ledger> {
   // It runs with its own role, which may write its ledger but not change the schema: the owner migrates.
   await assertMigrated(pool, PROVIDER_MIGRATIONS, 'provider.schema_migrations');
   // The table records the keys in force (hashed), the ones of the provider that started last.
@@ -283,5 +275,5 @@ export async function openLedger(pool: Pool, apiKeys: string[]): Promise<Ledger>
       });
     }
   });
-  return createLedger(pool);
+  return createLedger(pool, opts);
 }

@@ -23,7 +23,7 @@ export async function startProvider(
   cfg: ProviderConfig,
 ): Promise<{ server: http.Server; admin: http.Server; port: number; adminPort: number; pool: Pool }> {
   const pool = createPool(cfg.databaseUrl, { min: WARM_CONNECTIONS });
-  const ledger = await openLedger(pool, cfg.apiKeys);
+  const ledger = await openLedger(pool, cfg.apiKeys, { authExpiryMs: cfg.authExpiryMs });
   const faults = new FaultBook();
   const server = jsonServer(
     createProviderApp(ledger, faults, cfg.apiKeys, databaseAnswers(pool, "the ledger's database")),
@@ -55,6 +55,7 @@ if (require.main === module) {
         url: `http://${cfg.host}:${port}`,
         adminUrl: `http://${cfg.adminHost}:${adminPort}`,
         devKeys: cfg.apiKeys.includes(DEV_PROVIDER_API_KEY) || cfg.adminKeys.includes(DEV_PROVIDER_ADMIN_KEY),
+        authExpiryMs: cfg.authExpiryMs,
       });
       const stop = (): void => {
         admin.close();

@@ -1,6 +1,12 @@
 /** The provider's fault book: a matched fault is counted only once it is applied, and given back otherwise. */
 import { describe, expect, it } from 'vitest';
-import { FaultBook, parseFaultRequest } from '../provider/faults';
+import {
+  AUTHORIZATION_FAULT_TARGETS,
+  CHARGE_FAULT_TARGETS,
+  FAULT_TARGETS,
+  FaultBook,
+  parseFaultRequest,
+} from '../provider/faults';
 
 describe('fault book', () => {
   it('counts a fault only when the caller applies it, per target and kind', () => {
@@ -69,5 +75,38 @@ describe('fault book', () => {
     expect(() => parseFaultRequest({ kind: 'processing', target: 'charges', count: 1 })).toThrow(/^target: /);
     expect(() => parseFaultRequest({ kind: 'outage' })).toThrow(/^count: give count, rate or forMs/);
     expect(() => parseFaultRequest({ kind: 'delay', count: 1 })).toThrow(/^delayMs: /);
+  });
+
+  it('the authorization API has targets of its own, counted apart from the charge API', () => {
+    expect(FAULT_TARGETS).toEqual([...CHARGE_FAULT_TARGETS, ...AUTHORIZATION_FAULT_TARGETS]);
+    expect(AUTHORIZATION_FAULT_TARGETS).toEqual([
+      'authorizations',
+      'captures',
+      'voids',
+      'authorization-cancels',
+      'authorization-inquiries',
+      'capture-inquiries',
+    ]);
+    const book = new FaultBook();
+    book.add(parseFaultRequest({ kind: 'delay', target: 'captures', delayMs: 10, count: 1 }));
+    book.add(parseFaultRequest({ kind: 'processing', target: 'capture-inquiries', count: 1 }));
+    expect(book.take('charges', 'k1').size).toBe(0);
+    expect(book.take('authorizations', 'k1').size).toBe(0);
+    expect(book.take('captures', 'k1').has('delay')).toBe(true);
+    expect(book.take('inquiries', 'k1').size).toBe(0);
+    expect(book.take('capture-inquiries', 'k1').has('processing')).toBe(true);
+    book.apply('captures', 'delay');
+    expect(book.applied.captures.delay).toBe(1);
+    expect(book.applied.charges.delay).toBe(0);
+    expect(book.injected.delay).toBe(1);
+    for (const target of ['authorization-inquiries', 'capture-inquiries', 'authorization-cancels'])
+      expect(parseFaultRequest({ kind: 'processing', target, count: 1 }).target).toBe(target);
+    for (const target of ['authorizations', 'captures', 'voids'])
+      expect(() => parseFaultRequest({ kind: 'processing', target, count: 1 })).toThrow(
+        /^target: processing applies to /,
+      );
+    expect(() => parseFaultRequest({ kind: 'outage', target: 'holds', count: 1 })).toThrow(
+      /^target: must be one of .*capture-inquiries/,
+    );
   });
 });

@@ -14,7 +14,7 @@ import { chmodSync, mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { historyToJSON } from '@temporalio/common/lib/proto-utils';
 import { percentile, progressBar } from '../../../lib/load';
-import { FAULT_KINDS, FAULT_TARGETS } from '../../../provider/faults';
+import { CHARGE_FAULT_TARGETS, FAULT_KINDS, FAULT_TARGETS } from '../../../provider/faults';
 import { auditOrders, readHistories, whyOpen, type HistoryFacts } from '../audit';
 import { auditEvents, eventsLine, type EventsAudit } from '../events';
 import { APPLICABLE, STUCK_EVERY } from '../faults';
@@ -313,7 +313,7 @@ async function printSummary(
   say(
     "faults applied by the provider to the workers' calls (counted where applied, from its log, across its restart):",
   );
-  for (const target of FAULT_TARGETS) {
+  for (const target of CHARGE_FAULT_TARGETS) {
     say(
       `  ${target.padEnd(10)} ${FAULT_KINDS.filter((k) => k !== 'processing' || target === 'inquiries')
         .map((k) => `${k} ${stack.applied.get(`${target} ${k}`) ?? 0}`)
