@@ -78,7 +78,10 @@ export async function loadAndMeddle(
     at(0.45, () => watched(stack.restartPostgres())),
     at(0.7, () => watched(stack.restartProvider())),
     // The orders API's process killed mid-load: a storefront's request it held is sent again with its key.
-    at(0.6, async () => void (await stack.restartApi())),
+    at(0.6, async () => {
+      const r = await stack.restartApi();
+      r.moved = 'no saga waits on the API: the storefront sends a cut request again (api sent again)';
+    }),
     // A new build made current; the old build's workers stop after the drain decision.
     at(0.3, () => watched(stack.deploy(DRAIN_WAIT_MS))),
     // On the real server, the server process itself is stopped and started again mid-load.
