@@ -12,7 +12,7 @@ import { recordRefunded } from '../activities/order-events';
 import { checkInvariants, RULES } from '../db/invariants';
 import { transition } from '../activities/order-lock';
 import { readOrderEventsEndpoint } from '../lib/config';
-import { startEventRelay, type OrderEventBody } from '../lib/event-relay';
+import { DUE_EVENTS_SQL, startEventRelay, type OrderEventBody } from '../lib/event-relay';
 import { startTsProcess, stopProcess } from '../platform/processes';
 import { signatureProblem, signBody } from '../platform/webhook-signature';
 import { startReceiver } from '../scripts/chaos/receiver';
@@ -208,6 +208,38 @@ describe('order events', () => {
     }
     expect(inOrderPerOrder(receiver.taken)).toBe(true);
     expect(receiver.refused).toEqual([]);
+  });
+
+  it("a round's query probes each candidate's order by index, never reading every pending event per candidate", async () => {
+    // A backlog written at once and not yet analyzed: the planner thinks the table nearly empty. As a
+    // NOT EXISTS, the first-to-go test became a join that read every pending event for each candidate
+    // (a 4000-event backlog: about a second a round). The plan must read each candidate's own order's events by index.
+    const prefix = `plan-${uid()}`;
+    await db.query({
+      text: `INSERT INTO orders (order_id, customer_id, status, currency, total_cents, items, payment_method, workflow_id)
+             SELECT $1 || '-' || g, 'c', 'PENDING', 'USD', 100, '[]'::jsonb, 'tok_visa', 'order:' || $1 || '-' || g
+               FROM generate_series(1, 300) g`,
+      values: [prefix],
+    });
+    await db.query({
+      text: `INSERT INTO order_events (order_id, seq, kind, data)
+             SELECT $1 || '-' || g, s, 'order.accepted', '{}'::jsonb FROM generate_series(1, 300) g, generate_series(1, 4) s`,
+      values: [prefix],
+    });
+    const c = await db.connect();
+    try {
+      await c.query('BEGIN');
+      const { rows } = await c.query<{ 'QUERY PLAN': string }>({ text: `EXPLAIN ${DUE_EVENTS_SQL}`, values: [50] });
+      const plan = rows.map((r) => r['QUERY PLAN']).join('\n');
+      expect(plan, plan).not.toMatch(/Join/);
+      const subplan = plan.slice(plan.indexOf('SubPlan'));
+      expect(subplan, plan).toMatch(/Index Cond: \(order_id = e\.order_id\)/);
+      expect(subplan, plan).not.toMatch(/Seq Scan|order_events_due_idx/);
+    } finally {
+      await c.query('ROLLBACK');
+      c.release();
+      await db.query({ text: `DELETE FROM order_events WHERE order_id LIKE $1 || '-%'`, values: [prefix] });
+    }
   });
 
   it('two relays at once never deliver one event at once: each event once, in order per order', async () => {
