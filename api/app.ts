@@ -185,7 +185,9 @@ export function createApiApp(deps: ApiDeps) {
       key,
       requestHash,
       orderId: order.orderId,
-      leaseMs: deps.answerTimeoutMs + 5_000,
+      // Longer than this request can take to answer (the early answer's wait, then a refusal's), so
+      // a retry never carries on a placement whose first request is still at work.
+      leaseMs: deps.answerTimeoutMs + REFUSAL_OUTCOME_MS + 5_000,
     });
     if (claim.kind === 'order-taken')
       return refuse(
@@ -216,10 +218,11 @@ export function createApiApp(deps: ApiDeps) {
         message: `no early answer from the saga within ${deps.answerTimeoutMs} ms; send the same request again`,
       });
     }
-    await store.answer({ storefront, key, ...answer });
-    log('placed', { storefront, orderId: order.orderId, status: answer.status });
-    if (answer.status === 202) c.header('Location', orderUrl(order.orderId));
-    return c.json(answer.body, answer.status as 202);
+    const kept = await store.answer({ storefront, key, ...answer });
+    log('placed', { storefront, orderId: order.orderId, status: kept.status });
+    if (!kept.first) c.header(REPLAY_HEADER, 'true');
+    if (kept.status === 202) c.header('Location', orderUrl(order.orderId));
+    return c.json(kept.body as object, kept.status as 202);
   });
 
   const orderUrl = (orderId: string): string => `/v1/orders/${encodeURIComponent(orderId)}`;

@@ -176,12 +176,27 @@ export function apiStore(db: Pool) {
     placement,
 
     /** Records the answer given, for the same request again. */
-    async answer(p: { storefront: string; key: string; status: number; body: unknown }): Promise<void> {
-      await db.query({
+    async answer(p: {
+      storefront: string;
+      key: string;
+      status: number;
+      body: unknown;
+    }): Promise<{ status: number; body: unknown; first: boolean }> {
+      const { rowCount } = await db.query({
         text: `UPDATE api_placements SET status_code = $3, response = $4, answered_at = now()
                 WHERE storefront = $1 AND idempotency_key = $2 AND status_code IS NULL`,
         values: [p.storefront, p.key, p.status, JSON.stringify(p.body)],
       });
+      if (rowCount) return { status: p.status, body: p.body, first: true };
+      // Another request with this key answered first (it took the placement over after this one's
+      // lease ran out): its answer is the key's, so this request gives it too.
+      const { rows } = await db.query<{ status_code: number; response: unknown }>({
+        text: `SELECT status_code, response FROM api_placements WHERE storefront = $1 AND idempotency_key = $2`,
+        values: [p.storefront, p.key],
+      });
+      const kept = rows[0];
+      if (!kept || kept.status_code === null) return { status: p.status, body: p.body, first: true };
+      return { status: kept.status_code, body: kept.response, first: false };
     },
 
     /** Gives up the lease of a placement left unanswered (no early answer in time): a retry carries it on. */

@@ -199,7 +199,7 @@ export interface ApiSettings {
    * API_SAGA_CONFIG: the saga config (JSON, workflows/saga-config.ts) the orders it places run with;
    * unset, the saga's defaults, as under `client.ts place`.
    */
-  sagaConfig?: SagaConfig;
+  sagaConfig?: Partial<SagaConfig>;
 }
 
 /** A whole number from min to max, or an error naming the variable. */
@@ -238,8 +238,8 @@ export function readApiSettings(env: NodeJS.ProcessEnv = process.env): ApiSettin
   };
 }
 
-/** API_SAGA_CONFIG read as JSON and checked as the saga checks its config; errors name the variable and the field. */
-function sagaConfigSetting(raw: string): SagaConfig {
+/** API_SAGA_CONFIG read as JSON and checked as the saga checks its config (errors name the variable and the field). */
+function sagaConfigSetting(raw: string): Partial<SagaConfig> {
   let parsed: unknown;
   try {
     parsed = JSON.parse(raw);
@@ -247,10 +247,12 @@ function sagaConfigSetting(raw: string): SagaConfig {
     throw new Error('API_SAGA_CONFIG must be a JSON object such as {"deadlineMs":120000}', { cause: err });
   }
   try {
-    return parseSagaConfig(parsed);
+    parseSagaConfig(parsed);
   } catch (err) {
     throw new Error(`API_SAGA_CONFIG: ${(err as Error).message}`, { cause: err });
   }
+  // Only the knobs given: the others stay the saga's own defaults, those of the build that runs it.
+  return parsed as Partial<SagaConfig>;
 }
 
 /** The Web UI page of one workflow run. */

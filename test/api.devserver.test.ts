@@ -12,6 +12,7 @@ import { WorkflowNotFoundError } from '@temporalio/client';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { MAX_BODY_BYTES, REPLAY_HEADER } from '../api/app';
 import { CHECKS_BY_HAND } from '../api/openapi';
+import { apiStore } from '../api/store';
 import { parseOrder, type OrderInput } from '../domain/order';
 import { createApiKey } from '../lib/api-keys';
 import { startTsProcess, stopProcess } from '../platform/processes';
@@ -287,6 +288,20 @@ describe('POST /v1/orders', () => {
     const carried = await placeOrder(order, idem);
     expect(carried.status, JSON.stringify(carried.body)).toBe(202);
     expect((await placeOrder(order, idem)).headers.get(REPLAY_HEADER.toLowerCase())).toBe('true');
+  });
+
+  it('a request that carried on a placement after its lease, answering second, gives the first answer written', async () => {
+    // The first request still at work when its lease ran out (so the same request again took the
+    // placement over): whichever answers second gives the answer already written, marked a replay.
+    const store = apiStore(db);
+    const p = { storefront: `shop-${uid()}`, key: `k-${uid()}`, requestHash: 'h', orderId: `lease-${uid()}` };
+    expect(await store.claim({ ...p, leaseMs: 0 })).toEqual({ kind: 'new' });
+    expect(await store.claim({ ...p, leaseMs: 60_000 })).toEqual({ kind: 'takeover' });
+    const first = { status: 202, body: { orderId: p.orderId, status: 'RESERVED' } };
+    expect(await store.answer({ ...p, ...first })).toEqual({ ...first, first: true });
+    const second = await store.answer({ ...p, status: 409, body: { error: 'order_failed' } });
+    expect(second).toEqual({ ...first, first: false });
+    expect((await store.placement(p.storefront, p.key))?.answer).toEqual(first);
   });
 
   it('two storefronts racing one Idempotency-Key and one order: one workflow, and each gets the first answer or a 409', async () => {

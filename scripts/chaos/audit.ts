@@ -34,7 +34,7 @@ interface AuditRow {
 export async function auditOrders(
   db: Pool,
   orders: ChaosOrder[],
-  expect: { cancelAccepted: Set<string> },
+  expect: { cancelAccepted: Set<string>; apiRefused: Set<string> },
 ): Promise<{ violations: PeopleViolation[]; statuses: Record<string, number>; notTerminal: string[] }> {
   const { rows } = await db.query<AuditRow>({
     text: `SELECT o.order_id, o.status, o.total_cents, o.customer_id, o.payment_method, o.items,
@@ -112,6 +112,8 @@ export async function auditOrders(
     }
     if (expect.cancelAccepted.has(id) && row.status !== 'CANCELLED')
       bad('an accepted cancel ends CANCELLED', id, `cancel accepted, order ${row.status}`);
+    if (expect.apiRefused.has(id) && row.status !== 'FAILED' && row.status !== 'CANCELLED')
+      bad('an order the API refused never goes on', id, `refused by POST /v1/orders, order ${row.status}`);
   }
   return { violations, statuses, notTerminal };
 }

@@ -239,7 +239,7 @@ export class ChaosStack {
         DATABASE_URL: this.urls.app,
         API_PORT: String(this.apiPort),
         API_SAGA_CONFIG: JSON.stringify(SAGA_CONFIG),
-        // Its lease on a placement is this + 5 s: a placement its killed process left is carried on soon.
+        // Its lease on a placement is this + 15 s: a placement its killed process left is carried on soon.
         API_ANSWER_TIMEOUT_MS: '10000',
         API_RATE_LIMIT: '1000000',
       },

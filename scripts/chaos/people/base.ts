@@ -51,6 +51,8 @@ export class PeopleBase {
   readonly violations: PeopleViolation[] = [];
   /** Orders whose cancel was accepted: they must end CANCELLED. */
   readonly cancelAccepted = new Set<string>();
+  /** Orders the orders API refused (out of stock, over a limit): they must end FAILED or CANCELLED. */
+  readonly apiRefused = new Set<string>();
   /** Orders that were reset or started again (their last run is not the first). */
   readonly meddled = new Set<string>();
   /** Orders a person terminated, and when (the sweeper must have healed each). */

@@ -39,8 +39,10 @@ export async function placeThroughApi(p: PeopleBase, o: ChaosOrder): Promise<voi
   p.count('api place', 'sent');
   const first = await answered();
   if (first.status === 202) p.count('api place', 'accepted');
-  else if (isRefusal(first)) p.count('api place', 'refused');
-  else return p.violation('api-answer', id, `POST /v1/orders answered ${first.status} ${first.body}`);
+  else if (isRefusal(first)) {
+    p.count('api place', 'refused');
+    p.apiRefused.add(id);
+  } else return p.violation('api-answer', id, `POST /v1/orders answered ${first.status} ${first.body}`);
   if (o.viaApi !== 'replay') return;
   p.count('api replay', 'sent');
   const again = await answered();
