@@ -2,8 +2,9 @@
  * Orders like real ones, for the chaos soak: 1–5 lines, 30 % with one hot SKU, some with the
  * catalogue's SKU-LIMITED near its per-customer limit, repeat customers, 5 % declined cards. Each
  * order also gets the person who meddles with it (if anyone): a cancel at some moment, a reset, a
- * second start, a Terminate. About a third are placed through the orders API, as a storefront
- * would; the rest as the soak's own starts. Deterministic for a seed.
+ * second start, a Terminate. About a third of those whose meddle does not need the run's early
+ * moments are placed through the orders API, as a storefront would; the rest as the soak's own
+ * starts. Deterministic for a seed.
  */
 import type { Pool } from 'pg';
 import type { OrderInput } from '../../domain/order';
@@ -27,6 +28,21 @@ export const MEDDLES = [
   'override-no-build', // a pinned versioning override to a build no worker runs
 ] as const;
 export type Meddle = (typeof MEDDLES)[number] | 'none';
+
+/**
+ * The meddles that act on the running run at a chosen moment (its early steps): an order placed
+ * through the API is answered only after its reservation, by when a fast saga may have closed and
+ * the meddle missed its moment (the soak's coverage would then miss, say, a Reset of an open run).
+ * Those orders are started by the soak itself.
+ */
+const AT_A_MOMENT = new Set<Meddle>([
+  'reset-open',
+  'cancel-in-charge',
+  'terminate',
+  'unreadable-signal',
+  'pause-activity',
+  'override-no-build',
+]);
 
 export interface ChaosOrder {
   input: OrderInput;
@@ -102,7 +118,7 @@ export function makeOrders(n: number, tag: string, cat: Catalogue): ChaosOrder[]
       },
       meddle,
       when: unit(i, 9),
-      viaApi: unit(i, 10) < 0.33 ? (unit(i, 11) < 0.5 ? 'replay' : 'place') : false,
+      viaApi: !AT_A_MOMENT.has(meddle) && unit(i, 10) < 0.33 ? (unit(i, 11) < 0.5 ? 'replay' : 'place') : false,
     };
   });
 }
