@@ -19,6 +19,9 @@ export const APPLICABLE = CHARGE_FAULT_TARGETS.flatMap((target) =>
   })),
 );
 
+/** How long the charge of an order whose open run is reset is held (below the worker's request timeout). */
+export const RESET_OPEN_CHARGE_MS = 1_000;
+
 /** Every `1 in STUCK_EVERY` order: the charge's answer is lost, then the provider says `processing` for a while. */
 export const STUCK_EVERY = 25;
 
@@ -55,6 +58,16 @@ export function faultRules(orders: ChaosOrder[], slowMs: number): FaultRequest[]
         keyPrefix: chargeKeyFor(o.input.orderId),
         count: 1,
         delayMs: slowMs,
+      });
+    // The person who resets an open run needs it open: the charge is held 1 s (within the worker's
+    // timeout, so it is simply slow), and the Reset comes before it ends (people/reset-and-start-again.ts).
+    if (o.meddle === 'reset-open')
+      rules.unshift({
+        kind: 'delay',
+        target: 'charges',
+        keyPrefix: chargeKeyFor(o.input.orderId),
+        count: 1,
+        delayMs: RESET_OPEN_CHARGE_MS,
       });
   }
   for (const [i, o] of orders.entries()) {

@@ -16,11 +16,12 @@ import type { PeopleBase } from './base';
 
 const WFT_COMPLETED = temporal.api.enums.v1.EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED;
 
-/** Watches until the saga has done 1, 2 or 3 steps (or ended), then presses Reset. */
+/** Watches until the saga has done 1 or 2 steps (or ended), then presses Reset. */
 export async function resetWhileOpen(p: PeopleBase, o: ChaosOrder): Promise<void> {
   const id = o.input.orderId;
   const wid = workflowIdFor(id);
-  const steps = 1 + Math.floor(o.when * 3);
+  // After its first step or two: the charge, held for it (faults.ts, RESET_OPEN_CHARGE_MS), keeps the run open.
+  const steps = 1 + Math.floor(o.when * 2);
   for (const until = Date.now() + 20_000; Date.now() < until; await sleep(100)) {
     const s = await p.state(id);
     if (!s || s.stepsDone.length >= steps || !(await p.running(wid))) break;
