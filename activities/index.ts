@@ -1,5 +1,6 @@
 import type { Pool } from 'pg';
-import type { ProviderClient } from '../provider/client';
+import type { AuthorizationClient, ProviderClient } from '../provider/client';
+import { authorizationActivities } from './authorizations';
 import { inventoryActivities, type CasOptions, type ReserveLogic } from './inventory';
 import type { InventoryMetrics } from './inventory-metrics';
 import { notificationActivities } from './notifications';
@@ -14,7 +15,7 @@ export interface ActivityDeps {
   db: Pool;
   /** Read-only (the reader role): reconciliation reads the provider's ledger through it. Defaults to db. */
   reader?: Pool;
-  provider: ProviderClient;
+  provider: ProviderClient & AuthorizationClient;
   cas?: Partial<CasOptions>;
   reserveLogic?: ReserveLogic;
   metrics?: InventoryMetrics;
@@ -29,6 +30,7 @@ export function createActivities(deps: ActivityDeps) {
     ...orderActivities(deps),
     ...inventoryActivities(deps),
     ...paymentActivities(deps),
+    ...authorizationActivities(deps),
     ...orderRequestActivities(deps),
     ...shippingActivities(deps),
     ...notificationActivities(deps),

@@ -8,7 +8,13 @@
  */
 import { Context } from '@temporalio/activity';
 import type { Pool, PoolClient } from 'pg';
-import { BEFORE_PIVOT_STATUSES, FORWARD_STATUSES, isTerminal, type OrderStatus } from '../domain/order';
+import {
+  BEFORE_PIVOT_STATUSES,
+  FORWARD_STATUSES,
+  isTerminal,
+  type OrderStatus,
+  type PaymentFlow,
+} from '../domain/order';
 import { ErrorTypes } from '../domain/failures';
 import { businessFailure } from './errors';
 import { EVENT_DATA_SQL, STATUS_EVENTS } from './order-events';
@@ -23,6 +29,8 @@ export interface OrderLockRow {
   customer_id: string;
   currency: string;
   payment_method: string;
+  /** The order's era (migrations/0018_authorizations.sql): charged, or authorized then captured. */
+  payment_flow: PaymentFlow;
   total_cents: string;
   items: { sku: string; qty: number; unitPriceCents: number }[];
   /** The accepted cancel recorded on the order (migrations/0009_order_requests.sql), if any. */
@@ -77,7 +85,7 @@ export function callerRunId(): string | undefined {
 
 export async function readOrder(db: Db, orderId: string, forUpdate = false): Promise<OrderLockRow | undefined> {
   const { rows } = await db.query<OrderLockRow>({
-    text: `SELECT status, owner_run_id, superseded_runs, attention_from, customer_id, currency, payment_method, total_cents, items,
+    text: `SELECT status, owner_run_id, superseded_runs, attention_from, customer_id, currency, payment_method, payment_flow, total_cents, items,
                   cancel_request_id, cancel_reason, attention_step, ${PENDING_RESOLVE}
              FROM orders WHERE order_id = $1${forUpdate ? ' FOR UPDATE' : ''}`,
     values: [orderId],
@@ -210,17 +218,26 @@ export async function transition(
   const res = await db.query<{ n: number }>({
     name: 'order-transition',
     // An escalation records what it is about (`step`), for a run that takes the order over. CHARGED
-    // records the money taken: the charge is for the row's own total (chargePayment checks it). A
+    // records the money taken: the charge is for the row's own total (chargePayment checks it);
+    // AUTHORIZED the money held, CAPTURED the hold taken (authorizations.ts checks them). Each era
+    // keeps to its own statuses, and an authorization-era order completes only once captured. A
     // status that is an event (STATUS_EVENTS) writes it in the same statement, numbered from the row.
     text: `WITH o AS (
              UPDATE orders SET status = $2, reason = COALESCE($3, reason), ${takeOwnership('$4')}, updated_at = now(),
                     attention_step = CASE WHEN $2 = 'NEEDS_ATTENTION' AND status <> 'NEEDS_ATTENTION' THEN $6::text ELSE attention_step END,
                     charged_cents = CASE WHEN $2 = 'CHARGED' THEN GREATEST(charged_cents, total_cents) ELSE charged_cents END,
+                    authorized_cents = CASE WHEN $2 = 'AUTHORIZED' THEN GREATEST(authorized_cents, total_cents) ELSE authorized_cents END,
+                    captured_cents = CASE WHEN $2 = 'CAPTURED' THEN GREATEST(captured_cents, authorized_cents) ELSE captured_cents END,
+                    authorization_status = CASE WHEN $2 = 'AUTHORIZED' AND authorization_status IS NULL THEN 'authorized'
+                                                WHEN $2 = 'CAPTURED' THEN 'captured' ELSE authorization_status END,
                     event_seq = event_seq + CASE WHEN $7::text IS NULL THEN 0 ELSE 1 END
              WHERE order_id = $1 AND status IN (SELECT from_status FROM order_transitions WHERE to_status = $2)
                AND (status <> 'NEEDS_ATTENTION' OR attention_from = $2
                     OR ($2 = 'COMPENSATING' AND attention_from = ANY ($5::text[])))
                AND ($2 <> 'SHIPPED' OR cancel_request_id IS NULL)
+               AND ($2 NOT IN ('AUTHORIZED', 'CAPTURED') OR payment_flow = 'authorization')
+               AND ($2 <> 'CHARGED' OR payment_flow = 'charge')
+               AND ($2 <> 'COMPLETED' OR payment_flow = 'charge' OR status = 'CAPTURED')
                AND ${notSuperseded('$4')}
              RETURNING order_id, event_seq, status, reason, customer_id, total_cents, currency, attention_step
            ), e AS (

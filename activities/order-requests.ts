@@ -36,7 +36,7 @@ export interface CancelDecision {
 }
 
 /** An escalation from these stands at the pivot (the shipment may have been made by hand): no cancel. */
-const AT_PIVOT: readonly (OrderStatus | null)[] = ['CHARGED', 'SHIPPED'];
+const AT_PIVOT: readonly (OrderStatus | null)[] = ['CHARGED', 'AUTHORIZED', 'SHIPPED', 'CAPTURED'];
 
 /** Why the order, as it stands, refuses a cancel; undefined when it takes one. */
 export function cancelRefusal(

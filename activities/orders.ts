@@ -8,6 +8,7 @@ import {
   workflowIdFor,
   type OrderInput,
   type OrderStatus,
+  type PaymentFlow,
 } from '../domain/order';
 import { businessFailure } from './errors';
 import {
@@ -87,6 +88,8 @@ export type CreateOrderResult =
   | {
       outcome: 'created' | 'owned';
       status: OrderStatus;
+      /** How the order's money moves (its row's era): a charge-era order taken over keeps the charge path. */
+      paymentFlow: PaymentFlow;
       attentionFrom?: OrderStatus;
       /** What the escalation the row stands in is about, when it said. */
       attentionStep?: string;
@@ -111,8 +114,9 @@ export function orderActivities({ db }: { db: Pool }) {
         const problem = await checkAgainstCatalogue(db, order);
         if (problem) throw businessFailure(ErrorTypes.InvalidOrder, `${problem.field}: ${problem.problem}`, problem);
         const res = await db.query({
-          text: `INSERT INTO orders (order_id, customer_id, status, currency, total_cents, items, payment_method, workflow_id, owner_run_id)
-                 VALUES ($1, $2, 'PENDING', $3, $4, $5, $6, $7, $8) ON CONFLICT (order_id) DO NOTHING`,
+          // An order of this build is authorized, shipped, then captured (the row's era, migrations/0018).
+          text: `INSERT INTO orders (order_id, customer_id, status, currency, total_cents, items, payment_method, workflow_id, owner_run_id, payment_flow)
+                 VALUES ($1, $2, 'PENDING', $3, $4, $5, $6, $7, $8, 'authorization') ON CONFLICT (order_id) DO NOTHING`,
           values: [
             order.orderId,
             order.customerId,
@@ -126,7 +130,7 @@ export function orderActivities({ db }: { db: Pool }) {
         });
         if (res.rowCount === 1) {
           log.info('order row written', { orderId: order.orderId });
-          return { outcome: 'created', status: 'PENDING' };
+          return { outcome: 'created', status: 'PENDING', paymentFlow: 'authorization' };
         }
         return activities.createOrder(input); // another writer inserted it meanwhile: decide on its row
       }
@@ -164,6 +168,7 @@ export function orderActivities({ db }: { db: Pool }) {
       return {
         outcome: 'owned',
         status: existing.status,
+        paymentFlow: existing.payment_flow,
         attentionFrom: existing.attention_from ?? undefined,
         ...(existing.status === 'NEEDS_ATTENTION' && existing.attention_step
           ? { attentionStep: existing.attention_step }

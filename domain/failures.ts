@@ -31,6 +31,11 @@ export const ErrorTypes = {
    * backward path), so nothing was charged and nothing can be under this key.
    */
   ChargeClosed: 'ChargeClosed',
+  /**
+   * The provider refused the capture for good (the hold expired, was voided or declined; more than
+   * held): the goods shipped, the money not taken. details[0].failureCode names the provider's reason.
+   */
+  CaptureRefused: 'CaptureRefused',
 } as const;
 export type ErrorType = (typeof ErrorTypes)[keyof typeof ErrorTypes];
 

@@ -10,7 +10,9 @@ export const ORDER_STATUSES = [
   'RESERVED',
   'CHARGED',
   'UNKNOWN_PAYMENT',
+  'AUTHORIZED',
   'SHIPPED',
+  'CAPTURED',
   'COMPLETED',
   'COMPENSATING',
   'FAILED',
@@ -20,8 +22,16 @@ export const ORDER_STATUSES = [
 export type OrderStatus = (typeof ORDER_STATUSES)[number];
 /** The statuses an order ends in: nothing moves it on from there. */
 export const TERMINAL_STATUSES: readonly OrderStatus[] = ['COMPLETED', 'FAILED', 'CANCELLED'];
-/** Past the pivot (the shipment): from these the order only goes forward. */
-export const PAST_PIVOT_STATUSES: readonly OrderStatus[] = ['SHIPPED', 'COMPLETED'];
+/**
+ * Past the pivot (the shipment): from these the order only goes forward. For an order of the
+ * authorization era, SHIPPED is "shipped, not yet captured" and CAPTURED "shipped, money taken".
+ */
+export const PAST_PIVOT_STATUSES: readonly OrderStatus[] = ['SHIPPED', 'CAPTURED', 'COMPLETED'];
+/**
+ * At the pivot: the money is charged (charge era) or held (authorization era), nothing shipped yet.
+ * An escalation from these goes back to the shipment, never backward on its own.
+ */
+export const AT_PIVOT_STATUSES: readonly OrderStatus[] = ['CHARGED', 'AUTHORIZED'];
 /** Before the pivot, where a failure or a cancel still compensates; an escalation from these may turn backward. */
 export const BEFORE_PIVOT_STATUSES: readonly OrderStatus[] = ['PENDING', 'RESERVED', 'UNKNOWN_PAYMENT', 'COMPENSATING'];
 /** The forward path, in order: a forward write to a status the order has already passed changes nothing. */
@@ -29,11 +39,23 @@ export const FORWARD_STATUSES: readonly OrderStatus[] = [
   'PENDING',
   'RESERVED',
   'UNKNOWN_PAYMENT',
+  'AUTHORIZED',
   'CHARGED',
   ...PAST_PIVOT_STATUSES,
 ];
 export const isTerminal = (status: OrderStatus): boolean => TERMINAL_STATUSES.includes(status);
 export const isPastPivot = (status: OrderStatus): boolean => PAST_PIVOT_STATUSES.includes(status);
+export const isAtPivot = (status: OrderStatus | null | undefined): boolean =>
+  status !== null && status !== undefined && AT_PIVOT_STATUSES.includes(status);
+
+/**
+ * How an order's money moves, recorded on its row (`payment_flow`, migrations/0018): `charge` (the
+ * older era: charged before the shipment, refunded as its compensation) or `authorization` (held
+ * before the shipment, voided as its compensation, captured after it). A run decides by the row, not
+ * by its build: a charge-era order restarted from its row is still charged and refunded.
+ */
+export const PAYMENT_FLOWS = ['charge', 'authorization'] as const;
+export type PaymentFlow = (typeof PAYMENT_FLOWS)[number];
 
 export const CURRENCIES = ['USD', 'EUR'] as const;
 export type Currency = (typeof CURRENCIES)[number];
@@ -157,6 +179,10 @@ export const orderIdOf = (workflowId: string): string | undefined =>
   workflowId.startsWith('order:') ? workflowId.slice('order:'.length) : undefined;
 export const chargeKeyFor = (orderId: string): string => `${orderId}:charge`;
 export const refundKeyFor = (orderId: string): string => `${orderId}:charge:refund`;
+/** The hold on the card (authorization era); its void and its technical cancel name it too. */
+export const authorizeKeyFor = (orderId: string): string => `${orderId}:authorize`;
+/** The capture of the hold, after the shipment: its own key, once per order. */
+export const captureKeyFor = (orderId: string): string => `${orderId}:capture`;
 
 /** The saga's result, returned by the workflow and printed by the client. */
 export interface OrderResult {
@@ -183,21 +209,25 @@ export function orderSummary(order: OrderInput): string {
 }
 
 /** What an escalation waits for a person about (the saga's `awaiting`). */
-export type Awaiting = 'charge-outcome' | 'compensation' | 'forward-step';
+export type Awaiting = 'charge-outcome' | 'compensation' | 'forward-step' | 'capture';
 
 /** The resolve actions that answer each kind of escalation; any other is refused, naming these. */
 export const RESOLVE_ACTIONS_FOR: Record<Awaiting, readonly string[]> = {
   'charge-outcome': ['charge-succeeded', 'charge-failed'],
   compensation: ['retry', 'mark-resolved', 'settled-elsewhere'],
   'forward-step': ['retry', 'mark-resolved'],
+  // The goods shipped, the money not taken: try the capture again (after the customer gave a new
+  // card, say), or say it was taken another way (checked against the ledger).
+  capture: ['retry', 'mark-resolved'],
 };
 
 /**
  * What an escalation is about, from the status the order escalated from: an unknown charge, a step
  * after the pivot (at the shipment or after it), or a compensation.
  */
-export function awaitingFrom(from: OrderStatus | null | undefined): Awaiting {
+export function awaitingFrom(from: OrderStatus | null | undefined, step?: string | null): Awaiting {
   if (from === 'UNKNOWN_PAYMENT') return 'charge-outcome';
-  if (from === 'CHARGED' || from === 'SHIPPED') return 'forward-step';
+  if (from === 'SHIPPED' && step === 'capturePayment') return 'capture';
+  if (isAtPivot(from) || from === 'SHIPPED' || from === 'CAPTURED') return 'forward-step';
   return 'compensation';
 }

@@ -7,7 +7,7 @@
  */
 import { ApplicationFailure } from '@temporalio/common';
 import { describe, expect, it } from 'vitest';
-import type { ProviderClient } from '../provider/client';
+import type { AuthorizationClient, ProviderClient } from '../provider/client';
 import { stateQuery } from '../workflows';
 import { ledger, orderRow, productRow, testProvider } from './support/helpers';
 import {
@@ -103,12 +103,18 @@ describe('charges whose outcome is unknown: inquiry before deciding', () => {
     const live = testProvider(2_000);
     let reachable = false;
     const refused = (): Promise<never> => Promise.reject(new Error('connect ECONNREFUSED 127.0.0.1'));
-    const unreachable: ProviderClient = {
+    const unreachable: ProviderClient & AuthorizationClient = {
       timeoutMs: live.timeoutMs,
       charge: (k, r) => (reachable ? live.charge(k, r) : refused()),
       getCharge: (k) => (reachable ? live.getCharge(k) : refused()),
       cancelCharge: (k) => (reachable ? live.cancelCharge(k) : refused()),
       refund: (k, r) => (reachable ? live.refund(k, r) : refused()),
+      authorize: (k, r) => (reachable ? live.authorize(k, r) : refused()),
+      getAuthorization: (k) => (reachable ? live.getAuthorization(k) : refused()),
+      capture: (a, k, r) => (reachable ? live.capture(a, k, r) : refused()),
+      getCapture: (k) => (reachable ? live.getCapture(k) : refused()),
+      voidAuthorization: (k) => (reachable ? live.voidAuthorization(k) : refused()),
+      cancelAuthorization: (k) => (reachable ? live.cancelAuthorization(k) : refused()),
     };
     const { activities } = faultyActivities({}, unreachable);
     const result = await withSaga('unreachable-for-hours', order, activities, async ({ handle, result }) => {

@@ -1,6 +1,6 @@
 import { defineQuery, defineSignal, defineUpdate } from '@temporalio/workflow';
 import { QueryNames, SignalNames, UpdateNames } from '../domain/names';
-import type { OrderStatus } from '../domain/order';
+import type { Awaiting, OrderStatus } from '../domain/order';
 
 /** What `state` returns: enough to see where a saga is and why, from the CLI or the Web UI. */
 export interface SagaState {
@@ -19,7 +19,7 @@ export interface SagaState {
   pivotPassed: boolean;
   reason?: string;
   /** What an operator can do now with `resolve`, if anything. */
-  awaiting?: 'charge-outcome' | 'compensation' | 'forward-step';
+  awaiting?: Awaiting;
 }
 
 export const RESOLVE_ACTIONS = [

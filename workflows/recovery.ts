@@ -242,7 +242,7 @@ export class Recovery {
     let action: Answer = 'retry';
     let reason: string | undefined;
     if (left.resolve) {
-      const awaiting = awaitingFrom(left.from);
+      const awaiting = awaitingFrom(left.from, left.step);
       const request = { ...left.resolve, action: left.resolve.action as ResolveAction };
       inbox.carry(request);
       const refused = await checkAnswer(saga, request, awaiting, awaiting === 'compensation' ? left.step : undefined);

@@ -12,11 +12,12 @@ import {
   createProviderAdmin,
   createProviderClient,
   type ProviderAdmin,
+  type AuthorizationClient,
   type ProviderClient,
 } from '../../provider/client';
 
 export const testPool = (): Pool => createPool(inject('databaseUrl'));
-export const testProvider = (timeoutMs = 5_000): ProviderClient =>
+export const testProvider = (timeoutMs = 5_000): ProviderClient & AuthorizationClient =>
   createProviderClient({ baseUrl: inject('providerUrl'), apiKey: inject('providerApiKey'), timeoutMs });
 
 export const testAdmin = (): ProviderAdmin =>

@@ -18,11 +18,11 @@ import type { Pool } from 'pg';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createActivities, type OrderActivities } from '../../activities';
 import { workflowIdFor, type OrderInput, type OrderResult } from '../../domain/order';
-import type { ProviderClient } from '../../provider/client';
+import type { AuthorizationClient, ProviderClient } from '../../provider/client';
 import { orderSaga, stateQuery, type ResolveRequest, type SagaConfig, type SagaState } from '../../workflows';
 import { request } from '../../lib/saga-requests';
 import { EncryptionCodec, requirePayloadKeys } from '../../platform/payload-codec';
-import { withFaults, type ActivityFaults } from './activity-faults';
+import { withFaults } from './activity-faults';
 import { useSagaTestEnv } from './saga-test-env';
 import { dataConverter } from './temporal-env';
 import { createProduct, ledger, makeOrder, testAdmin, testProvider, uid } from './helpers';
@@ -62,11 +62,14 @@ export const once =
  * Test-only activity implementations: the real ones, with faults injected per activity and every call
  * recorded in order.
  */
-export function faultyActivities(faults: Partial<Record<Name, Fault>>, provider: ProviderClient = testProvider()) {
+export function faultyActivities(
+  faults: Partial<Record<Name, Fault>>,
+  provider: ProviderClient & AuthorizationClient = testProvider(),
+) {
   const real = createActivities({ db, provider });
   const calls: Name[] = [];
   const counts = new Map<Name, number>();
-  const counted: ActivityFaults = {};
+  const counted: Record<string, () => Error | undefined | Promise<Error | undefined>> = {};
   for (const name of Object.keys(real) as Name[]) {
     counted[name] = () => {
       const n = (counts.get(name) ?? 0) + 1;
