@@ -82,7 +82,7 @@ async function reserveGate(db: Pool | PoolClient, orderId: string): Promise<Orde
   const order = await readOrder(db, orderId);
   // A cancel recorded before the reservation: nothing is reserved (the run learns of it from the refusal).
   if (order?.status === 'PENDING' && !order.cancel_request_id) return 'reserve';
-  if (order && ['RESERVED', 'UNKNOWN_PAYMENT', 'CHARGED', 'SHIPPED'].includes(order.status)) {
+  if (order && ['RESERVED', 'UNKNOWN_PAYMENT', 'CHARGED', 'AUTHORIZED', 'SHIPPED', 'CAPTURED'].includes(order.status)) {
     const { rows } = await db.query<{ kept: string; released: string }>({
       text: `SELECT count(*) FILTER (WHERE status IN ('HELD', 'SOLD')) AS kept, count(*) FILTER (WHERE status = 'RELEASED') AS released
              FROM reservations WHERE order_id = $1`,
@@ -331,7 +331,7 @@ export async function releaseReservation(
   return withTransaction(db, async (c) => {
     const order = await readOrder(c, orderId, true);
     if (!order) return { released: [] }; // never created: nothing to undo
-    if (order.status === 'SHIPPED' || order.status === 'COMPLETED')
+    if (order.status === 'SHIPPED' || order.status === 'CAPTURED' || order.status === 'COMPLETED')
       stateConflict(orderId, order.status, 'release inventory after the pivot');
     if (order.status !== 'FAILED' && order.status !== 'CANCELLED') await transition(c, orderId, 'COMPENSATING');
     const { rows } = await c.query<{ sku: string; qty: number; quota_qty: number }>({

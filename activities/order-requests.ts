@@ -13,6 +13,8 @@ import { log } from '@temporalio/activity';
 import type { Pool, PoolClient } from 'pg';
 import { withTransaction } from '../db/pool';
 import {
+  authorizeKeyFor,
+  captureKeyFor,
   chargeKeyFor,
   formatMoney,
   isPastPivot,
@@ -21,7 +23,7 @@ import {
   type Awaiting,
   type OrderStatus,
 } from '../domain/order';
-import type { ProviderClient } from '../provider/client';
+import type { AuthorizationClient, ProviderClient } from '../provider/client';
 import { readOrder, recordedCancel, type RecordedCancel } from './order-lock';
 
 /** Who recorded a request first: client.ts before its Signal, or a run for a Signal without a record. */
@@ -158,9 +160,62 @@ export interface ResolutionCheck {
   compensation?: string;
 }
 
-export function orderRequestActivities({ db, provider }: { db: Pool; provider: ProviderClient }) {
+export function orderRequestActivities({ db, provider }: { db: Pool; provider: ProviderClient & AuthorizationClient }) {
+  /**
+   * The ledger's word on an authorization-era order (the hold, the capture); undefined when the
+   * operator's answer agrees, or when the order is of the charge era (`contradiction` judges it).
+   */
+  const holdContradiction = async (req: ResolutionCheck): Promise<string | undefined> => {
+    const key = authorizeKeyFor(req.orderId);
+    const cannot = (err: unknown) => `cannot confirm ${req.action} with the provider: ${(err as Error).message}`;
+    if (req.awaiting === 'capture') {
+      if (req.action !== 'mark-resolved') return undefined;
+      const captureKey = captureKeyFor(req.orderId);
+      try {
+        const c = await provider.getCapture(captureKey);
+        if (c?.status === 'succeeded') return undefined;
+        return `the provider says capture ${captureKey} is ${c ? c.status : 'not_found'}${c?.failureCode ? ` (${c.failureCode})` : ''}: the money was not taken; mark-resolved only once it shows the capture succeeded (retry captures again)`;
+      } catch (err) {
+        return cannot(err);
+      }
+    }
+    const needsLedger =
+      req.action === 'charge-succeeded' ||
+      req.action === 'charge-failed' ||
+      req.action === 'settled-elsewhere' ||
+      (req.action === 'mark-resolved' && req.compensation === 'voidAuthorization');
+    if (!needsLedger) return undefined;
+    let status: string;
+    try {
+      const a = await provider.getAuthorization(key);
+      status = a ? a.status : 'not_found';
+    } catch (err) {
+      return cannot(err);
+    }
+    const says = `the provider says authorization ${key} is ${status}`;
+    const held = status === 'authorized' || status === 'captured';
+    if (req.action === 'charge-succeeded') return held ? undefined : `${says}; not charge-succeeded`;
+    if (req.action === 'charge-failed') {
+      if (!held && status !== 'processing') return undefined;
+      return `${says}; not charge-failed (${held ? 'resolve charge-succeeded' : 'wait until it decides, then resolve again'})`;
+    }
+    if (status === 'processing')
+      return `${says}: it may still hold money; wait until the provider decides, then resolve again`;
+    if (req.action === 'mark-resolved' && status === 'authorized')
+      return `${says}: the hold is still on the customer's card; void it (retry) or at the provider first`;
+    return undefined;
+  };
+
   /** Why the ledger (the provider's, the reservations) contradicts the operator's word; undefined when it agrees. */
   const contradiction = async (req: ResolutionCheck): Promise<string | undefined> => {
+    const era = await db.query<{ payment_flow: string }>({
+      text: 'SELECT payment_flow FROM orders WHERE order_id = $1',
+      values: [req.orderId],
+    });
+    if (era.rows[0]?.payment_flow === 'authorization') {
+      const refused = await holdContradiction(req);
+      if (refused !== undefined || req.compensation !== 'releaseInventory') return refused;
+    }
     const key = chargeKeyFor(req.orderId);
     const charge = async (): Promise<Awaited<ReturnType<ProviderClient['getCharge']>> | string> => {
       try {

@@ -102,6 +102,10 @@ export function stateFromHistory(
       // The charge step is also done when an inquiry (or an operator) found it taken: the row moves to CHARGED.
       if (a.type === 'setOrderStatus' && (a.input as { status?: string } | undefined)?.status === 'CHARGED')
         done.add('chargePayment');
+      if (a.type === 'setOrderStatus' && (a.input as { status?: string } | undefined)?.status === 'AUTHORIZED')
+        done.add('authorizePayment');
+      if (a.type === 'setOrderStatus' && (a.input as { status?: string } | undefined)?.status === 'CAPTURED')
+        done.add('capturePayment');
       continue;
     }
     const result = a.result as { outcome?: string; attempts?: number } | undefined;

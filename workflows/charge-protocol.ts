@@ -40,6 +40,9 @@ export type Answer = Resolution['action'] | 'cancelled';
 export type AskAboutCharge = (reason: string) => Promise<Answer>;
 
 export class ChargeProtocol {
+  /** The status of an order whose money the charge took (the recovery's MoneyPath). */
+  readonly held = 'CHARGED' as const;
+
   constructor(
     private readonly saga: SagaRun,
     private readonly askAboutCharge: AskAboutCharge,

@@ -5,8 +5,12 @@
  * method shows its activity options, the compensation it registers and its idempotency key. Backward
  * recovery before the pivot (the shipment), forward only after it.
  *
- * The rooms: this file has `run()` and the five steps; charge-protocol.ts the money path (charge,
- * inquiry, refund); recovery.ts what a run does when a step fails or a person is needed; saga-run.ts
+ * The six steps: validate and create the order, reserve, authorize (compensation: the void), ship
+ * (the pivot), capture (forward only), confirm. An order of the charge era (its row says so, written
+ * by an older build) is charged at step 3 and refunded as its compensation, with no capture.
+ *
+ * The rooms: this file has `run()` and the steps; authorization-protocol.ts the money path (hold,
+ * inquiry, void, capture), charge-protocol.ts the charge era's (charge, inquiry, refund); recovery.ts what a run does when a step fails or a person is needed; saga-run.ts
  * what they share (the state, the phase, the order's status, the cancels, the deadline, the messages).
  *
  * The order row is the only truth: whenever a write is refused, or a step finds the order further
@@ -20,6 +24,7 @@ import { ErrorTypes, SagaFailureTypes } from '../domain/failures';
 import { laneFor, laneTaskQueue } from '../domain/lanes';
 import {
   chargeKeyFor,
+  isAtPivot,
   isPastPivot,
   OrderValidationError,
   parseOrder,
@@ -27,7 +32,9 @@ import {
   type OrderInput,
   type OrderResult,
   type OrderStatus,
+  type PaymentFlow,
 } from '../domain/order';
+import { AuthorizationProtocol, type MoneyPath } from './authorization-protocol';
 import { ChargeProtocol } from './charge-protocol';
 import { Recovery } from './recovery';
 import {
@@ -103,7 +110,10 @@ class OrderSaga {
 
   private readonly saga: SagaRun;
   private readonly charge: ChargeProtocol;
+  private readonly auth: AuthorizationProtocol;
   private readonly recovery: Recovery;
+  /** How this order's money moves, from its row (createOrder): an order of this build is authorized. */
+  private flow: PaymentFlow = 'authorization';
   /** Read only for the lane activity's timeouts (not compared on replay), never for a decision. */
   // eslint-disable-next-line no-restricted-properties -- see above
   private readonly started = Date.now();
@@ -113,7 +123,20 @@ class OrderSaga {
   private constructor(order: OrderInput, cfg: SagaConfig) {
     this.saga = new SagaRun(order, cfg);
     this.charge = new ChargeProtocol(this.saga, (reason) => this.recovery.escalate('charge-outcome', reason));
-    this.recovery = new Recovery(this.saga, this.charge);
+    this.auth = new AuthorizationProtocol(
+      this.saga,
+      (reason) => this.recovery.escalate('charge-outcome', reason, 'authorizePayment'),
+      async (reason) =>
+        (await this.recovery.escalate('capture', reason, 'capturePayment')) === 'mark-resolved'
+          ? 'mark-resolved'
+          : 'retry',
+    );
+    this.recovery = new Recovery(this.saga, () => this.money());
+  }
+
+  /** The order's money path: the charge era's for an order whose row says so, else the authorization's. */
+  private money(): MoneyPath {
+    return this.flow === 'charge' ? this.charge : this.auth;
   }
 
   /**
@@ -167,7 +190,7 @@ class OrderSaga {
       if (
         (await this.createOrder()) === 'past-pivot' ||
         (await this.reserveInventory()) === 'past-pivot' ||
-        (await this.chargePayment()) === 'past-pivot'
+        (await this.holdPayment()) === 'past-pivot'
       )
         return { kind: 'forward' };
       // A cancel that arrived while a non-cancellable step ran still wins before the pivot.
@@ -179,7 +202,10 @@ class OrderSaga {
     }
   }
 
-  /** Step 4, the pivot, then step 5: forward only. A refused shipment (nothing shipped) is the last way back. */
+  /**
+   * Step 4, the pivot, then steps 5 (the capture, authorization era) and 6: forward only. A refused
+   * shipment (nothing shipped) is the last way back.
+   */
   private async fromPivot(): Promise<Outcome> {
     this.saga.enter({ name: 'pivot' });
     try {
@@ -193,6 +219,7 @@ class OrderSaga {
       if (saga.cancelsQueued) await saga.recordQueuedCancels(); // sent while the shipment ran: the row refuses them now
       saga.compensations.length = 0;
       saga.status({ seen: 'SHIPPED' }); // the shipment's own transaction moved the row
+      if (this.flow === 'authorization') await this.capturePayment();
       if (await this.sendConfirmation())
         saga.status({ seen: 'COMPLETED' }); // the confirmation's own transaction completed the order
       else await saga.status({ to: 'COMPLETED' });
@@ -222,6 +249,7 @@ class OrderSaga {
     );
     if (created.outcome === 'settled') throw settled(created.status);
     if (created.cancel) saga.cancel = created.cancel; // a cancel recorded before this run took the order over
+    this.flow = created.paymentFlow; // the row's era: a charge-era order keeps the charge path
     saga.register('releaseInventory', () =>
       saga.act(
         compensationOpts(saga.cfg.compensationRetryMaxMs),
@@ -232,7 +260,8 @@ class OrderSaga {
         },
       ),
     );
-    this.charge.registerRefund();
+    if (this.flow === 'charge') this.charge.registerRefund();
+    else this.auth.registerVoid();
     if (created.outcome !== 'owned') return 'next';
     // An open order this run took over (a Reset, a new start after a Terminate): the row says where
     // it is. An escalation the old run left counts as the operator's retry, from where it stood; one
@@ -249,8 +278,7 @@ class OrderSaga {
       if (left.action === 'charge-failed') throw chargeFailedByOperator(saga.orderId);
       status = left.status;
     }
-    const pastPivot =
-      isPastPivot(status) || (created.status === 'NEEDS_ATTENTION' && created.attentionFrom === 'CHARGED');
+    const pastPivot = isPastPivot(status) || (created.status === 'NEEDS_ATTENTION' && isAtPivot(created.attentionFrom));
     return pastPivot ? 'past-pivot' : 'next';
   }
 
@@ -262,9 +290,16 @@ class OrderSaga {
     return isPastPivot(status) ? 'past-pivot' : 'next';
   }
 
-  /** 3. Charge (charge-protocol.ts). Key: `<orderId>:charge`, computed there. Compensation: the refund (registered in 1). */
-  private async chargePayment(): Promise<StepEnd> {
-    const status = await this.step('chargePayment', () => this.charge.charge());
+  /**
+   * 3. Authorize: a hold for the order's total (authorization-protocol.ts). Key: `<orderId>:authorize`.
+   * Compensation: the void (registered in 1). A charge-era order is charged instead (charge-protocol.ts,
+   * key `<orderId>:charge`, compensation the refund).
+   */
+  private async holdPayment(): Promise<StepEnd> {
+    const status =
+      this.flow === 'charge'
+        ? await this.step('chargePayment', () => this.charge.charge())
+        : await this.step('authorizePayment', () => this.auth.authorize());
     this.saga.status({ seen: status });
     return isPastPivot(status) ? 'past-pivot' : 'next';
   }
@@ -303,7 +338,7 @@ class OrderSaga {
               // A resolve a person gave that run, not yet applied, is applied instead (recovery.ts).
               if (row === 'NEEDS_ATTENTION') {
                 const left = await this.recovery.answerLeft(escalationIn(err));
-                if (['CHARGED', 'SHIPPED'].includes(left.status)) {
+                if (isAtPivot(left.status) || left.status === 'SHIPPED' || left.status === 'CAPTURED') {
                   if (saga.byHand === 'createShipment') byOperator = true;
                   continue;
                 }
@@ -323,7 +358,18 @@ class OrderSaga {
   }
 
   /**
-   * 5. Confirm (an outbox row keyed by order and kind; the row moves to COMPLETED), forward only:
+   * 5. Capture the hold, forward only (authorization-protocol.ts): retried within the forward window,
+   * inquired by key on a timeout, never compensated; a capture that fails for good, or outlives the
+   * window, goes to a person (NEEDS_ATTENTION from SHIPPED: shipped, not yet captured). Key
+   * `<orderId>:capture`.
+   */
+  private async capturePayment(): Promise<void> {
+    const status = await this.step('capturePayment', () => this.auth.capture());
+    this.saga.status({ seen: status });
+  }
+
+  /**
+   * 6. Confirm (an outbox row keyed by order and kind; the row moves to COMPLETED), forward only:
    * retried for the forward limit, then escalated. False when a person marked it done by hand.
    */
   private async sendConfirmation(): Promise<boolean> {
@@ -346,7 +392,7 @@ class OrderSaga {
           // gave it, not yet applied, or else the operator's retry.
           if (conflictStatus(err) === 'NEEDS_ATTENTION') {
             const left = await this.recovery.answerLeft(escalationIn(err));
-            if (left.status === 'SHIPPED') {
+            if (left.status === 'SHIPPED' || left.status === 'CAPTURED') {
               if (left.action === 'mark-resolved') return;
               continue;
             }

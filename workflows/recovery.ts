@@ -9,8 +9,9 @@
 import { ApplicationFailureCategory } from '@temporalio/common';
 import { allHandlersFinished, ApplicationFailure, CancelledFailure, isCancellation, log } from '@temporalio/workflow';
 import { ErrorTypes, SagaFailureTypes } from '../domain/failures';
-import { awaitingFrom, isPastPivot, type OrderResult, type OrderStatus } from '../domain/order';
-import { checkAnswer, type Answer, type ChargeProtocol } from './charge-protocol';
+import { awaitingFrom, isAtPivot, isPastPivot, type OrderResult, type OrderStatus } from '../domain/order';
+import type { MoneyPath } from './authorization-protocol';
+import { checkAnswer, type Answer } from './charge-protocol';
 import type { ResolveAction, SagaState } from './messages';
 import {
   conflictStatus,
@@ -34,7 +35,8 @@ export class Recovery {
 
   constructor(
     private readonly saga: SagaRun,
-    private readonly charge: ChargeProtocol,
+    /** The order's money path (charge or authorization era, from its row). */
+    private readonly money: () => MoneyPath,
   ) {}
 
   /**
@@ -112,9 +114,9 @@ export class Recovery {
           status = left.status;
         }
         if (status === 'UNKNOWN_PAYMENT' && !saga.stopRequested()) {
-          const verdict = await this.charge.inquireUntilKnown();
+          const verdict = await this.money().inquireUntilKnown();
           if (verdict !== 'succeeded') return 'backward';
-          status = await saga.status({ to: 'CHARGED' });
+          status = await saga.status({ to: this.money().held });
         }
       } catch (inner) {
         // The row moved again meanwhile (another run): read it again, a bounded number of times.
@@ -122,7 +124,7 @@ export class Recovery {
         e = inner;
         continue;
       }
-      if (!isPastPivot(status) && (status !== 'CHARGED' || saga.stopRequested())) return 'backward';
+      if (!isPastPivot(status) && (!isAtPivot(status) || saga.stopRequested())) return 'backward';
       log.warn('order already charged or shipped by another run; carrying on forward', {
         orderId: saga.orderId,
         status,
@@ -268,7 +270,7 @@ export class Recovery {
         this.settledByHand(left.step);
       // At the shipment (from CHARGED) or after it (from SHIPPED): the step is recorded as done by hand.
       if (action === 'mark-resolved' && awaiting === 'forward-step')
-        saga.byHand = left.from === 'CHARGED' ? 'createShipment' : 'sendConfirmation';
+        saga.byHand = isAtPivot(left.from) ? 'createShipment' : 'sendConfirmation';
       saga.refresh();
     }
     const status = await saga.status({

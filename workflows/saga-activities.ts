@@ -21,7 +21,7 @@ import type { OrderActivities } from '../activities';
 import type { PendingResolve, RecordedCancel } from '../activities/order-lock';
 import { CHARGE_ATTEMPT_TIMEOUT_MS } from '../domain/charge-timing';
 import { ErrorTypes, NON_RETRYABLE, SagaFailureTypes } from '../domain/failures';
-import { isPastPivot, isTerminal, type OrderStatus } from '../domain/order';
+import { isAtPivot, isPastPivot, isTerminal, type OrderStatus } from '../domain/order';
 
 /** What the option groups below never retry: every business failure type. */
 const nonRetryable: string[] = [...NON_RETRYABLE];
@@ -205,7 +205,7 @@ function* applicationFailures(err: unknown): Generator<ApplicationFailure> {
 }
 
 /** The first ApplicationFailure in the cause chain that `test` accepts. */
-function findFailure(err: unknown, test: (f: ApplicationFailure) => boolean): ApplicationFailure | undefined {
+export function findFailure(err: unknown, test: (f: ApplicationFailure) => boolean): ApplicationFailure | undefined {
   for (const f of applicationFailures(err)) if (test(f)) return f;
   return undefined;
 }
@@ -246,13 +246,16 @@ function stateConflictDetails(err: unknown): ConflictDetails | undefined {
 
 /**
  * The row's status when a refusal says the order is past the pivot: SHIPPED or COMPLETED, or
- * NEEDS_ATTENTION escalated at or after the pivot (from CHARGED or SHIPPED). Undefined otherwise.
+ * NEEDS_ATTENTION escalated at or after the pivot (from CHARGED, AUTHORIZED, SHIPPED or CAPTURED). Undefined otherwise.
  */
 export function pastPivotStatus(err: unknown): OrderStatus | undefined {
   const d = stateConflictDetails(err);
   if (!d?.status) return undefined;
   if (isPastPivot(d.status)) return d.status;
-  if (d.status === 'NEEDS_ATTENTION' && (d.attentionFrom === 'CHARGED' || d.attentionFrom === 'SHIPPED'))
+  if (
+    d.status === 'NEEDS_ATTENTION' &&
+    (isAtPivot(d.attentionFrom) || (d.attentionFrom && isPastPivot(d.attentionFrom)))
+  )
     return d.status;
   return undefined;
 }

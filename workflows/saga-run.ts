@@ -17,7 +17,7 @@ import {
   workflowInfo,
   type ActivityOptions,
 } from '@temporalio/workflow';
-import { isPastPivot, isTerminal, type OrderInput, type OrderStatus } from '../domain/order';
+import { isAtPivot, isPastPivot, isTerminal, type OrderInput, type OrderStatus } from '../domain/order';
 import type { RecordedCancel } from '../activities/order-lock';
 import { currentDetails } from './details';
 import { acceptedUpdate, stateQuery, type Acceptance, type SagaState } from './messages';
@@ -391,7 +391,7 @@ export class SagaRun {
     const reserved = (): boolean =>
       state.stepsDone.includes('reserveInventory') ||
       pivotAsked(this.phase) ||
-      state.status === 'CHARGED' ||
+      isAtPivot(state.status) ||
       isPastPivot(state.status);
     const settledElsewhere = (): boolean => this.phase.name === 'settled-elsewhere';
     // Waits are shielded from a Temporal cancellation: the saga's own end answers them.
