@@ -9,7 +9,7 @@ import { describe, expect, it } from 'vitest';
 import { authorizeKeyFor, captureKeyFor } from '../domain/order';
 import { request } from '../lib/saga-requests';
 import { stateQuery } from '../workflows';
-import { ledger, productRow, reservations } from './support/helpers';
+import { holds, ledger, productRow, reservations } from './support/helpers';
 import {
   admin,
   db,
@@ -25,36 +25,6 @@ import {
 } from './support/saga-semantics';
 
 useSagaSemantics();
-
-/** The provider's ledger of one order's hold: the authorization, its capture and its void. */
-async function holds(pool: Pool, orderId: string) {
-  const a = await pool.query<{ status: string; amount_cents: string }>({
-    text: 'SELECT status, amount_cents FROM provider.authorizations WHERE idempotency_key = $1',
-    values: [authorizeKeyFor(orderId)],
-  });
-  const c = await pool.query<{ status: string; amount_cents: string; failure_code: string | null }>({
-    text: 'SELECT status, amount_cents, failure_code FROM provider.captures WHERE authorization_key = $1',
-    values: [authorizeKeyFor(orderId)],
-  });
-  const v = await pool.query<{ source: string }>({
-    text: 'SELECT source FROM provider.voids WHERE authorization_key = $1',
-    values: [authorizeKeyFor(orderId)],
-  });
-  const closed = await pool.query({
-    text: 'SELECT 1 FROM provider.closed_authorization_keys WHERE idempotency_key = $1',
-    values: [authorizeKeyFor(orderId)],
-  });
-  return {
-    authorizations: a.rows.map((r) => ({ status: r.status, amount: Number(r.amount_cents) })),
-    captures: c.rows.map((r) => ({
-      status: r.status,
-      amount: Number(r.amount_cents),
-      ...(r.failure_code ? { failureCode: r.failure_code } : {}),
-    })),
-    voids: v.rows.map((r) => r.source),
-    keyClosed: (closed.rowCount ?? 0) > 0,
-  };
-}
 
 /** The order row's status and money. */
 async function money(pool: Pool, orderId: string) {

@@ -16,6 +16,7 @@ import { useSagaTestEnv } from './support/saga-test-env';
 import { dataConverter } from './support/temporal-env';
 import {
   createProduct,
+  holds,
   ledger,
   makeOrder,
   orderRow,
@@ -52,7 +53,7 @@ async function runSaga(order: ReturnType<typeof makeOrder>): Promise<OrderResult
 }
 
 describe('order saga (time-skipping)', () => {
-  it('happy path: reserves, charges once, ships, confirms and completes', async () => {
+  it('happy path: reserves, authorizes, ships, captures once, confirms and completes', async () => {
     const p = await createProduct(db, { stock: 10, priceCents: 1500 });
     const order = makeOrder([{ sku: p.sku, qty: 3, unitPriceCents: p.priceCents }]);
 
@@ -62,7 +63,14 @@ describe('order saga (time-skipping)', () => {
     expect(await orderRow(db, order.orderId)).toEqual({ status: 'COMPLETED', reason: null });
     expect(await productRow(db, p.sku)).toEqual({ stock: 7, version: 1 });
     expect(await reservations(db, order.orderId)).toEqual([{ sku: p.sku, qty: 3, status: 'SOLD' }]);
-    expect(await ledger(db, order.orderId)).toEqual({ charges: [{ status: 'succeeded', amount: 4500 }], refunds: [] });
+    // The money is held before the shipment and taken after it, once; nothing is charged.
+    expect(await holds(db, order.orderId)).toEqual({
+      authorizations: [{ status: 'authorized', amount: 4500 }],
+      captures: [{ status: 'succeeded', amount: 4500 }],
+      voids: [],
+      keyClosed: false,
+    });
+    expect(await ledger(db, order.orderId)).toEqual({ charges: [], refunds: [] });
     const shipped = await db.query({ text: 'SELECT 1 FROM shipments WHERE order_id = $1', values: [order.orderId] });
     const events = await db.query<{ seq: number; kind: string; tracking: string | null }>({
       text: `SELECT seq, kind, data->>'trackingNumber' AS tracking FROM order_events WHERE order_id = $1 ORDER BY seq`,
@@ -79,7 +87,7 @@ describe('order saga (time-skipping)', () => {
     expect(events.rows[2]!.tracking).toBe(events.rows[1]!.tracking);
   });
 
-  it('declined card: releases the stock, charges nothing, ends FAILED with the reason', async () => {
+  it('declined card: releases the stock, holds nothing, ends FAILED with the reason', async () => {
     const p = await createProduct(db, { stock: 5, priceCents: 2000 });
     const order = makeOrder([{ sku: p.sku, qty: 2, unitPriceCents: p.priceCents }], { paymentMethod: 'tok_declined' });
 
@@ -104,9 +112,10 @@ describe('order saga (time-skipping)', () => {
     const stock = await productRow(db, p.sku);
     expect(stock.stock).toBe(5); // back to its start
     expect(await reservations(db, order.orderId)).toEqual([{ sku: p.sku, qty: 2, status: 'RELEASED' }]);
-    const l = await ledger(db, order.orderId);
-    expect(l.charges).toEqual([{ status: 'failed', amount: 4000 }]); // the decline is on record…
-    expect(l.refunds).toEqual([]); // …and nothing was taken, so nothing is refunded
+    const h = await holds(db, order.orderId);
+    expect(h.authorizations).toEqual([{ status: 'declined', amount: 4000 }]); // the decline is on record…
+    expect(h.captures).toEqual([]); // …and nothing was held, so nothing is captured
+    expect(await ledger(db, order.orderId)).toEqual({ charges: [], refunds: [] });
     const shipped = await db.query({ text: 'SELECT 1 FROM shipments WHERE order_id = $1', values: [order.orderId] });
     expect(shipped.rowCount).toBe(0);
   });

@@ -7,7 +7,7 @@ import type { Client } from '@temporalio/client';
 import type { ReserveLogic } from '../../activities/inventory';
 import { checkInvariants, temporalLookup } from '../../db/invariants';
 import { createPool } from '../../db/pool';
-import type { OrderInput } from '../../domain/order';
+import { authorizeKeyFor, type OrderInput } from '../../domain/order';
 import {
   createProviderAdmin,
   createProviderClient,
@@ -89,6 +89,36 @@ export async function ledger(
   return {
     charges: charges.rows.map((r) => ({ status: r.status, amount: Number(r.amount_cents) })),
     refunds: refunds.rows.map((r) => ({ amount: Number(r.amount_cents) })),
+  };
+}
+
+/** The provider's ledger of one order's hold: the authorization, its capture and its void. */
+export async function holds(pool: Pool, orderId: string) {
+  const a = await pool.query<{ status: string; amount_cents: string }>({
+    text: 'SELECT status, amount_cents FROM provider.authorizations WHERE idempotency_key = $1',
+    values: [authorizeKeyFor(orderId)],
+  });
+  const c = await pool.query<{ status: string; amount_cents: string; failure_code: string | null }>({
+    text: 'SELECT status, amount_cents, failure_code FROM provider.captures WHERE authorization_key = $1',
+    values: [authorizeKeyFor(orderId)],
+  });
+  const v = await pool.query<{ source: string }>({
+    text: 'SELECT source FROM provider.voids WHERE authorization_key = $1',
+    values: [authorizeKeyFor(orderId)],
+  });
+  const closed = await pool.query({
+    text: 'SELECT 1 FROM provider.closed_authorization_keys WHERE idempotency_key = $1',
+    values: [authorizeKeyFor(orderId)],
+  });
+  return {
+    authorizations: a.rows.map((r) => ({ status: r.status, amount: Number(r.amount_cents) })),
+    captures: c.rows.map((r) => ({
+      status: r.status,
+      amount: Number(r.amount_cents),
+      ...(r.failure_code ? { failureCode: r.failure_code } : {}),
+    })),
+    voids: v.rows.map((r) => r.source),
+    keyClosed: (closed.rowCount ?? 0) > 0,
   };
 }
 
