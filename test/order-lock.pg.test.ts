@@ -38,11 +38,22 @@ afterAll(async () => {
   await db.end();
 });
 
+/** Makes an order row one of the charge era (as a row the charge-based build wrote). */
+async function chargeEra(orderId: string): Promise<void> {
+  await db.query({ text: `UPDATE orders SET payment_flow = 'charge' WHERE order_id = $1`, values: [orderId] });
+}
+
 async function placed(qty = 2, lines = 1): Promise<{ order: ReturnType<typeof makeOrder>; skus: string[] }> {
   const products = [];
   for (let i = 0; i < lines; i++) products.push(await createProduct(db, { stock: 10, priceCents: 1000 }));
   const order = makeOrder(products.map((p) => ({ sku: p.sku, qty, unitPriceCents: p.priceCents })));
-  expect(await runActivity(acts.createOrder, order)).toEqual({ outcome: 'created', status: 'PENDING' });
+  expect(await runActivity(acts.createOrder, order)).toEqual({
+    outcome: 'created',
+    status: 'PENDING',
+    paymentFlow: 'authorization',
+  });
+  // These tests hold the lock's rules with the charge era's steps: the row is an order of that era.
+  await chargeEra(order.orderId);
   return { order, skus: products.map((p) => p.sku) };
 }
 
@@ -305,7 +316,11 @@ describe('one order, one owner', () => {
     await expect(runActivity(acts.createOrder, { ...order, paymentMethod: 'tok_mastercard' })).rejects.toMatchObject({
       type: 'OrderMismatch',
     });
-    expect(await runActivity(acts.createOrder, order)).toEqual({ outcome: 'owned', status: 'PENDING' });
+    expect(await runActivity(acts.createOrder, order)).toEqual({
+      outcome: 'owned',
+      status: 'PENDING',
+      paymentFlow: 'charge',
+    });
     await runActivity(acts.setOrderStatus, { orderId: order.orderId, status: 'COMPENSATING' });
     await runActivity(acts.setOrderStatus, { orderId: order.orderId, status: 'FAILED', reason: 'declined' });
     expect(await runActivity(acts.createOrder, order)).toEqual({ outcome: 'settled', status: 'FAILED' });

@@ -40,6 +40,8 @@ async function orderAt(upTo: 'PENDING' | 'RESERVED' | 'CHARGED' | 'SHIPPED') {
   const p = await createProduct(db, { stock: 10, priceCents: 899 });
   const order = makeOrder([{ sku: p.sku, qty: 1, unitPriceCents: p.priceCents }]);
   await runActivity(acts.createOrder, order);
+  // These tests decide cancels and resolves with the charge era's steps: the row is an order of that era.
+  await db.query({ text: `UPDATE orders SET payment_flow = 'charge' WHERE order_id = $1`, values: [order.orderId] });
   if (upTo !== 'PENDING')
     await runActivity(acts.reserveInventory, {
       orderId: order.orderId,
@@ -375,6 +377,7 @@ describe('a pending resolve is carried by the row to whichever run moves the ord
     expect(takeOver).toEqual({
       outcome: 'owned',
       status: 'NEEDS_ATTENTION',
+      paymentFlow: 'charge',
       attentionFrom: 'COMPENSATING',
       attentionStep: 'refundPayment',
       resolve: { requestId: 'op-1', action: 'retry' },
