@@ -9,7 +9,13 @@ import { log } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
 import type { Pool } from 'pg';
 import { ErrorTypes } from '../domain/failures';
-import { authorizeKeyFor, captureKeyFor, PAST_PIVOT_STATUSES, type OrderStatus } from '../domain/order';
+import {
+  authorizeKeyFor,
+  holdKeysFor,
+  PAST_PIVOT_STATUSES,
+  reauthorizeKeyFor,
+  type OrderStatus,
+} from '../domain/order';
 import { KEY_CLOSED_ERROR, KEY_CLOSED_STATUS, type AuthorizationStatus, type CaptureFailure } from '../provider/api';
 import { ProviderHttpError, type AuthorizationClient } from '../provider/client';
 import { businessFailure } from './errors';
@@ -62,6 +68,22 @@ function ownKey(given: string, orderId: string, own: (orderId: string) => string
     });
   }
   return key;
+}
+
+/** One of the order's hold keys (the first hold, or the fresh one), with its capture key. */
+function holdPair(orderId: string, authorizationKey: string, field: string) {
+  const pair = holdKeysFor(orderId).find((p) => p.authorizationKey === authorizationKey);
+  if (!pair) {
+    throw businessFailure(
+      ErrorTypes.OrderMismatch,
+      `${field} ${authorizationKey} is not one of order ${orderId}'s holds`,
+      {
+        orderId,
+        field,
+      },
+    );
+  }
+  return pair;
 }
 
 /** 409 in flight, 5xx, timeouts, lost connections: the outcome is unknown; retryable (same key). */
@@ -165,12 +187,65 @@ export function authorizationActivities({ db, provider }: { db: Pool; provider: 
       return { authorizationKey: key, amountCents, ...(expiresAt ? { expiresAt } : {}), status };
     },
 
-    /** The inquiry of the hold by its key. Unreachable → throws (retryable). */
+    /**
+     * After the shipment, when the first hold expired before its capture: one fresh hold, key
+     * `<orderId>:reauthorize`, for the amount the first one held, with the order's card. Only for a
+     * shipped order of the authorization era; the row does not move (it stays SHIPPED, not yet
+     * captured). A decline is final (PaymentDeclined); in flight, 5xx or a timeout is retryable, and
+     * the saga inquires by key.
+     */
+    async reauthorizePayment(req: {
+      orderId: string;
+      idempotencyKey: string;
+    }): Promise<{ authorizationKey: string; amountCents: number; expiresAt?: string }> {
+      const key = ownKey(req.idempotencyKey, req.orderId, reauthorizeKeyFor, 'idempotencyKey');
+      const order = await rowFor(req.orderId, ['SHIPPED'], 'authorize again');
+      const { rows } = await db.query<{ authorized_cents: string }>({
+        text: 'SELECT authorized_cents FROM orders WHERE order_id = $1',
+        values: [req.orderId],
+      });
+      const amountCents = Number(rows[0]?.authorized_cents ?? 0);
+      if (amountCents <= 0) rowConflict(req.orderId, order, 'authorize again: no hold was ever made');
+      try {
+        const r = await provider.authorize(key, {
+          amountCents,
+          currency: order.currency,
+          paymentMethod: order.payment_method,
+          reference: req.orderId,
+        });
+        const a = r.authorization;
+        if (r.http === 402 || a.status === 'declined') {
+          throw businessFailure(
+            ErrorTypes.PaymentDeclined,
+            `fresh authorization declined: ${a.failureCode ?? 'declined'}`,
+            {
+              failureCode: a.failureCode,
+            },
+          );
+        }
+        if (a.status !== 'authorized' && a.status !== 'captured')
+          throw businessFailure(ErrorTypes.ChargeClosed, `fresh authorization ${key} is ${a.status}; nothing is held`);
+        log.info('fresh authorization made', { key, amountCents: a.amountCents, replayed: r.replayed });
+        return {
+          authorizationKey: key,
+          amountCents: a.amountCents,
+          ...(a.expiresAt ? { expiresAt: a.expiresAt } : {}),
+        };
+      } catch (err) {
+        if (err instanceof ApplicationFailure) throw err;
+        if (err instanceof ProviderHttpError && err.status >= 400 && err.status < 500 && err.status !== 409) {
+          throw businessFailure(ErrorTypes.PaymentRejected, err.message, { status: err.status, error: err.body.error });
+        }
+        unknownOutcome(err);
+      }
+    },
+
+    /** The inquiry of a hold (the first or the fresh one) by its key. Unreachable → throws (retryable). */
     async inquireAuthorization(req: {
       orderId: string;
       authorizationKey: string;
     }): Promise<AuthorizationInquiryResult> {
-      const key = ownKey(req.authorizationKey, req.orderId, authorizeKeyFor, 'authorizationKey');
+      const key = holdPair(req.orderId, req.authorizationKey, 'authorizationKey').authorizationKey;
       try {
         const a = await provider.getAuthorization(key);
         const result: AuthorizationInquiryResult = !a
@@ -260,8 +335,9 @@ export function authorizationActivities({ db, provider }: { db: Pool; provider: 
       authorizationKey: string;
       captureKey: string;
     }): Promise<{ captureKey: string; amountCents: number; status: OrderStatus }> {
-      const authKey = ownKey(req.authorizationKey, req.orderId, authorizeKeyFor, 'authorizationKey');
-      const key = ownKey(req.captureKey, req.orderId, captureKeyFor, 'captureKey');
+      const pair = holdPair(req.orderId, req.authorizationKey, 'authorizationKey');
+      const authKey = pair.authorizationKey;
+      const key = ownKey(req.captureKey, req.orderId, () => pair.captureKey, 'captureKey');
       const { rows } = await db.query<{ authorized_cents: string }>({
         text: 'SELECT authorized_cents FROM orders WHERE order_id = $1',
         values: [req.orderId],
@@ -300,7 +376,12 @@ export function authorizationActivities({ db, provider }: { db: Pool; provider: 
 
     /** The inquiry of the capture by its own key. Unreachable → throws (retryable). */
     async inquireCapture(req: { orderId: string; captureKey: string }): Promise<CaptureInquiryResult> {
-      const key = ownKey(req.captureKey, req.orderId, captureKeyFor, 'captureKey');
+      const key = req.captureKey;
+      if (!holdKeysFor(req.orderId).some((p) => p.captureKey === key))
+        throw businessFailure(ErrorTypes.OrderMismatch, `captureKey ${key} is not order ${req.orderId}'s`, {
+          orderId: req.orderId,
+          field: 'captureKey',
+        });
       try {
         const c = await provider.getCapture(key);
         const result: CaptureInquiryResult = !c

@@ -14,9 +14,9 @@ import type { Pool, PoolClient } from 'pg';
 import { withTransaction } from '../db/pool';
 import {
   authorizeKeyFor,
-  captureKeyFor,
   chargeKeyFor,
   formatMoney,
+  holdKeysFor,
   isPastPivot,
   isTerminal,
   RESOLVE_ACTIONS_FOR,
@@ -170,14 +170,20 @@ export function orderRequestActivities({ db, provider }: { db: Pool; provider: P
     const cannot = (err: unknown) => `cannot confirm ${req.action} with the provider: ${(err as Error).message}`;
     if (req.awaiting === 'capture') {
       if (req.action !== 'mark-resolved') return undefined;
-      const captureKey = captureKeyFor(req.orderId);
-      try {
-        const c = await provider.getCapture(captureKey);
-        if (c?.status === 'succeeded') return undefined;
-        return `the provider says capture ${captureKey} is ${c ? c.status : 'not_found'}${c?.failureCode ? ` (${c.failureCode})` : ''}: the money was not taken; mark-resolved only once it shows the capture succeeded (retry captures again)`;
-      } catch (err) {
-        return cannot(err);
+      // Either hold's capture (the first, or the fresh one the saga tried after an expiry).
+      const says: string[] = [];
+      for (const { captureKey } of holdKeysFor(req.orderId)) {
+        try {
+          const c = await provider.getCapture(captureKey);
+          if (c?.status === 'succeeded') return undefined;
+          says.push(
+            `capture ${captureKey} is ${c ? c.status : 'not_found'}${c?.failureCode ? ` (${c.failureCode})` : ''}`,
+          );
+        } catch (err) {
+          return cannot(err);
+        }
       }
+      return `the provider says ${says.join(', ')}: the money was not taken; mark-resolved only once it shows a capture succeeded (retry captures again)`;
     }
     const needsLedger =
       req.action === 'charge-succeeded' ||

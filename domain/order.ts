@@ -183,6 +183,17 @@ export const refundKeyFor = (orderId: string): string => `${orderId}:charge:refu
 export const authorizeKeyFor = (orderId: string): string => `${orderId}:authorize`;
 /** The capture of the hold, after the shipment: its own key, once per order. */
 export const captureKeyFor = (orderId: string): string => `${orderId}:capture`;
+/**
+ * The one fresh hold the saga tries after the shipment when the first expired before its capture
+ * (a card that declines it sends the order to a person), and that hold's capture.
+ */
+export const reauthorizeKeyFor = (orderId: string): string => `${orderId}:reauthorize`;
+export const recaptureKeyFor = (orderId: string): string => `${orderId}:reauthorize:capture`;
+/** The holds of an order and each one's capture key, the first hold first. */
+export const holdKeysFor = (orderId: string): readonly { authorizationKey: string; captureKey: string }[] => [
+  { authorizationKey: authorizeKeyFor(orderId), captureKey: captureKeyFor(orderId) },
+  { authorizationKey: reauthorizeKeyFor(orderId), captureKey: recaptureKeyFor(orderId) },
+];
 
 /** The saga's result, returned by the workflow and printed by the client. */
 export interface OrderResult {

@@ -6,7 +6,7 @@
  */
 import type { Pool } from 'pg';
 import { describe, expect, it } from 'vitest';
-import { authorizeKeyFor, captureKeyFor } from '../domain/order';
+import { authorizeKeyFor, captureKeyFor, reauthorizeKeyFor, recaptureKeyFor } from '../domain/order';
 import { request } from '../lib/saga-requests';
 import { stateQuery } from '../workflows';
 import { holds, ledger, productRow, reservations } from './support/helpers';
@@ -25,6 +25,15 @@ import {
 } from './support/saga-semantics';
 
 useSagaSemantics();
+
+/** Every hold the provider made for the order, the first first. */
+async function holdsOf(orderId: string): Promise<{ key: string; status: string }[]> {
+  const { rows } = await db.query<{ idempotency_key: string; status: string }>({
+    text: 'SELECT idempotency_key, status FROM provider.authorizations WHERE idempotency_key LIKE $1 ORDER BY created_at',
+    values: [`${orderId}:%`],
+  });
+  return rows.map((r) => ({ key: r.idempotency_key, status: r.status }));
+}
 
 /** The order row's status and money. */
 async function money(pool: Pool, orderId: string) {
@@ -181,17 +190,43 @@ describe('authorize, ship, capture', () => {
     expect((await money(db, order.orderId)).captured).toBe(total);
   });
 
-  it('a capture refused after the shipment (the hold expired): NEEDS_ATTENTION, shipped, not captured, never voided', async () => {
+  it('the hold expired before its capture: one fresh authorization, captured under its own key, completed', async () => {
     const { order, total } = await newOrder();
-    // The hold lapses between the shipment and the capture (as a hold older than its expiry would).
-    const expire = async (): Promise<undefined> => {
+    // The first hold lapses between the shipment and the capture (as a hold older than its expiry would).
+    const expireFirst = async (): Promise<undefined> => {
       await db.query({
         text: `UPDATE provider.authorizations SET expires_at = now() - interval '1 second' WHERE idempotency_key = $1`,
         values: [authorizeKeyFor(order.orderId)],
       });
       return undefined;
     };
-    const { activities, calls } = faultyActivities({ capturePayment: expire });
+    const { activities, calls } = faultyActivities({ capturePayment: expireFirst });
+    const result = await withSaga('auth-fresh-hold', order, activities, (r) => r.result());
+    expect(result.status).toBe('COMPLETED');
+    expect(calls.filter((c) => c === 'reauthorizePayment')).toHaveLength(1);
+    expect(calls).not.toContain('voidAuthorization');
+    const fresh = await db.query<{ status: string; amount_cents: string }>({
+      text: `SELECT c.status, c.amount_cents FROM provider.captures c WHERE c.idempotency_key = $1`,
+      values: [recaptureKeyFor(order.orderId)],
+    });
+    expect(fresh.rows.map((r) => [r.status, Number(r.amount_cents)])).toEqual([['succeeded', total]]);
+    expect((await holds(db, order.orderId)).captures).toEqual([
+      { status: 'failed', amount: total, failureCode: 'authorization_expired' },
+    ]);
+    expect(await money(db, order.orderId)).toMatchObject({ status: 'COMPLETED', captured: total });
+  });
+
+  it('a capture refused for good after the shipment (both holds expired): NEEDS_ATTENTION, shipped, not captured, never voided', async () => {
+    const { order, total } = await newOrder();
+    // Every hold of the order lapses before its capture: the first, and the fresh one too.
+    const expireAll = async (): Promise<undefined> => {
+      await db.query({
+        text: `UPDATE provider.authorizations SET expires_at = now() - interval '1 second' WHERE idempotency_key LIKE $1`,
+        values: [`${order.orderId}:%`],
+      });
+      return undefined;
+    };
+    const { activities, calls } = faultyActivities({ capturePayment: expireAll });
     const seen = await withSaga('auth-capture-refused', order, activities, async ({ handle }) => {
       const s = await skipUntil(handle, (st) => st.awaiting === 'capture', '1m');
       const row = await money(db, order.orderId);
@@ -204,6 +239,8 @@ describe('authorize, ship, capture', () => {
     });
     expect(seen.s.status).toBe('NEEDS_ATTENTION');
     expect(seen.s.reason).toContain('authorization_expired');
+    expect(seen.s.reason).toContain(`capture ${recaptureKeyFor(order.orderId)} refused: authorization_expired`);
+    expect(seen.s.reason).toContain(`the one fresh authorization, after ${authorizeKeyFor(order.orderId)} expired`);
     expect(seen.s.reason).toContain('the goods shipped, the money not taken');
     expect(seen.row).toMatchObject({
       status: 'NEEDS_ATTENTION',
@@ -213,6 +250,11 @@ describe('authorize, ship, capture', () => {
       captured: 0,
     });
     expect(String((seen.refused as Error).message)).toContain(`capture ${captureKeyFor(order.orderId)} is failed`);
+    expect(calls.filter((c) => c === 'reauthorizePayment')).toHaveLength(1);
+    expect((await holdsOf(order.orderId)).map((a) => a.key)).toEqual([
+      authorizeKeyFor(order.orderId),
+      reauthorizeKeyFor(order.orderId),
+    ]);
     expect(calls).not.toContain('voidAuthorization');
     expect(calls).not.toContain('releaseInventory');
     expect((await holds(db, order.orderId)).captures).toEqual([
@@ -221,4 +263,4 @@ describe('authorize, ship, capture', () => {
   });
 });
 
-replaysItsHistories(5);
+replaysItsHistories(7);

@@ -10,8 +10,8 @@ import { ApplicationFailure, CancelledFailure, log } from '@temporalio/workflow'
 import { ErrorTypes, FINAL_CHARGE_ANSWERS, SagaFailureTypes } from '../domain/failures';
 import {
   authorizeKeyFor,
-  captureKeyFor,
   formatMoney,
+  holdKeysFor,
   isAtPivot,
   isPastPivot,
   orderTotalCents,
@@ -194,11 +194,13 @@ export class AuthorizationProtocol implements MoneyPath {
    */
   async capture(): Promise<OrderStatus> {
     const { saga } = this;
-    const authorizationKey = authorizeKeyFor(saga.orderId);
-    const captureKey = captureKeyFor(saga.orderId);
-    const req = { orderId: saga.orderId, authorizationKey, captureKey };
+    const [first, fresh] = holdKeysFor(saga.orderId);
+    let hold = first!;
+    let freshTried = false;
     let slept = 0;
     for (let round = 1; ; round++) {
+      const { authorizationKey, captureKey } = hold;
+      const req = { orderId: saga.orderId, authorizationKey, captureKey };
       saga.state.attempts.capture = round;
       let why: string | undefined;
       try {
@@ -229,6 +231,18 @@ export class AuthorizationProtocol implements MoneyPath {
         if (verdict.kind === 'captured') return saga.status({ to: 'CAPTURED' });
         if (verdict.kind === 'refused') why = `capture ${captureKey} refused: ${verdict.code}`;
       }
+      // The first hold lapsed before its capture: one fresh hold with the order's card, then its capture.
+      if (why?.endsWith('authorization_expired') && !freshTried && hold === first) {
+        freshTried = true;
+        const made = await this.freshHold(fresh!.authorizationKey);
+        if (made === true) {
+          hold = fresh!;
+          continue;
+        }
+        why = `${why}; the one fresh authorization ${fresh!.authorizationKey} ${made}`;
+      } else if (why !== undefined && hold !== first) {
+        why = `${why} (the one fresh authorization, after ${first!.authorizationKey} expired)`;
+      }
       if (why === undefined) {
         // Not taken yet (or still unknown): a new request after a pause, within the forward window.
         const wait = Math.min(saga.cfg.inquiryMaxMs, saga.cfg.inquiryBaseMs * 2 ** Math.min(round - 1, 20));
@@ -245,6 +259,49 @@ export class AuthorizationProtocol implements MoneyPath {
       if (answer === 'mark-resolved') return saga.status({ to: 'CAPTURED' });
       slept = 0; // the operator's retry: a fresh window
     }
+  }
+
+  /**
+   * One fresh hold after the shipment (the first expired): requests under its own key, each inquired
+   * by that key after a timeout, for a few rounds. True once held; else what became of it.
+   */
+  private async freshHold(key: string): Promise<true | string> {
+    const { saga } = this;
+    for (let round = 1; round <= CHARGE_ROUNDS; round++) {
+      saga.state.attempts.reauthorize = round;
+      try {
+        await saga.act(chargeOnceOpts, 'reauthorizePayment', `authorize again (key ${key}, request ${round})`, {
+          orderId: saga.orderId,
+          idempotencyKey: key,
+        });
+        return true;
+      } catch (err) {
+        if (FINAL_CHARGE_ANSWERS.includes(failureType(err) ?? '')) return `was refused: ${failureMessage(err)}`;
+        log.warn('fresh authorization timed out or failed; inquiring', {
+          orderId: saga.orderId,
+          error: failureMessage(err),
+        });
+      }
+      for (let n = 0; n < 5; n++) {
+        try {
+          const r = await saga.act(inquiryOpts, 'inquireAuthorization', `inquire authorization ${key}`, {
+            orderId: saga.orderId,
+            authorizationKey: key,
+          });
+          if (r.status === 'authorized' || r.status === 'captured') return true;
+          if (r.status === 'declined') return 'was declined';
+          if (r.status !== 'processing') break; // not made (yet): another request under the same key
+        } catch (err) {
+          log.warn('inquiry failed; fresh authorization unknown', {
+            orderId: saga.orderId,
+            error: failureMessage(err),
+          });
+        }
+        const wait = Math.min(saga.cfg.inquiryMaxMs, saga.cfg.inquiryBaseMs * 2 ** n);
+        await saga.sleep(wait, { summary: `fresh authorization unknown; next inquiry in ${duration(wait)}` });
+      }
+    }
+    return `was not made after ${CHARGE_ROUNDS} requests`;
   }
 
   /** The capture's fate, by its key, until the provider knows (or the inquiries run out: not taken yet). */
