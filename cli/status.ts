@@ -16,6 +16,15 @@ export function printState(ctx: CliContext, json: boolean, s: SagaState): void {
   if (json) return io.out(JSON.stringify({ ...s, workflowId, uiUrl: links.run(workflowId) }));
   io.out(`order ${s.orderId}: ${s.status}${s.reason ? ` (${s.reason})` : ''}`);
   io.out(`  step:          ${s.step}${s.awaiting ? ` (awaiting operator: ${s.awaiting})` : ''}`);
+  if (s.awaiting === 'capture') {
+    // What a person needs to decide an escalated capture: where the goods and the money are.
+    io.out('  situation:     the goods shipped, the money not taken (the capture was refused or outlived its window)');
+    io.out(
+      `  choices:       client.ts resolve ${s.orderId} --action retry (capture again, the same key); ` +
+        `--action mark-resolved (only once the provider shows a capture succeeded); ` +
+        `else ask the customer for another payment`,
+    );
+  }
   io.out(`  steps done:    ${s.stepsDone.join(' → ') || '-'}`);
   io.out(
     `  compensations: ${s.compensations.length ? [...s.compensations].reverse().join(' ← ') : '-'}${s.compensationsRun.length ? ` (ran: ${s.compensationsRun.join(', ')})` : ''}`,
