@@ -37,7 +37,8 @@ import {
   withSaga,
 } from './support/saga-semantics';
 
-useSagaSemantics();
+// The charge era's semantics: orders whose rows an older build wrote, carried by this build's charge path.
+useSagaSemantics({ era: 'charge' });
 
 describe('cancel and deadlines', () => {
   it('cancel before the pivot runs the compensations and ends CANCELLED', async () => {

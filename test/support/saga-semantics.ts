@@ -17,7 +17,7 @@ import { Worker, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
 import type { Pool } from 'pg';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createActivities, type OrderActivities } from '../../activities';
-import { workflowIdFor, type OrderInput, type OrderResult } from '../../domain/order';
+import { workflowIdFor, type OrderInput, type OrderResult, type PaymentFlow } from '../../domain/order';
 import type { AuthorizationClient, ProviderClient } from '../../provider/client';
 import { orderSaga, stateQuery, type ResolveRequest, type SagaConfig, type SagaState } from '../../workflows';
 import { request } from '../../lib/saga-requests';
@@ -37,8 +37,16 @@ export const admin = testAdmin();
 /** Histories of every path, replayed at the end (and saved as fixtures with UPDATE_FIXTURES=1). */
 export const histories: { name: string; workflowId: string; history: History }[] = [];
 
+/**
+ * The era of the orders a file's sagas place: `authorization` (this build's), or `charge`: each new
+ * order row is made a charge-era row as it is written, as a row the charge-based build wrote, so the
+ * file holds the charge path this build keeps for such orders (docs/decisions.md).
+ */
+let era: PaymentFlow = 'authorization';
+
 /** The file's time-skipping server, bundle and pool, started before its tests; the provider's faults cleared after each. */
-export function useSagaSemantics(): void {
+export function useSagaSemantics(opts: { era?: PaymentFlow } = {}): void {
+  era = opts.era ?? 'authorization';
   useSagaTestEnv({ server: 'timeskip' }, { started: (saga) => ({ env, bundle, db } = saga) });
 
   afterEach(async () => {
@@ -67,6 +75,18 @@ export function faultyActivities(
   provider: ProviderClient & AuthorizationClient = testProvider(),
 ) {
   const real = createActivities({ db, provider });
+  if (era === 'charge') {
+    const create = real.createOrder;
+    real.createOrder = async (input) => {
+      const r = await create(input);
+      if (r.outcome !== 'created') return r;
+      await db.query({
+        text: `UPDATE orders SET payment_flow = 'charge' WHERE order_id = $1 AND status = 'PENDING'`,
+        values: [input.orderId],
+      });
+      return { ...r, paymentFlow: 'charge' };
+    };
+  }
   const calls: Name[] = [];
   const counts = new Map<Name, number>();
   const counted: Record<string, () => Error | undefined | Promise<Error | undefined>> = {};
