@@ -15,7 +15,7 @@ import { workflowIdFor } from '../domain/order';
 import { orderOutcome } from '../lib/order-outcome';
 import { PICKUP_BOUND_MS } from '../workflows/saga-activities';
 import { orderSaga } from '../workflows';
-import { createProduct, ledger, makeOrder, testProvider, uid } from './support/helpers';
+import { createProduct, holds, makeOrder, testProvider, uid } from './support/helpers';
 import { useSagaTestEnv } from './support/saga-test-env';
 import { dataConverter } from './support/temporal-env';
 
@@ -99,8 +99,8 @@ describe('a task no worker takes', () => {
             T.TimeoutType.TIMEOUT_TYPE_SCHEDULE_TO_START,
       ).length,
     ).toBeGreaterThanOrEqual(1);
-    const money = await ledger(db, order.orderId);
-    expect(money.charges.filter((c) => c.status === 'succeeded')).toHaveLength(1);
+    const money = await holds(db, order.orderId);
+    expect(money.captures.filter((c) => c.status === 'succeeded')).toHaveLength(1);
     console.log(
       `[pickup] ${out.type} sent again after ${PICKUP_BOUND_MS / 1000} s unstarted; the order ended ${out.result.status}`,
     );
