@@ -54,7 +54,12 @@ export const RULES = {
   noHeldOnFailed: 'no reservation left HELD on a FAILED or CANCELLED order',
   orphanCharge: 'no successful charge whose order is missing',
   shippedPaidOnce:
-    'every SHIPPED or COMPLETED order has exactly one succeeded, unrefunded charge equal to its total in its currency',
+    'every SHIPPED or COMPLETED order of the charge era has exactly one succeeded, unrefunded charge equal to its total in its currency',
+  captureWithoutShipment: 'no capture without a shipment',
+  openHoldOnTerminal: 'no authorization still open on a terminal order',
+  completedCapturedTotal: 'a COMPLETED order of the authorization era is captured for exactly its total',
+  nothingCapturedOnFailed: 'nothing is captured on a CANCELLED or FAILED order',
+  refundWithoutCapture: 'no refund on money never captured, nor above its capture',
   noRefundOnShipped: 'no refund on a shipped order',
   shipmentsMatchSold: 'shipments match SOLD reservations, and no HELD reservation remains on a COMPLETED order',
   quotaMatchesHolds: 'purchase quota held equals what the HELD and SOLD reservations hold',
@@ -219,11 +224,74 @@ export async function checkInvariants(
       FROM orders o
       LEFT JOIN provider.charges c ON c.idempotency_key = o.order_id || ':charge'
       LEFT JOIN (SELECT charge_key, sum(amount_cents) AS refunded FROM provider.refunds GROUP BY charge_key) r ON r.charge_key = c.idempotency_key
-      WHERE o.status = ANY ($1::text[])
+      WHERE o.status = ANY ($1::text[]) AND o.payment_flow = 'charge'
         AND (c.idempotency_key IS NULL OR c.status <> 'succeeded' OR c.amount_cents <> o.total_cents OR c.currency <> o.currency
              OR COALESCE(r.refunded, 0) <> 0)`,
             values: [PAST_PIVOT_STATUSES],
           })
+        ).rows,
+      );
+
+      // The authorization era: a hold is the order's (reference), its capture after the shipment only.
+      add(
+        RULES.captureWithoutShipment,
+        (
+          await client.query<{ order_id: string; detail: string }>(`
+      SELECT a.reference AS order_id, 'capture ' || c.idempotency_key || ' of ' || c.amount_cents || ' with no shipment' AS detail
+      FROM provider.captures c JOIN provider.authorizations a ON a.idempotency_key = c.authorization_key
+      LEFT JOIN shipments s ON s.order_id = a.reference
+      WHERE c.status = 'succeeded' AND a.reference IS NOT NULL AND s.order_id IS NULL`)
+        ).rows,
+      );
+
+      add(
+        RULES.openHoldOnTerminal,
+        (
+          await client.query<{ order_id: string; detail: string }>(`
+      SELECT o.order_id, o.status || ' order with hold ' || a.idempotency_key || ' of ' || a.amount_cents || ' open until ' || a.expires_at AS detail
+      FROM orders o JOIN provider.authorizations a ON a.reference = o.order_id
+      WHERE o.status IN ('COMPLETED', 'FAILED', 'CANCELLED') AND a.status = 'authorized' AND a.expires_at > clock_timestamp()
+        AND NOT EXISTS (SELECT 1 FROM provider.voids v WHERE v.authorization_key = a.idempotency_key)
+        AND NOT EXISTS (SELECT 1 FROM provider.captures c WHERE c.authorization_key = a.idempotency_key AND c.status = 'succeeded')`)
+        ).rows,
+      );
+
+      add(
+        RULES.completedCapturedTotal,
+        (
+          await client.query<{ order_id: string; detail: string }>(`
+      SELECT o.order_id, 'COMPLETED order of ' || o.total_cents || ' ' || o.currency || ': captured ' || COALESCE(sum(c.amount_cents), 0) AS detail
+      FROM orders o
+      LEFT JOIN provider.authorizations a ON a.reference = o.order_id
+      LEFT JOIN provider.captures c ON c.authorization_key = a.idempotency_key AND c.status = 'succeeded'
+      WHERE o.status = 'COMPLETED' AND o.payment_flow = 'authorization'
+      GROUP BY o.order_id, o.total_cents, o.currency
+      HAVING COALESCE(sum(c.amount_cents), 0) <> o.total_cents`)
+        ).rows,
+      );
+
+      add(
+        RULES.nothingCapturedOnFailed,
+        (
+          await client.query<{ order_id: string; detail: string }>(`
+      SELECT o.order_id, o.status || ' order with capture ' || c.idempotency_key || ' of ' || c.amount_cents AS detail
+      FROM orders o JOIN provider.authorizations a ON a.reference = o.order_id
+      JOIN provider.captures c ON c.authorization_key = a.idempotency_key AND c.status = 'succeeded'
+      WHERE o.status IN ('FAILED', 'CANCELLED')`)
+        ).rows,
+      );
+
+      add(
+        RULES.refundWithoutCapture,
+        (
+          await client.query<{ order_id: string; detail: string }>(`
+      SELECT COALESCE(a.reference, r.capture_key) AS order_id,
+             'refunded ' || sum(r.amount_cents) || ' of capture ' || r.capture_key || ' (' || c.status || ', ' || c.amount_cents || ')' AS detail
+      FROM provider.refunds r JOIN provider.captures c ON c.idempotency_key = r.capture_key
+      LEFT JOIN provider.authorizations a ON a.idempotency_key = c.authorization_key
+      WHERE r.capture_key IS NOT NULL
+      GROUP BY a.reference, r.capture_key, c.status, c.amount_cents
+      HAVING c.status <> 'succeeded' OR sum(r.amount_cents) > c.amount_cents`)
         ).rows,
       );
 

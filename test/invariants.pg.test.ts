@@ -360,3 +360,87 @@ describe('invariant checker', () => {
     );
   });
 });
+
+describe('the authorization era: holds, captures and refunds of captures', () => {
+  /** An order of the authorization era, inserted as it stands. */
+  async function authOrder(id: string, status: string, shipped: boolean): Promise<void> {
+    await db.query({
+      text: `INSERT INTO orders (order_id, customer_id, status, currency, total_cents, items, payment_method, workflow_id, payment_flow)
+             VALUES ($1, 'c', $2, 'USD', 1000, '[]'::jsonb, 'tok_visa', $3, 'authorization')`,
+      values: [id, status, `order:${id}`],
+    });
+    if (shipped)
+      await db.query({ text: `INSERT INTO shipments (order_id, tracking_number) VALUES ($1, 'TRK')`, values: [id] });
+  }
+  async function hold(orderId: string, amount = 1000): Promise<string> {
+    const key = `${orderId}:authorize`;
+    await db.query({
+      text: `INSERT INTO provider.authorizations (idempotency_key, request_hash, amount_cents, currency, payment_method, reference, status, expires_at)
+             VALUES ($1, 'h', $2, 'USD', 'tok_visa', $3, 'authorized', now() + interval '7 days')`,
+      values: [key, amount, orderId],
+    });
+    return key;
+  }
+  async function capture(authKey: string, amount: number, status = 'succeeded'): Promise<string> {
+    const key = `${authKey}:capture`;
+    await db.query({
+      text: `INSERT INTO provider.captures (idempotency_key, request_hash, authorization_key, amount_cents, status, failure_code)
+             VALUES ($1, 'h', $2, $3, $4, $5)`,
+      values: [key, authKey, amount, status, status === 'failed' ? 'authorization_expired' : null],
+    });
+    return key;
+  }
+
+  it('finds each rule of the authorization era, naming the order, and passes a captured, completed order', async () => {
+    const u = uid();
+    const ids = {
+      captureNoShipment: `${u}-capnoship`,
+      openHold: `${u}-openhold`,
+      shortCapture: `${u}-short`,
+      capturedFailed: `${u}-capfailed`,
+      refundNoCapture: `${u}-refnocap`,
+      clean: `${u}-clean`,
+    };
+    await authOrder(ids.captureNoShipment, 'AUTHORIZED', false);
+    await capture(await hold(ids.captureNoShipment), 1000);
+    await authOrder(ids.openHold, 'CANCELLED', false);
+    await hold(ids.openHold);
+    await authOrder(ids.shortCapture, 'COMPLETED', true);
+    await capture(await hold(ids.shortCapture), 500);
+    await authOrder(ids.capturedFailed, 'FAILED', true);
+    await capture(await hold(ids.capturedFailed), 1000);
+    await authOrder(ids.refundNoCapture, 'NEEDS_ATTENTION', true);
+    const failed = await capture(await hold(ids.refundNoCapture), 1000, 'failed');
+    await db.query({
+      text: `INSERT INTO provider.refunds (idempotency_key, request_hash, capture_key, amount_cents, status) VALUES ($1, 'h', $2, 300, 'succeeded')`,
+      values: [`${ids.refundNoCapture}:refund`, failed],
+    });
+    await authOrder(ids.clean, 'COMPLETED', true);
+    await capture(await hold(ids.clean), 1000);
+    try {
+      const report = await checkInvariants(db, { deadlineMs: DAY });
+      const found = (rule: string, orderId: string): boolean =>
+        report.violations.some((v) => v.rule === rule && v.orderIds.includes(orderId));
+      expect(found(RULES.captureWithoutShipment, ids.captureNoShipment)).toBe(true);
+      expect(found(RULES.openHoldOnTerminal, ids.openHold)).toBe(true);
+      expect(found(RULES.completedCapturedTotal, ids.shortCapture)).toBe(true);
+      expect(found(RULES.nothingCapturedOnFailed, ids.capturedFailed)).toBe(true);
+      expect(found(RULES.refundWithoutCapture, ids.refundNoCapture)).toBe(true);
+      // A captured, completed order of this era is not judged by the charge era's rules.
+      expect(report.violations.filter((v) => v.orderIds.includes(ids.clean))).toEqual([]);
+    } finally {
+      const all = Object.values(ids);
+      await db.query({
+        text: 'DELETE FROM provider.refunds WHERE idempotency_key LIKE ANY($1::text[])',
+        values: [all.map((i) => `${i}:%`)],
+      });
+      await db.query({
+        text: 'DELETE FROM provider.captures WHERE authorization_key LIKE ANY($1::text[])',
+        values: [all.map((i) => `${i}:%`)],
+      });
+      await db.query({ text: 'DELETE FROM provider.authorizations WHERE reference = ANY($1::text[])', values: [all] });
+      await db.query({ text: 'DELETE FROM shipments WHERE order_id = ANY($1::text[])', values: [all] });
+      await db.query({ text: 'DELETE FROM orders WHERE order_id = ANY($1::text[])', values: [all] });
+    }
+  });
+});

@@ -6,6 +6,7 @@
  */
 import type { Pool } from 'pg';
 import { describe, expect, it } from 'vitest';
+import { checkInvariants } from '../db/invariants';
 import { authorizeKeyFor, captureKeyFor, reauthorizeKeyFor, recaptureKeyFor } from '../domain/order';
 import { request } from '../lib/saga-requests';
 import { stateQuery } from '../workflows';
@@ -25,6 +26,12 @@ import {
 } from './support/saga-semantics';
 
 useSagaSemantics();
+
+/** The checker's violations that name the order (the books agree: money, stock, shipment, status). */
+async function violationsOf(orderId: string) {
+  const report = await checkInvariants(db, { deadlineMs: 86_400_000 });
+  return report.violations.filter((v) => v.orderIds.includes(orderId));
+}
 
 /** Every hold the provider made for the order, the first first. */
 async function holdsOf(orderId: string): Promise<{ key: string; status: string }[]> {
@@ -101,6 +108,7 @@ describe('authorize, ship, capture', () => {
     expect(await ledger(db, order.orderId)).toEqual({ charges: [], refunds: [] });
     expect((await productRow(db, sku)).stock).toBe(stock - 2);
     expect((await reservations(db, order.orderId)).map((r) => r.status)).toEqual(['SOLD']);
+    expect(await violationsOf(order.orderId)).toEqual([]);
   });
 
   it('cancel before the shipment: the hold is voided, nothing captured, the stock back', async () => {
@@ -130,6 +138,7 @@ describe('authorize, ship, capture', () => {
       captured: 0,
       authorizationStatus: 'voided',
     });
+    expect(await violationsOf(order.orderId)).toEqual([]);
   });
 
   it('cancel before the hold is made: the key is closed, nothing held, nothing captured', async () => {
@@ -214,6 +223,7 @@ describe('authorize, ship, capture', () => {
       { status: 'failed', amount: total, failureCode: 'authorization_expired' },
     ]);
     expect(await money(db, order.orderId)).toMatchObject({ status: 'COMPLETED', captured: total });
+    expect(await violationsOf(order.orderId)).toEqual([]);
   });
 
   it('a capture refused for good after the shipment (both holds expired): NEEDS_ATTENTION, shipped, not captured, never voided', async () => {
