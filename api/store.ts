@@ -54,6 +54,8 @@ interface OrderDbRow {
   cancel_reason: string | null;
   cancel_request_id: string | null;
   attention_from: OrderStatus | null;
+  /** What the current escalation is about (an escalated capture is `capturePayment`). */
+  attention_step: string | null;
   created_at: Date;
   updated_at: Date;
   /** created_at to the microsecond (a Date keeps milliseconds): the cursor's position. */
@@ -61,11 +63,11 @@ interface OrderDbRow {
 }
 
 const ORDER_COLUMNS = `o.order_id, o.customer_id, o.status, o.reason, o.currency, o.items, o.total_cents, o.charged_cents,
-  o.refunded_cents, o.cancel_reason, o.cancel_request_id, o.attention_from, o.created_at, o.updated_at,
+  o.refunded_cents, o.cancel_reason, o.cancel_request_id, o.attention_from, o.attention_step, o.created_at, o.updated_at,
   to_json(o.created_at) #>> '{}' AS created_key`;
 
 function view(r: OrderDbRow): OrderView {
-  const choices = RESOLVE_ACTIONS_FOR[awaitingFrom(r.attention_from)];
+  const choices = RESOLVE_ACTIONS_FOR[awaitingFrom(r.attention_from, r.attention_step)];
   return {
     orderId: r.order_id,
     customerId: r.customer_id,
