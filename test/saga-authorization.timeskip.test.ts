@@ -20,6 +20,7 @@ import {
   replaysItsHistories,
   resolve,
   skipUntil,
+  transient,
   useSagaSemantics,
   waitUntil,
   withSaga,
@@ -226,6 +227,39 @@ describe('authorize, ship, capture', () => {
     expect(await violationsOf(order.orderId)).toEqual([]);
   });
 
+  it('a capture that outlives the forward window escalates; the run terminated, a new run of the order captures it once', async () => {
+    const { order, sku, total } = await newOrder();
+    // The capture never goes through while the first run lives (a provider that keeps failing it).
+    const first = faultyActivities({ capturePayment: () => transient('capturePayment') });
+    await withSaga(
+      'auth-capture-window-then-terminated',
+      order,
+      first.activities,
+      async ({ handle }) => {
+        const s = await skipUntil(handle, (st) => st.awaiting === 'capture', '1m');
+        expect(s.reason).toContain('not taken within the forward window');
+        expect(await money(db, order.orderId)).toMatchObject({
+          status: 'NEEDS_ATTENTION',
+          attentionFrom: 'SHIPPED',
+          attentionStep: 'capturePayment',
+          captured: 0,
+        });
+        await handle.terminate('operator restarts the order');
+      },
+      { forwardRetryLimitMs: 60_000 },
+    );
+    expect(first.calls).not.toContain('voidAuthorization');
+    const second = faultyActivities({});
+    const result = await withSaga('auth-second-run-captures', order, second.activities, (r) => r.result());
+    expect(result.status).toBe('COMPLETED');
+    expect(second.calls).not.toContain('voidAuthorization');
+    expect(second.calls).not.toContain('releaseInventory');
+    expect(await reservations(db, order.orderId)).toEqual([{ sku, qty: 2, status: 'SOLD' }]);
+    expect((await holds(db, order.orderId)).captures).toEqual([{ status: 'succeeded', amount: total }]);
+    expect(await money(db, order.orderId)).toMatchObject({ status: 'COMPLETED', captured: total });
+    expect(await violationsOf(order.orderId)).toEqual([]);
+  });
+
   it('a capture refused for good after the shipment (both holds expired): NEEDS_ATTENTION, shipped, not captured, never voided', async () => {
     const { order, total } = await newOrder();
     // Every hold of the order lapses before its capture: the first, and the fresh one too.
@@ -273,4 +307,4 @@ describe('authorize, ship, capture', () => {
   });
 });
 
-replaysItsHistories(7);
+replaysItsHistories(9);
