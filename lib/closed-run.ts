@@ -16,8 +16,22 @@ import { orderOutcome } from './order-outcome';
 type Event = temporal.api.history.v1.IHistoryEvent;
 type Payloads = temporal.api.common.v1.IPayloads | null | undefined;
 
-/** The five steps, in the order the saga runs them. */
-const STEPS = ['createOrder', 'reserveInventory', 'chargePayment', 'createShipment', 'sendConfirmation'] as const;
+/**
+ * The steps of both eras, in the order the saga runs them: a charge-era order is charged (no
+ * capture), an authorization-era one authorized, then captured after the shipment.
+ */
+const STEPS = [
+  'createOrder',
+  'reserveInventory',
+  'chargePayment',
+  'authorizePayment',
+  'createShipment',
+  'capturePayment',
+  'sendConfirmation',
+] as const;
+/** The steps only one era has. */
+const CHARGE_ERA_ONLY: readonly string[] = ['chargePayment'];
+const AUTHORIZATION_ERA_ONLY: readonly string[] = ['authorizePayment', 'capturePayment'];
 /** Each activity's step (the serial lane reserves, an inquiry belongs to the charge). */
 const STEP_OF: Record<string, (typeof STEPS)[number]> = {
   createOrder: 'createOrder',
@@ -25,11 +39,16 @@ const STEP_OF: Record<string, (typeof STEPS)[number]> = {
   reserveInventorySerial: 'reserveInventory',
   chargePayment: 'chargePayment',
   inquireCharge: 'chargePayment',
+  authorizePayment: 'authorizePayment',
+  inquireAuthorization: 'authorizePayment',
+  capturePayment: 'capturePayment',
+  reauthorizePayment: 'capturePayment',
+  inquireCapture: 'capturePayment',
   createShipment: 'createShipment',
   sendConfirmation: 'sendConfirmation',
 };
 /** The compensations, bottom of the stack first (both are registered once the order row exists). */
-const COMPENSATIONS = ['releaseInventory', 'refundPayment'];
+const COMPENSATIONS = ['releaseInventory', 'refundPayment', 'voidAuthorization'];
 
 function first(payloads: Payloads): unknown {
   const p = payloads?.payloads?.[0];
@@ -113,25 +132,37 @@ export function stateFromHistory(
       if (typeof result?.attempts === 'number') attempts.reserveCas = result.attempts;
       if (result?.outcome !== 'route-to-lane') done.add('reserveInventory');
     } else if (a.type === 'inquireCharge') attempts.inquiry = inquiriesSinceCharge;
-    else if (label && a.type !== 'inquireCharge') done.add(label);
+    else if (
+      label &&
+      !['inquireCharge', 'inquireAuthorization', 'inquireCapture', 'reauthorizePayment'].includes(a.type)
+    )
+      done.add(label);
     else if (COMPENSATIONS.includes(a.type) && !compensationsRun.includes(a.type)) compensationsRun.push(a.type);
   }
-  if (closed.status === 'COMPLETED') for (const s of STEPS) done.add(s); // a step marked resolved by hand
-  const stepsDone = STEPS.filter((s) => done.has(s));
+  // The run's era: an authorization-era run scheduled a hold, its void or its capture.
+  const authorizationEra = activityEvents(events).some((a) =>
+    ['authorizePayment', 'inquireAuthorization', 'voidAuthorization', 'capturePayment'].includes(a.type),
+  );
+  const otherEra = authorizationEra ? CHARGE_ERA_ONLY : AUTHORIZATION_ERA_ONLY;
+  const eraSteps = STEPS.filter((s) => !otherEra.includes(s));
+  if (closed.status === 'COMPLETED') for (const s of eraSteps) done.add(s); // a step marked resolved by hand
+  const stepsDone = eraSteps.filter((s) => done.has(s));
   const pivotPassed = done.has('createShipment');
   // A run that ended with a result has run or dropped its compensations; one cut short (terminated,
   // timed out) left the rest of its stack.
   const compensations =
     closed.hasResult || pivotPassed || !done.has('createOrder')
       ? []
-      : COMPENSATIONS.filter((c) => !compensationsRun.includes(c));
+      : COMPENSATIONS.filter(
+          (c) => !compensationsRun.includes(c) && c !== (authorizationEra ? 'refundPayment' : 'voidAuthorization'),
+        );
   return {
     orderId,
     status: closed.status ?? 'PENDING',
     step: closed.settledElsewhere ? 'already settled' : step,
     stepsDone,
     compensationsRun,
-    unknowns: closed.status === 'UNKNOWN_PAYMENT' ? ['charge'] : [],
+    unknowns: closed.status === 'UNKNOWN_PAYMENT' ? [authorizationEra ? 'authorization' : 'charge'] : [],
     attempts,
     pivotPassed,
     ...(closed.reason ? { reason: closed.reason } : {}),
