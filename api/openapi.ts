@@ -156,7 +156,20 @@ export function openApiDocument(): Record<string, unknown> {
             currency: { type: 'string' },
             items: { $ref: '#/components/schemas/Order/properties/items' },
             totalCents: { type: 'integer' },
-            chargedCents: { type: 'integer', description: 'money taken' },
+            paymentFlow: {
+              enum: ['authorization', 'charge'],
+              description:
+                'authorization: held at checkout, captured after the shipment; charge: an older order, charged before it',
+            },
+            authorizedCents: { type: 'integer', description: 'money held on the card (0 for a charge-era order)' },
+            authorization: {
+              enum: ['authorized', 'voided', 'captured', null],
+              description: 'what became of the hold; null while none is known',
+            },
+            chargedCents: {
+              type: 'integer',
+              description: 'money taken: the capture, or the charge of a charge-era order',
+            },
             refundedCents: { type: 'integer', description: 'money given back' },
             cancel: { type: ['object', 'null'], properties: { reason: { type: 'string' } } },
             nextStep: {

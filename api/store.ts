@@ -4,7 +4,14 @@
  * storefront sees only the orders it placed.
  */
 import type { Pool } from 'pg';
-import { awaitingFrom, ORDER_STATUSES, RESOLVE_ACTIONS_FOR, type OrderItem, type OrderStatus } from '../domain/order';
+import {
+  awaitingFrom,
+  ORDER_STATUSES,
+  RESOLVE_ACTIONS_FOR,
+  type OrderItem,
+  type OrderStatus,
+  type PaymentFlow,
+} from '../domain/order';
 
 /** A placement as the API recorded it: its answer, or none yet while the first request is in flight. */
 export interface Placement {
@@ -32,6 +39,13 @@ export interface OrderView {
   currency: string;
   items: OrderItem[];
   totalCents: number;
+  /** How the order's money moves: `authorization` (held, then captured after the shipment) or `charge` (older orders). */
+  paymentFlow: PaymentFlow;
+  /** The hold on the card (authorization era; 0 for a charge-era order). */
+  authorizedCents: number;
+  /** What became of the hold: authorized (held), voided (released), captured; null while none is known. */
+  authorization: 'authorized' | 'voided' | 'captured' | null;
+  /** Money taken: the capture's (authorization era) or the charge's (charge era). */
   chargedCents: number;
   refundedCents: number;
   cancel: { reason: string } | null;
@@ -50,6 +64,10 @@ interface OrderDbRow {
   items: OrderItem[];
   total_cents: string;
   charged_cents: string;
+  payment_flow: PaymentFlow;
+  authorized_cents: string;
+  captured_cents: string;
+  authorization_status: 'authorized' | 'voided' | 'captured' | null;
   refunded_cents: string;
   cancel_reason: string | null;
   cancel_request_id: string | null;
@@ -63,7 +81,7 @@ interface OrderDbRow {
 }
 
 const ORDER_COLUMNS = `o.order_id, o.customer_id, o.status, o.reason, o.currency, o.items, o.total_cents, o.charged_cents,
-  o.refunded_cents, o.cancel_reason, o.cancel_request_id, o.attention_from, o.attention_step, o.created_at, o.updated_at,
+  o.payment_flow, o.authorized_cents, o.captured_cents, o.authorization_status, o.refunded_cents, o.cancel_reason, o.cancel_request_id, o.attention_from, o.attention_step, o.created_at, o.updated_at,
   to_json(o.created_at) #>> '{}' AS created_key`;
 
 function view(r: OrderDbRow): OrderView {
@@ -76,7 +94,10 @@ function view(r: OrderDbRow): OrderView {
     currency: r.currency,
     items: r.items,
     totalCents: Number(r.total_cents),
-    chargedCents: Number(r.charged_cents),
+    paymentFlow: r.payment_flow,
+    authorizedCents: Number(r.authorized_cents),
+    authorization: r.authorization_status,
+    chargedCents: Number(r.charged_cents) + Number(r.captured_cents),
     refundedCents: Number(r.refunded_cents),
     cancel: r.cancel_request_id ? { reason: r.cancel_reason ?? '' } : null,
     nextStep:

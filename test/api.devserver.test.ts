@@ -209,6 +209,9 @@ describe('POST /v1/orders', () => {
       currency: 'USD',
       items: order.items,
       totalCents: 2500,
+      paymentFlow: 'authorization',
+      authorizedCents: 2500,
+      authorization: 'captured',
       chargedCents: 2500,
       refundedCents: 0,
       cancel: null,
@@ -476,11 +479,17 @@ describe('GET /v1/orders and cancel', () => {
     expect(String((r.body.nextStep as { detail: string }).detail)).toContain(`client.ts resolve ${orderId}`);
   });
 
-  it('cancels before the pivot (recorded, 202; the charge given back on the row), and refuses past the pivot, after the end, and for no such order', async () => {
+  it('cancels before the pivot (recorded, 202; the hold voided on the row), and refuses past the pivot, after the end, and for no such order', async () => {
     const { sku, priceCents } = await createProduct(db, { stock: 5 });
     const order = makeOrder([{ sku, qty: 1, unitPriceCents: priceCents }]);
-    // The charge takes 3 s at the provider: the cancel comes while it is on its way.
-    await admin.set({ kind: 'delay', target: 'charges', delayMs: 3_000, count: 1, keyPrefix: `${order.orderId}:` });
+    // The authorization takes 3 s at the provider: the cancel comes while it is on its way.
+    await admin.set({
+      kind: 'delay',
+      target: 'authorizations',
+      delayMs: 3_000,
+      count: 1,
+      keyPrefix: `${order.orderId}:`,
+    });
     expect((await placeOrder(order, `k-${uid()}`)).status).toBe(202);
     const idem = `c-${uid()}`;
     const cancel = await call(`/v1/orders/${order.orderId}/cancel`, {
@@ -507,8 +516,9 @@ describe('GET /v1/orders and cancel', () => {
     ).toBe(202);
     const ended = await follow(order.orderId, (b) => b.status === 'CANCELLED');
     expect(ended).toMatchObject({ status: 'CANCELLED', cancel: { reason: 'customer changed their mind' } });
-    expect(ended.refundedCents).toBe(ended.chargedCents);
-    expect(ended.chargedCents).toBe(priceCents); // the charge went through, then was refunded
+    // The hold was voided (or its key closed before any was made): nothing taken, nothing to refund.
+    expect(ended).toMatchObject({ paymentFlow: 'authorization', chargedCents: 0, refundedCents: 0 });
+    expect([null, 'voided']).toContain(ended.authorization);
     const again = await call(`/v1/orders/${order.orderId}/cancel`, { key: keyA, method: 'POST' });
     expect(again).toMatchObject({ status: 409, body: { error: 'already_ended' } });
     expect(String(again.body.message)).toContain('CANCELLED');

@@ -1,6 +1,7 @@
 /**
  * After the soak: a per-order audit against the provider's ledger (every order's final money and
- * stock are what its status says, and what was placed), and a read of every run's history (the saga
+ * stock are what its status says, and what was placed; an order of the authorization era by its holds
+ * and captures, one of the charge era by its charge), and a read of every run's history (the saga
  * log) for what the sagas went through: UNKNOWN_PAYMENT, and compensations that met a fault.
  */
 import type { Client } from '@temporalio/client';
@@ -21,10 +22,13 @@ interface AuditRow {
   customer_id: string;
   payment_method: string;
   items: { sku: string; qty: number }[];
-  charge_status: string | null;
-  charge_amount: string | null;
+  payment_flow: 'charge' | 'authorization';
+  /** Money taken: the charge's (charge era), or the succeeded captures of the order's holds. */
+  taken: string;
   refunded: string;
   refunds: number;
+  /** The order's holds the provider still keeps open (authorized, unexpired, not voided nor captured). */
+  open_holds: string[];
   held: { sku: string; qty: number }[];
   sold: { sku: string; qty: number }[];
   shipped: boolean;
@@ -37,14 +41,24 @@ export async function auditOrders(
   expect: { cancelAccepted: Set<string>; apiRefused: Set<string> },
 ): Promise<{ violations: PeopleViolation[]; statuses: Record<string, number>; notTerminal: string[] }> {
   const { rows } = await db.query<AuditRow>({
-    text: `SELECT o.order_id, o.status, o.total_cents, o.customer_id, o.payment_method, o.items,
-                  c.status AS charge_status, c.amount_cents AS charge_amount,
-                  COALESCE((SELECT sum(r.amount_cents) FROM provider.refunds r WHERE r.charge_key = c.idempotency_key), 0) AS refunded,
-                  (SELECT count(*)::int FROM provider.refunds r WHERE r.charge_key = o.order_id || ':charge') AS refunds,
+    text: `SELECT o.order_id, o.status, o.total_cents, o.customer_id, o.payment_method, o.items, o.payment_flow,
+                  CASE WHEN o.payment_flow = 'charge'
+                    THEN COALESCE((SELECT c.amount_cents FROM provider.charges c WHERE c.idempotency_key = o.order_id || ':charge' AND c.status = 'succeeded'), 0)
+                    ELSE COALESCE((SELECT sum(c.amount_cents) FROM provider.captures c JOIN provider.authorizations a ON a.idempotency_key = c.authorization_key
+                                   WHERE a.reference = o.order_id AND c.status = 'succeeded'), 0)
+                  END AS taken,
+                  COALESCE((SELECT sum(r.amount_cents) FROM provider.refunds r WHERE r.charge_key = o.order_id || ':charge'
+                              OR r.capture_key IN (SELECT c.idempotency_key FROM provider.captures c JOIN provider.authorizations a ON a.idempotency_key = c.authorization_key WHERE a.reference = o.order_id)), 0) AS refunded,
+                  (SELECT count(*)::int FROM provider.refunds r WHERE r.charge_key = o.order_id || ':charge'
+                     OR r.capture_key IN (SELECT c.idempotency_key FROM provider.captures c JOIN provider.authorizations a ON a.idempotency_key = c.authorization_key WHERE a.reference = o.order_id)) AS refunds,
+                  COALESCE((SELECT array_agg(a.idempotency_key) FROM provider.authorizations a
+                            WHERE a.reference = o.order_id AND a.status = 'authorized' AND a.expires_at > clock_timestamp()
+                              AND NOT EXISTS (SELECT 1 FROM provider.voids v WHERE v.authorization_key = a.idempotency_key)
+                              AND NOT EXISTS (SELECT 1 FROM provider.captures c WHERE c.authorization_key = a.idempotency_key AND c.status = 'succeeded')), '{}') AS open_holds,
                   COALESCE((SELECT json_agg(json_build_object('sku', sku, 'qty', qty)) FROM reservations WHERE order_id = o.order_id AND status = 'HELD'), '[]') AS held,
                   COALESCE((SELECT json_agg(json_build_object('sku', sku, 'qty', qty)) FROM reservations WHERE order_id = o.order_id AND status = 'SOLD'), '[]') AS sold,
                   EXISTS (SELECT 1 FROM shipments s WHERE s.order_id = o.order_id) AS shipped
-           FROM orders o LEFT JOIN provider.charges c ON c.idempotency_key = o.order_id || ':charge'
+           FROM orders o
            WHERE o.order_id = ANY($1::text[])`,
     values: [orders.map((o) => o.input.orderId)],
   });
@@ -77,15 +91,27 @@ export async function auditOrders(
         `row total ${row.total_cents}, lines ${lines(row.items)}, card ${row.payment_method}; placed ${total}, ${lines(o.input.items)}, ${o.input.paymentMethod}`,
       );
     }
-    const charged = row.charge_status === 'succeeded' ? Number(row.charge_amount) : 0;
-    const kept = charged - Number(row.refunded);
+    const taken = Number(row.taken);
+    const kept = taken - Number(row.refunded);
+    // What the order's status says of its money: a charge-era order is paid once its charge is made
+    // (before the shipment); an authorization-era one once captured (after it).
+    const paidBy: readonly OrderStatus[] =
+      row.payment_flow === 'charge' ? ['SHIPPED', 'COMPLETED'] : ['CAPTURED', 'COMPLETED'];
+    if (taken > 0 && !row.shipped && row.payment_flow === 'authorization')
+      bad('no capture without a shipment', id, `${row.status}: captured ${taken}, no shipment`);
+    if (Number(row.refunded) > taken)
+      bad('no refund on money never taken', id, `${row.status}: taken ${taken}, refunded ${row.refunded}`);
+    if (isTerminal(row.status) && row.open_holds.length > 0)
+      bad('no hold left open on a closed order', id, `${row.status}: holds still open ${row.open_holds.join(', ')}`);
+    if (paidBy.includes(row.status) && (taken !== total || Number(row.refunded) !== 0))
+      bad(
+        'a shipped order is paid once, in full',
+        id,
+        `${row.status}: taken ${taken}, refunded ${row.refunded}, total ${total}`,
+      );
+    if (row.status === 'SHIPPED' && row.payment_flow === 'authorization' && taken !== 0)
+      bad('a shipped order is paid once, in full', id, `SHIPPED (not yet captured) with ${taken} captured`);
     if (isPastPivot(row.status)) {
-      if (charged !== total || Number(row.refunded) !== 0)
-        bad(
-          'a shipped order is paid once, in full',
-          id,
-          `${row.status}: charged ${charged}, refunded ${row.refunded}, total ${total}`,
-        );
       if (lines(row.sold) !== lines(o.input.items) || row.held.length > 0 || !row.shipped) {
         bad(
           'a shipped order sold exactly its lines',
@@ -97,11 +123,11 @@ export async function auditOrders(
         bad('a declined card never ships', id, `${row.status} with a declined card`);
     }
     if (row.status === 'FAILED' || row.status === 'CANCELLED') {
-      if (kept !== 0 || row.refunds > 1)
+      if (kept !== 0 || row.refunds > 1 || (row.payment_flow === 'authorization' && taken !== 0))
         bad(
           'a failed order keeps no money',
           id,
-          `${row.status}: charged ${charged}, refunded ${row.refunded} in ${row.refunds} refund(s)`,
+          `${row.status}: taken ${taken}, refunded ${row.refunded} in ${row.refunds} refund(s)`,
         );
       if (row.held.length > 0 || row.sold.length > 0 || row.shipped)
         bad(
@@ -119,7 +145,7 @@ export async function auditOrders(
 }
 
 const T = temporal.api.enums.v1.EventType;
-const COMPENSATIONS = new Set(['refundPayment', 'releaseInventory']);
+const COMPENSATIONS = new Set(['refundPayment', 'voidAuthorization', 'releaseInventory']);
 
 /** What the saga log (every run of every order) shows. */
 export interface HistoryFacts {

@@ -2,10 +2,11 @@
  * `npm run chaos [-- --quick]`: the chaos soak. Brings up the real stack on loopback (its own
  * Postgres, the Temporal dev server, the provider, two worker processes), then places orders like
  * real ones while:
- *   - the provider fails charges, refunds and inquiries (lost response after commit, 5xx before
- *     commit, slower than the worker's timeout, and `processing` for inquiries), has one outage
- *     window in which every call fails, and for a few orders loses the charge's answer and then says
- *     `processing` for a while (those sagas reach UNKNOWN_PAYMENT and a person);
+ *   - the provider fails authorizations, captures, voids and their inquiries (lost response after
+ *     commit, 5xx before commit, slower than the worker's timeout, and `processing` for inquiries and
+ *     voids), has one outage window in which every call fails, and for a few orders loses the
+ *     authorization's answer and then says `processing` for a while (those sagas reach
+ *     UNKNOWN_PAYMENT and a person);
  *   - each worker process is SIGKILLed on its own schedule and restarted; Postgres is restarted once
  *     and the provider once, each confirmed;
  *   - people meddle, through client.ts and the Temporal client (scripts/chaos/people/): cancels at

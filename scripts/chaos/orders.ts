@@ -13,8 +13,8 @@ import { unitHash } from '../../lib/load';
 /** What a person does to an order besides placing it. Operators resolve every order that escalates. */
 export const MEDDLES = [
   'cancel-early', // at a random moment soon after the start
-  'cancel-in-charge', // while the charge step runs
-  'cancel-after-charge', // once the charge has succeeded (mostly too late: the pivot follows at once)
+  'cancel-in-authorization', // while the authorization step runs
+  'cancel-after-authorization', // once the hold is made (mostly too late: the pivot follows at once)
   'cancel-after-pivot', // after the shipment: must be refused
   'reset-open', // the Web UI's Reset of the running run, to a random workflow task
   'reset-closed', // the same, once the run has closed
@@ -37,7 +37,7 @@ export type Meddle = (typeof MEDDLES)[number] | 'none';
  */
 const AT_A_MOMENT = new Set<Meddle>([
   'reset-open',
-  'cancel-in-charge',
+  'cancel-in-authorization',
   'terminate',
   'unreadable-signal',
   'pause-activity',

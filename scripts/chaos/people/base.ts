@@ -2,7 +2,7 @@
  * What every person in the soak shares: the tallies of what they did, the violations they saw, and
  * their tools: `client.ts` run in this process, a saga's state as `client.ts status` shows it, a start
  * as the soak makes one, and the waits (a run running, its result within a time, its latest run
- * closed, its charge under way). Each person (one module a family beside this one) acts through it.
+ * closed, its authorization under way). Each person (one module a family beside this one) acts through it.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
@@ -38,9 +38,9 @@ export interface PeopleViolation {
 }
 
 export type CancelMoment =
-  | 'before the charge'
-  | 'during the charge'
-  | 'after the charge'
+  | 'before the hold'
+  | 'during the hold'
+  | 'after the hold'
   | 'after the pivot'
   | 'during compensation'
   | 'after the end';
@@ -164,12 +164,12 @@ export class PeopleBase {
     return false;
   }
 
-  /** Watches the order until its charge step runs (at most 20 s); its state then. */
-  async untilCharging(id: string): Promise<SagaState | undefined> {
+  /** Watches the order until its authorization step runs (at most 20 s); its state then. */
+  async untilAuthorizing(id: string): Promise<SagaState | undefined> {
     let s: SagaState | undefined;
     for (const until = Date.now() + 20_000; Date.now() < until; await sleep(100)) {
       s = await this.state(id);
-      if (!s || s.step === 'chargePayment' || s.stepsDone.includes('chargePayment')) break;
+      if (!s || s.step === 'authorizePayment' || s.stepsDone.includes('authorizePayment')) break;
     }
     return s;
   }

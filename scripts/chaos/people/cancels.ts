@@ -1,7 +1,7 @@
 /**
  * Customers and support cancel with `client.ts cancel` (through the orders API for an order placed
  * there, storefront.ts), at the moment the order chose: early, in the
- * charge, after it, or after the pivot (a slow database holds the shipment so the saga is seen there).
+ * authorization, after it, or after the pivot (a slow database holds the shipment so the saga is seen there).
  * Each cancel is counted by the moment it met; one that fails without a refusal is a violation.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -17,13 +17,13 @@ export async function cancel(p: PeopleBase, o: ChaosOrder): Promise<void> {
     if (!s || isTerminal(s.status)) return 'after the end';
     if (s.step.startsWith('compensate')) return 'during compensation';
     if (s.pivotPassed || s.step === 'createShipment' || s.step === 'sendConfirmation') return 'after the pivot';
-    if (s.stepsDone.includes('chargePayment')) return 'after the charge';
-    if (s.step === 'chargePayment') return 'during the charge';
-    return 'before the charge';
+    if (s.stepsDone.includes('authorizePayment')) return 'after the hold';
+    if (s.step === 'authorizePayment') return 'during the hold';
+    return 'before the hold';
   };
   const want: Record<string, (m: CancelMoment) => boolean> = {
-    'cancel-in-charge': (m) => m !== 'before the charge',
-    'cancel-after-charge': (m) => m !== 'before the charge' && m !== 'during the charge',
+    'cancel-in-authorization': (m) => m !== 'before the hold',
+    'cancel-after-authorization': (m) => m !== 'before the hold' && m !== 'during the hold',
     'cancel-after-pivot': (m) => m === 'after the pivot' || m === 'after the end' || m === 'during compensation',
   };
   let seen: SagaState | undefined;

@@ -5,7 +5,7 @@
  *   - customers and support cancel with `client.ts cancel`, at chosen moments (cancels.ts);
  *   - operators resolve every NEEDS_ATTENTION saga with `client.ts resolve`, choosing the action the
  *     provider's ledger supports (and, now and then, first the one it does not: it must be refused);
- *     a refund an operator makes by hand goes through the provider's API with the saga's own key
+ *     a hold an operator voids by hand is voided through the provider's API by the saga's own key
  *     (operators.ts);
  *   - someone presses the Web UI's Reset (the same ResetWorkflowExecution call) on open and closed runs;
  *   - someone starts a closed order's workflow ID again (as `temporal workflow start` would), with the

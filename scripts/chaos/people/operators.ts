@@ -1,11 +1,11 @@
 /**
  * The operators: they resolve every NEEDS_ATTENTION saga with `client.ts resolve`, choosing the action
  * the provider's ledger supports (and, now and then, first the one it does not: it must be refused);
- * a refund an operator makes by hand goes through the provider's API with the saga's own key.
+ * a hold an operator voids by hand is voided through the provider's API, by the saga's own key.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import { WorkflowNames } from '../../../domain/names';
-import { chargeKeyFor, refundKeyFor } from '../../../domain/order';
+import { authorizeKeyFor } from '../../../domain/order';
 import { createProviderClient } from '../../../provider/client';
 import type { SagaState } from '../../../workflows/messages';
 import { unit } from '../orders';
@@ -80,18 +80,16 @@ export class Operators {
   }
 
   /**
-   * What the provider says of the order's charge, asked as a person would (its API, by the charge's
-   * key). Asking also lets the provider finish a charge a crash left `processing`. Undefined when it
-   * does not answer (a fault, the outage): the operator looks again later.
+   * What the provider says of the order's hold (`<id>:authorize`), asked as a person would (its API,
+   * by the hold's key): its status, and whether money is held or taken. Asking also lets the provider
+   * finish a hold a crash left `processing`. Undefined when it does not answer (a fault, the outage):
+   * the operator looks again later.
    */
-  private async ledger(
-    orderId: string,
-  ): Promise<{ status: string; amountCents: number; refundedCents: number } | undefined> {
+  private async ledger(orderId: string): Promise<{ status: string; held: boolean; captured: boolean } | undefined> {
     try {
-      const charge = await this.provider.getCharge(chargeKeyFor(orderId));
-      if (!charge || charge.status === 'closed')
-        return { status: charge?.status ?? 'not_found', amountCents: 0, refundedCents: 0 };
-      return { status: charge.status, amountCents: charge.amountCents, refundedCents: charge.refundedCents };
+      const a = await this.provider.getAuthorization(authorizeKeyFor(orderId));
+      const status = a?.status ?? 'not_found';
+      return { status, held: status === 'authorized' || status === 'captured', captured: status === 'captured' };
     } catch {
       return undefined;
     }
@@ -117,8 +115,8 @@ export class Operators {
     this.p.escalated.add(orderId);
     const ledger = await this.ledger(orderId);
     if (!ledger) return;
-    const paid = ledger.status === 'succeeded' && ledger.refundedCents === 0;
-    const says = `provider: ${ledger.status}${ledger.refundedCents ? `, refunded ${ledger.refundedCents}` : ''}`;
+    const paid = ledger.held;
+    const says = `provider: hold ${ledger.status}`;
     const n = Number(orderId.replace(/\D/g, '').slice(-6)) || 0;
     if (s.awaiting === 'charge-outcome') {
       if (ledger.status === 'processing') return; // not decided yet: look again later
@@ -143,39 +141,44 @@ export class Operators {
       return;
     }
     if (s.awaiting === 'compensation') {
-      if (s.step === 'compensate:refundPayment') {
+      if (s.step === 'compensate:voidAuthorization') {
         if (ledger.status === 'processing') return;
-        if (paid && this.retryOrMark(n, 22, 0.5) === 'mark-resolved') {
-          // Refund by hand, with the saga's own key (so it can never be a second refund), then mark it resolved.
-          if (await this.refundByHand(orderId, ledger.amountCents))
-            await this.resolve(orderId, 'mark-resolved', `chaos: refunded by hand (${says})`);
+        if (paid && !ledger.captured && this.retryOrMark(n, 22, 0.5) === 'mark-resolved') {
+          // Void by hand, with the saga's own key (a void is idempotent), then mark it resolved.
+          if (await this.voidByHand(orderId))
+            await this.resolve(orderId, 'mark-resolved', `chaos: voided by hand (${says})`);
           return;
         }
         if (!paid && this.retryOrMark(n, 23, 0.7) === 'mark-resolved') {
-          await this.resolve(orderId, 'mark-resolved', `chaos: nothing to refund (${says})`);
+          await this.resolve(orderId, 'mark-resolved', `chaos: nothing held (${says})`);
           return;
         }
       }
       await this.resolve(orderId, 'retry', `chaos: transient (${says})`);
       return;
     }
-    // forward-step: after the pivot; retry, or record that it was done by hand.
+    // capture (the goods shipped, the money not taken) and forward-step: after the pivot. A capture is
+    // only ever retried here (mark-resolved needs a capture the provider shows; the saga checks it).
+    if (s.awaiting === 'capture') {
+      await this.resolve(orderId, 'retry', `chaos: capture again (${says})`);
+      return;
+    }
     await this.resolve(orderId, this.retryOrMark(n, 24, 0.5), `chaos: ${s.step} (${says})`);
   }
 
-  private async refundByHand(orderId: string, amountCents: number): Promise<boolean> {
+  private async voidByHand(orderId: string): Promise<boolean> {
     const provider = this.provider;
-    this.p.count('refund by hand (provider API)', 'sent');
+    this.p.count('void by hand (provider API)', 'sent');
     for (let attempt = 1; attempt <= 10; attempt++) {
       try {
-        await provider.refund(refundKeyFor(orderId), { chargeKey: chargeKeyFor(orderId), amountCents });
-        this.p.count('refund by hand (provider API)', 'accepted');
+        await provider.voidAuthorization(authorizeKeyFor(orderId));
+        this.p.count('void by hand (provider API)', 'accepted');
         return true;
       } catch {
-        await sleep(500 * attempt); // a fault or the outage: the same key again is safe
+        await sleep(500 * attempt); // a fault or the outage: the same void again is safe
       }
     }
-    this.p.count('refund by hand (provider API)', 'refused');
+    this.p.count('void by hand (provider API)', 'refused');
     return false;
   }
 }

@@ -10,12 +10,12 @@ import type { ChaosOrder } from '../orders';
 import type { PeopleBase } from './base';
 
 /**
- * The override, during the run's charge or at its last step (then the row may be COMPLETED while the
+ * The override, during the run's authorization or at its last step (then the row may be COMPLETED while the
  * run waits for its last workflow task).
  */
 export async function overrideNoBuild(p: PeopleBase, o: ChaosOrder): Promise<void> {
   const id = o.input.orderId;
-  if (o.when < 0.5) await p.untilCharging(id);
+  if (o.when < 0.5) await p.untilAuthorizing(id);
   else
     for (const until = Date.now() + 20_000; Date.now() < until; await sleep(20)) {
       const s = await p.state(id);

@@ -20,7 +20,7 @@ const WFT_COMPLETED = temporal.api.enums.v1.EventType.EVENT_TYPE_WORKFLOW_TASK_C
 export async function resetWhileOpen(p: PeopleBase, o: ChaosOrder): Promise<void> {
   const id = o.input.orderId;
   const wid = workflowIdFor(id);
-  // After its first step or two: the charge, held for it (faults.ts, RESET_OPEN_CHARGE_MS), keeps the run open.
+  // After its first step or two: the authorization, slowed for it (faults.ts, RESET_OPEN_HOLD_MS), keeps the run open.
   const steps = 1 + Math.floor(o.when * 2);
   for (const until = Date.now() + 20_000; Date.now() < until; await sleep(100)) {
     const s = await p.state(id);

@@ -12,13 +12,13 @@ import type { PeopleBase } from './base';
 
 /**
  * The Web UI's Terminate, at a moment chosen by the order (after 1, 2 or 3 steps: before, during or
- * after the charge; or once it waits in NEEDS_ATTENTION). Then nobody here touches the order: the
+ * after the hold; or once it waits in NEEDS_ATTENTION). Then nobody here touches the order: the
  * sweeper must find it stranded and start its saga again, and that run must end it.
  */
 export async function terminate(p: PeopleBase, o: ChaosOrder, limitMs: number): Promise<boolean> {
   const id = o.input.orderId;
   const wid = workflowIdFor(id);
-  // After the order row (1 step) or the reservation (2: the charge is next, or under way).
+  // After the order row (1 step) or the reservation (2: the authorization is next, or under way).
   const steps = 1 + Math.floor(o.when * 2);
   for (const until = Date.now() + 20_000; Date.now() < until; await sleep(50)) {
     const s = await p.state(id);
@@ -48,7 +48,7 @@ export const UNREADABLE_KEY_ID = 'a-key-nobody-has';
  */
 export async function unreadableSignal(p: PeopleBase, o: ChaosOrder, limitMs: number): Promise<boolean> {
   const id = o.input.orderId;
-  await p.untilCharging(id);
+  await p.untilAuthorizing(id);
   const action = 'an unreadable cancel Signal, then Terminate';
   p.count(action, 'sent');
   p.meddled.add(id);

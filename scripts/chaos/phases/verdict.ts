@@ -14,10 +14,10 @@ import { chmodSync, mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { historyToJSON } from '@temporalio/common/lib/proto-utils';
 import { percentile, progressBar } from '../../../lib/load';
-import { CHARGE_FAULT_TARGETS, FAULT_KINDS, FAULT_TARGETS } from '../../../provider/faults';
+import { FAULT_TARGETS } from '../../../provider/faults';
 import { auditOrders, readHistories, whyOpen, type HistoryFacts } from '../audit';
 import { auditEvents, eventsLine, type EventsAudit } from '../events';
-import { APPLICABLE, STUCK_EVERY } from '../faults';
+import { APPLICABLE, kindsFor, SAGA_FAULT_TARGETS, STUCK_EVERY } from '../faults';
 import { LIMITED_SKU, MEDDLES } from '../orders';
 import { SAGA_CONFIG, type SoakOptions } from '../options';
 import type { Tally } from '../people';
@@ -313,9 +313,9 @@ async function printSummary(
   say(
     "faults applied by the provider to the workers' calls (counted where applied, from its log, across its restart):",
   );
-  for (const target of CHARGE_FAULT_TARGETS) {
+  for (const target of SAGA_FAULT_TARGETS) {
     say(
-      `  ${target.padEnd(10)} ${FAULT_KINDS.filter((k) => k !== 'processing' || target === 'inquiries')
+      `  ${target.padEnd(23)} ${kindsFor(target)
         .map((k) => `${k} ${stack.applied.get(`${target} ${k}`) ?? 0}`)
         .join(', ')}`,
     );
@@ -325,7 +325,7 @@ async function printSummary(
     `  (not counted above: ${opFaults} fault(s) met by the operators' own calls, ${[...stack.appliedToOperators].map(([k, v]) => `${k} ${v}`).join(', ') || 'none'})`,
   );
   say(
-    `  outage window: ${outage.ms ? `${outage.ms / 1000} s from ${new Date(outage.at!).toISOString()}` : 'did not happen'}; stuck charges (answer lost, then processing): every ${STUCK_EVERY}th order; failed charges then processing: every ${STUCK_EVERY}th quiet order`,
+    `  outage window: ${outage.ms ? `${outage.ms / 1000} s from ${new Date(outage.at!).toISOString()}` : 'did not happen'}; stuck authorizations (answer lost, then processing): every ${STUCK_EVERY}th order; failed authorizations then processing: every ${STUCK_EVERY}th quiet order`,
   );
   say(
     `worker faults: SIGKILLs per worker process ${stack.workerKills.join(' and ')} (each about every ${killEveryMs / 1000} s, restarted)`,
