@@ -2,8 +2,9 @@
  * The engines section: the order saga's essential work — its COMPLETED happy path, the six steps of
  * a new order (create, reserve, authorize, ship, capture, confirm) with the saga's own arguments and
  * idempotency keys, on the project's own activities — run on DBOS and on Restate, and called directly
- * in sequence by plain Node (no engine, the floor). The Temporal saga is measured by saga-overhead.ts. Each engine keeps its durable defaults; what it persists per
- * step is in its module (bench/engines/dbos.ts, bench/engines/restate.ts) and in `persists`.
+ * in sequence by plain Node (no engine, the floor). The Temporal saga is measured by saga-overhead.ts.
+ * Each engine keeps its durable defaults; what it persists per step is in its module
+ * (bench/engines/dbos.ts, bench/engines/restate.ts) and in `persists`.
  *
  * DBOS and Restate come from bench/engines/, a package of their own, installed here on first use
  * (`npm ci --prefix bench/engines`), so the project's own install does not carry them. Their modules
@@ -90,9 +91,10 @@ async function load<T>(file: string): Promise<T> {
  * The saga's happy-path steps on the project's activities, as workflows/order-saga.ts and
  * workflows/authorization-protocol.ts call them for a new order that ends COMPLETED: createOrder
  * writes the row with payment_flow 'authorization', and the activities move it themselves: PENDING →
- * RESERVED → AUTHORIZED → SHIPPED → CAPTURED → COMPLETED (no setOrderStatus call on that path). Each call runs in an activity context,
- * as a Temporal worker gives it (the activities read their caller's run ID and heartbeat through it),
- * with the engine's run ID in the workflow ID's place; a quiet logger.
+ * RESERVED → AUTHORIZED → SHIPPED → CAPTURED → COMPLETED (no setOrderStatus call on that path). Each
+ * call runs in an activity context, as a Temporal worker gives it (the activities read their caller's
+ * run ID and heartbeat through it), with the engine's run ID in the workflow ID's place; a quiet
+ * logger.
  */
 function orderSteps(acts: OrderActivities): OrderSteps {
   const logger = new DefaultLogger('ERROR', () => undefined);
