@@ -1,9 +1,10 @@
 /**
- * The engines section: the order saga's essential work — its COMPLETED happy path, the five steps
- * with the saga's own arguments and idempotency keys, on the project's own activities — run on DBOS
- * and on Restate, and called directly in sequence by plain Node (no engine, the floor). The Temporal
- * saga is measured by saga-overhead.ts. Each engine keeps its durable defaults; what it persists per
- * step is in its module (bench/engines/dbos.ts, bench/engines/restate.ts) and in `persists`.
+ * The engines section: the order saga's essential work — its COMPLETED happy path, the six steps of
+ * a new order (create, reserve, authorize, ship, capture, confirm) with the saga's own arguments and
+ * idempotency keys, on the project's own activities — run on DBOS and on Restate, and called directly
+ * in sequence by plain Node (no engine, the floor). The Temporal saga is measured by saga-overhead.ts.
+ * Each engine keeps its durable defaults; what it persists per step is in its module
+ * (bench/engines/dbos.ts, bench/engines/restate.ts) and in `persists`.
  *
  * DBOS and Restate come from bench/engines/, a package of their own, installed here on first use
  * (`npm ci --prefix bench/engines`), so the project's own install does not carry them. Their modules
@@ -21,7 +22,7 @@ import { MockActivityEnvironment } from '@temporalio/testing';
 import { DefaultLogger } from '@temporalio/worker';
 import type { OrderActivities } from '../activities';
 import { createPool } from '../db/pool';
-import { chargeKeyFor, orderTotalCents, workflowIdFor, type OrderInput } from '../domain/order';
+import { authorizeKeyFor, captureKeyFor, orderTotalCents, workflowIdFor, type OrderInput } from '../domain/order';
 import { freePort, stopProcess } from '../platform/processes';
 import { cpuMsByTree, cpuTotal, postmasterPid } from './cpu';
 import type { EngineHandle, OrderSteps, StartDbos, StartRestate } from './engines/types';
@@ -87,11 +88,13 @@ async function load<T>(file: string): Promise<T> {
 }
 
 /**
- * The saga's happy-path steps on the project's activities, as workflows/order-saga.ts calls them for
- * an order that ends COMPLETED (the activities move the row themselves: PENDING → RESERVED → CHARGED →
- * SHIPPED → COMPLETED; no setOrderStatus call on that path). Each call runs in an activity context,
- * as a Temporal worker gives it (the activities read their caller's run ID and heartbeat through it),
- * with the engine's run ID in the workflow ID's place; a quiet logger.
+ * The saga's happy-path steps on the project's activities, as workflows/order-saga.ts and
+ * workflows/authorization-protocol.ts call them for a new order that ends COMPLETED: createOrder
+ * writes the row with payment_flow 'authorization', and the activities move it themselves: PENDING →
+ * RESERVED → AUTHORIZED → SHIPPED → CAPTURED → COMPLETED (no setOrderStatus call on that path). Each
+ * call runs in an activity context, as a Temporal worker gives it (the activities read their caller's
+ * run ID and heartbeat through it), with the engine's run ID in the workflow ID's place; a quiet
+ * logger.
  */
 function orderSteps(acts: OrderActivities): OrderSteps {
   const logger = new DefaultLogger('ERROR', () => undefined);
@@ -120,21 +123,30 @@ function orderSteps(acts: OrderActivities): OrderSteps {
       // The saga sends a too-contended reservation to a serial lane; the bench's orders never need one.
       expect('reserveInventory', order.orderId, r.outcome, ['reserved']);
     },
-    async chargePayment(order, runId) {
+    async authorizePayment(order, runId) {
       const req = {
         orderId: order.orderId,
         amountCents: orderTotalCents(order),
         currency: order.currency,
         paymentMethod: order.paymentMethod,
-        idempotencyKey: chargeKeyFor(order.orderId),
-        markCharged: true,
+        idempotencyKey: authorizeKeyFor(order.orderId),
       };
-      const r = await inActivity('chargePayment', order.orderId, runId, () => acts.chargePayment(req));
-      expect('chargePayment', order.orderId, r.status ?? 'CHARGED', ['CHARGED']);
+      const r = await inActivity('authorizePayment', order.orderId, runId, () => acts.authorizePayment(req));
+      expect('authorizePayment', order.orderId, r.status, ['AUTHORIZED']);
     },
     async createShipment(order, runId) {
       const req = { orderId: order.orderId, byOperator: false };
       return (await inActivity('createShipment', order.orderId, runId, () => acts.createShipment(req))).trackingNumber;
+    },
+    async capturePayment(order, runId) {
+      // The first hold's keys, as the saga's first capture request names them (`holdKeysFor`).
+      const req = {
+        orderId: order.orderId,
+        authorizationKey: authorizeKeyFor(order.orderId),
+        captureKey: captureKeyFor(order.orderId),
+      };
+      const r = await inActivity('capturePayment', order.orderId, runId, () => acts.capturePayment(req));
+      expect('capturePayment', order.orderId, r.status, ['CAPTURED']);
     },
     async sendConfirmation(order, runId, trackingNumber) {
       const req = { orderId: order.orderId, trackingNumber };
@@ -181,8 +193,9 @@ export async function measureEngines(
           const runId = `plain-${order.orderId}`;
           await steps.createOrder(order, runId);
           await steps.reserveInventory(order, runId);
-          await steps.chargePayment(order, runId);
+          await steps.authorizePayment(order, runId);
           const tracking = await steps.createShipment(order, runId);
+          await steps.capturePayment(order, runId);
           return steps.sendConfirmation(order, runId, tracking);
         },
         stop: async () => undefined,

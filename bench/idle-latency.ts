@@ -24,7 +24,7 @@ export interface IdleStep {
   values: Record<string, unknown>;
   p50: number;
   p90: number;
-  /** The floor of five regular no-op activities on the same server, one at a time. */
+  /** The floor of six regular no-op activities (the essential steps) on the same server, one at a time. */
   floorP50: number;
 }
 

@@ -32,7 +32,7 @@ export function reportCliStartup(cli: CliStartupResult): void {
 /** The engines' table, with the Temporal saga's row from the saga-overhead section when it ran. */
 export function reportEngines(engines: EngineSide[] | string, opts: EnginesOptions, saga?: SagaOverheadResult): void {
   say(
-    `\nEngines: the saga's essential work (createOrder, reserve, charge through the provider, ship, confirm: the project's own activities) on each engine, same Postgres and provider; ${opts.idleOrders} orders one at a time, then ${opts.rounds} rounds of ${opts.orders} with ${opts.concurrency} in flight (ABBA); CPU per order by process:\n`,
+    `\nEngines: the saga's essential work (createOrder, reserve, authorize through the provider, ship, capture through the provider, confirm: the project's own activities) on each engine, same Postgres and provider; ${opts.idleOrders} orders one at a time, then ${opts.rounds} rounds of ${opts.orders} with ${opts.concurrency} in flight (ABBA); CPU per order by process:\n`,
   );
   if (typeof engines === 'string') {
     say(`not measured: ${engines}`);
@@ -57,7 +57,7 @@ export function reportEngines(engines: EngineSide[] | string, opts: EnginesOptio
 
 export function reportSagaOverhead(o: SagaOverheadResult, orders: number, rounds: number, concurrency: number): void {
   say(
-    `\nSaga overhead (dev server, history in a SQLite file as npm start keeps it, ${orders} workflows × ${rounds} rounds, ${concurrency} in flight, rounds in ABBA order; the floors are the five essential steps as no-ops: all regular activities, and like for like, local or regular as the saga runs them):\n`,
+    `\nSaga overhead (dev server, history in a SQLite file as npm start keeps it, ${orders} workflows × ${rounds} rounds, ${concurrency} in flight, rounds in ABBA order; the floors are the six essential steps as no-ops: all regular activities, and like for like, local or regular as the saga runs them):\n`,
   );
   say('| workflow | per s | p50 ms | p99 ms | one order, idle stack (ms) | history events |');
   say('|---|---:|---:|---:|---:|---:|');
@@ -68,7 +68,7 @@ export function reportSagaOverhead(o: SagaOverheadResult, orders: number, rounds
       `| ${name} | ${ratio(a.perSecond, b.perSecond)}× | ${ratio(a.p50, b.p50)}× | ${ratio(a.p99, b.p99)}× | ${ratio(ia, ib)}× | |`,
     );
   row('full saga', o.saga, o.idle.saga, o.historyEvents.saga);
-  row('essential-work floor (5 regular)', o.floor, o.idle.floor, o.historyEvents.floor);
+  row('essential-work floor (6 regular)', o.floor, o.idle.floor, o.historyEvents.floor);
   row('like-for-like floor', o.like, o.idle.like, o.historyEvents.like);
   rel('saga / essential-work floor', o.saga, o.floor, o.idle.saga, o.idle.floor);
   rel('saga / like-for-like floor', o.saga, o.like, o.idle.saga, o.idle.like);
@@ -89,7 +89,7 @@ export function reportSagaOverhead(o: SagaOverheadResult, orders: number, rounds
   say(`|---|${procs.map(() => '---:').join('|')}|---:|`);
   for (const [name, x] of [
     ['full saga', o.saga],
-    ['essential-work floor (5 regular)', o.floor],
+    ['essential-work floor (6 regular)', o.floor],
     ['like-for-like floor', o.like],
     ['saga, no payload codec', o.plain],
   ] as const)
@@ -132,7 +132,7 @@ export function reportIdleLatency(idleLatency: IdleStep[], idleOrders: number): 
   say(
     `\nIdle latency (one order at a time, ${idleOrders} each after a warm-up; a fresh dev server per row, history in a SQLite file as npm start keeps it; each row adds one setting of servers/latency.ts to the row above):\n`,
   );
-  say('| setting | saga p50 ms | saga p90 ms | five no-op regular activities, p50 ms |');
+  say('| setting | saga p50 ms | saga p90 ms | six no-op regular activities, p50 ms |');
   say('|---|---:|---:|---:|');
   for (const st of idleLatency) {
     const what = st.setting === 'defaults' ? "the dev server's defaults" : `+ ${st.setting}`;

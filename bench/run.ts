@@ -5,7 +5,7 @@
  *   idle-latency   one order at a time on an idle stack (idle-latency.ts): the dev server's defaults,
  *                  then each latency setting of servers/latency.ts added in turn
  *   saga-overhead  the saga's overhead (saga-overhead.ts): the full saga against the essential-work
- *                  floor (the five steps as no-op activities) and the like-for-like floor (the same
+ *                  floor (the six steps as no-op activities) and the like-for-like floor (the same
  *                  steps local or regular as the saga runs them), dev server; the saga without the
  *                  payload codec; CPU per workflow by process
  *   engines        the saga's essential work on other engines (engines.ts): plain Node, DBOS and

@@ -1,7 +1,7 @@
 /**
  * The saga's own cost per order, counted (not timed): what one happy-path order adds to Temporal's
  * history (events, workflow tasks, search attribute updates, timers) and how many promises the
- * workflow code creates, against the like-for-like floor doing the same five steps.
+ * workflow code creates, against the like-for-like floor doing the same six steps.
  *
  * Promises are counted with a V8 promise hook (`v8.promiseHooks`, the hook the SDK itself uses for
  * stack traces) while one workflow runs at a time on a worker in `debugMode`, which runs workflow

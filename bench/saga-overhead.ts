@@ -1,6 +1,6 @@
 /**
  * The saga's overhead: the full order saga against two floors of the essential work (`workflows.ts`):
- * the five essential steps as no-op regular activities, and the like-for-like floor (the same steps
+ * the six essential steps as no-op regular activities, and the like-for-like floor (the same steps
  * local or regular as the saga runs them), on the dev server, with one worker of the production
  * worker's settings; and the same saga without the payload codec, for the codec's cost. CPU per
  * workflow by process (dev server, worker, provider, Postgres) for each, from /proc (`cpu.ts`).

@@ -57,7 +57,7 @@ export function sweepTarget(r: SweepBenchResult): Target {
 
 /**
  * The saga against what an order cannot do without: the like-for-like floor (Temporal running the
- * same five steps as no-ops) plus the plain work (the same five calls in plain Node, the engines
+ * same six steps as no-ops) plus the plain work (the same six calls in plain Node, the engines
  * section), measured in the same run.
  */
 function sagaCostTargets(saga: SagaOverheadResult, engines: EngineSide[]): Target[] {

@@ -1,30 +1,38 @@
 /**
  * The saga-overhead section's workflows: the real saga, and two floors of the essential work only:
- * five no-op regular activities, and the same five steps of the kinds the saga runs them (local or
+ * six no-op regular activities, and the same six steps of the kinds the saga runs them (local or
  * regular, `SAGA_STEP_KINDS`), so that the saga's ratio to it measures the saga's own work.
  */
 import { condition, defineSignal, proxyActivities, proxyLocalActivities, setHandler } from '@temporalio/workflow';
 
 export { orderSaga } from '../workflows';
 
-/** The work an order really needs, and nothing of our own: create, reserve, charge, ship, confirm. */
+/**
+ * The work an order really needs, and nothing of our own: create, reserve, authorize, ship, capture,
+ * confirm (the six steps of a new order, workflows/order-saga.ts).
+ */
 export const ESSENTIAL_STEPS = [
   'createOrder',
   'reserveInventory',
-  'chargePayment',
+  'authorizePayment',
   'createShipment',
+  'capturePayment',
   'sendConfirmation',
 ] as const;
 
 /**
- * How the saga runs each essential step on its happy path (docs/saga.md, "Round trips"): local first,
- * or a regular activity. The bench checks this against a completed saga's history.
+ * How the saga runs each essential step on its happy path (workflows/order-saga.ts and
+ * workflows/authorization-protocol.ts; docs/saga.md, "Round trips"): local first, or a regular
+ * activity. The hold and its capture are regular (`saga.act`, one request per attempt); the shipment
+ * runs in the task that receives the hold's result, the confirmation in the one that receives the
+ * capture's. The bench checks this against a completed saga's history.
  */
 export const SAGA_STEP_KINDS: Record<(typeof ESSENTIAL_STEPS)[number], 'local' | 'regular'> = {
   createOrder: 'local',
   reserveInventory: 'regular',
-  chargePayment: 'regular',
+  authorizePayment: 'regular',
   createShipment: 'local',
+  capturePayment: 'regular',
   sendConfirmation: 'local',
 };
 

@@ -1,6 +1,7 @@
 /**
  * The order saga's happy path as a DBOS workflow: one registered workflow, one `DBOS.runStep` per
- * step, the system database on the bench's own Postgres (a database of its own on the same server).
+ * step (the six of a new order: create, reserve, authorize, ship, capture, confirm), the system
+ * database on the bench's own Postgres (a database of its own on the same server).
  *
  * What it persists, with DBOS's defaults (nothing here changes them): the workflow's status row and
  * its input when it starts, then one row per completed step in `operation_outputs` (the step's output,
@@ -20,8 +21,9 @@ export const startDbos: StartDbos = async (opts) => {
       const runId = DBOS.workflowID!;
       await DBOS.runStep(() => steps.createOrder(order, runId), { name: 'createOrder' });
       await DBOS.runStep(() => steps.reserveInventory(order, runId), { name: 'reserveInventory' });
-      await DBOS.runStep(() => steps.chargePayment(order, runId), { name: 'chargePayment' });
+      await DBOS.runStep(() => steps.authorizePayment(order, runId), { name: 'authorizePayment' });
       const tracking = await DBOS.runStep(() => steps.createShipment(order, runId), { name: 'createShipment' });
+      await DBOS.runStep(() => steps.capturePayment(order, runId), { name: 'capturePayment' });
       return DBOS.runStep(() => steps.sendConfirmation(order, runId, tracking), { name: 'sendConfirmation' });
     },
     { name: 'orderSaga' },

@@ -1,7 +1,8 @@
 /**
- * The order saga's happy path as a Restate workflow: one handler, one `ctx.run` per step, served by
- * an HTTP/2 endpoint on loopback that the Restate server calls; the server is a child process with
- * its data in a temporary directory, every listener on 127.0.0.1.
+ * The order saga's happy path as a Restate workflow: one handler, one `ctx.run` per step (the six of
+ * a new order: create, reserve, authorize, ship, capture, confirm), served by an HTTP/2 endpoint on
+ * loopback that the Restate server calls; the server is a child process with its data in a temporary
+ * directory, every listener on 127.0.0.1.
  *
  * What it persists, with the server's defaults (only addresses, telemetry and logging are set): each
  * `ctx.run` result is a journal entry the server appends to its log (Bifrost, the `replicated`
@@ -62,8 +63,9 @@ export const startRestate: StartRestate = async (opts) => {
         const runId = ctx.request().id;
         await ctx.run('createOrder', () => once(() => steps.createOrder(order, runId)));
         await ctx.run('reserveInventory', () => once(() => steps.reserveInventory(order, runId)));
-        await ctx.run('chargePayment', () => once(() => steps.chargePayment(order, runId)));
+        await ctx.run('authorizePayment', () => once(() => steps.authorizePayment(order, runId)));
         const tracking = await ctx.run('createShipment', () => once(() => steps.createShipment(order, runId)));
+        await ctx.run('capturePayment', () => once(() => steps.capturePayment(order, runId)));
         return ctx.run('sendConfirmation', () => once(() => steps.sendConfirmation(order, runId, tracking)));
       },
     },

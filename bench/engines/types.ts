@@ -13,15 +13,19 @@ export interface BenchOrder {
 }
 
 /**
- * The saga's happy path, one function per durable step, each calling the project's own activity.
- * `runId` is the engine's ID of the run (the activities record it as the order's owner run).
+ * The saga's happy path, one function per durable step, each calling the project's own activity: the
+ * six steps of a new order (create, reserve, authorize, ship, capture, confirm). `runId` is the
+ * engine's ID of the run (the activities record it as the order's owner run).
  */
 export interface OrderSteps {
   createOrder(order: BenchOrder, runId: string): Promise<void>;
   reserveInventory(order: BenchOrder, runId: string): Promise<void>;
-  chargePayment(order: BenchOrder, runId: string): Promise<void>;
+  /** The hold on the card, before the shipment. */
+  authorizePayment(order: BenchOrder, runId: string): Promise<void>;
   /** Returns the tracking number. */
   createShipment(order: BenchOrder, runId: string): Promise<string>;
+  /** The capture of the hold, after the shipment. */
+  capturePayment(order: BenchOrder, runId: string): Promise<void>;
   /** Returns the order row's status afterwards (COMPLETED). */
   sendConfirmation(order: BenchOrder, runId: string, trackingNumber: string): Promise<string>;
 }
