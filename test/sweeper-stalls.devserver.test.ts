@@ -61,7 +61,7 @@ function testActivities(env: TestWorkflowEnvironment, db: Pool, queue: string): 
       if (failing.has(req.orderId)) return ApplicationFailure.retryable('the carrier is down', 'CarrierDown');
       await held('createShipment', req.orderId);
     },
-    chargePayment: (req) => held('chargePayment', req.orderId),
+    authorizePayment: (req) => held('authorizePayment', req.orderId),
     // After its commit: the row is COMPLETED, the run's last workflow task still to come.
     sendConfirmation: { after: (req) => held('sendConfirmation', req.orderId) },
   });
@@ -139,7 +139,7 @@ async function until(what: string, check: () => Promise<boolean>, tries = 300): 
 
 /** Holds the step's activity of this order (a regular activity: no workflow task in flight) until released. */
 function hold(
-  step: 'chargePayment' | 'createShipment' | 'sendConfirmation',
+  step: 'authorizePayment' | 'createShipment' | 'sendConfirmation',
   orderId: string,
 ): { release: () => void; started: () => boolean } {
   let release!: () => void;
@@ -193,7 +193,7 @@ describe('an activity that keeps failing past the bound', () => {
     expect(reason).toMatch(
       /createShipment is paused by ops-on-call since \d{4}-\d\d-\d\dT[\d:.]+Z \(carrier incident\)/,
     );
-    expect(reason).toMatch(new RegExp(`order CHARGED, total 15\\.00 USD, stock held: ${sku} x2`));
+    expect(reason).toMatch(new RegExp(`order AUTHORIZED, total 15\\.00 USD, stock held: ${sku} x2`));
     process.stdout.write(`stall test, told a person: ${reason}\n`);
 
     // Told once; never unpaused; named among the stalled orders.
@@ -209,7 +209,7 @@ describe('an activity that keeps failing past the bound', () => {
     const said: string[] = [];
     const io = { out: (l: string) => void said.push(l), err: (l: string) => void said.push(l) };
     expect(await runCli(['sweeps', '--stalled'], cfg, io)).toBe(0);
-    expect(said.join('\n')).toMatch(new RegExp(`CHARGED +\\S+ +person +${order.orderId} \\[activity-paused\\]: `));
+    expect(said.join('\n')).toMatch(new RegExp(`AUTHORIZED +\\S+ +person +${order.orderId} \\[activity-paused\\]: `));
     said.length = 0;
     expect(await runCli(['views'], cfg, io)).toBe(0);
     expect(said.join('\n')).toMatch(new RegExp(`stalled: .*${order.orderId} \\(activity-paused\\)`));
@@ -285,14 +285,14 @@ async function untilStalledOnTask(orderId: string): Promise<void> {
 describe('a versioning override to a build nobody polls', () => {
   it('is removed by the sweeper, and the run completes', async () => {
     const { order } = await newOrder('override');
-    const held = hold('chargePayment', order.orderId);
+    const held = hold('authorizePayment', order.orderId);
     const handle = await start(order, versionedQueue);
-    await until('the charge running', () => Promise.resolve(held.started()));
+    await until('the authorization running', () => Promise.resolve(held.started()));
     await pinToGhost(order.orderId);
     held.release();
-    // The charge completes; the next workflow task waits for the ghost build.
+    // The authorization completes; the next workflow task waits for the ghost build.
     await untilStalledOnTask(order.orderId);
-    expect(await rowStatus(order.orderId)).toBe('CHARGED');
+    expect(await rowStatus(order.orderId)).toBe('AUTHORIZED');
 
     const report = await sweep([order.orderId]);
     expect(report.actions.map((a) => [a.action, a.cause])).toEqual([['remove-override', 'override-unpolled']]);
@@ -344,12 +344,12 @@ describe('an order the sweeper cannot read', () => {
     });
     await aRun.terminate('stall test: a run whose payloads this worker cannot open');
 
-    // B: terminated in its charge, an ordinary stranded order (its held attempt is let go at the end).
+    // B: terminated in its authorization, an ordinary stranded order (its held attempt is let go at the end).
     const { order: b } = await newOrder('stranded');
-    const held = hold('chargePayment', b.orderId);
+    const held = hold('authorizePayment', b.orderId);
     const bRun = await start(b);
-    await until('the charge running', () => Promise.resolve(held.started()));
-    await bRun.terminate('stall test: terminated in the charge');
+    await until('the authorization running', () => Promise.resolve(held.started()));
+    await bRun.terminate('stall test: terminated in the authorization');
 
     const before = stats.unreadable;
     const report = await sweep([a.orderId, b.orderId]);
