@@ -1,6 +1,6 @@
 /**
- * The happy path as recorded: a fixture whose history is a plain completed saga (its reservation
- * failed once inside the activity's own retries, which adds no event), and what it counts. The
+ * The happy path as recorded: a fixture whose history is a plain completed saga of the authorization
+ * era (authorized, shipped, captured, confirmed), and what it counts. The
  * replay test checks that the fixture is the happy path; the docs check compares the figures that
  * docs/saga.md and docs/decisions.md give with these counts.
  */
@@ -13,7 +13,7 @@ export const HAPPY_PATH_FIXTURE = path.resolve(
   'test',
   'fixtures',
   'histories',
-  'transient-reserveInventory.json',
+  'auth-happy-path.json',
 );
 
 export interface HistoryCounts {
