@@ -91,6 +91,13 @@ function activityEvents(
 }
 
 /** The saga's state at the close of its run, from the history and the outcome alone. */
+/** The money requests and the name of their count in the run's `attempts`. */
+const MONEY_REQUESTS: Record<string, string> = {
+  chargePayment: 'charge',
+  authorizePayment: 'authorize',
+  capturePayment: 'capture',
+};
+
 export function stateFromHistory(
   orderId: string,
   events: Event[],
@@ -112,11 +119,13 @@ export function stateFromHistory(
         }
         step = label;
       } else if (COMPENSATIONS.includes(a.type)) step = `compensate:${a.type}`;
-      if (a.type === 'chargePayment') {
-        attempts.charge = (attempts.charge ?? 0) + 1;
+      // The money requests, as the run counts them (`attempts.charge`, `.authorize`, `.capture`).
+      const request = MONEY_REQUESTS[a.type];
+      if (request) {
+        attempts[request] = (attempts[request] ?? 0) + 1;
         inquiriesSinceCharge = 0;
       }
-      if (a.type === 'inquireCharge') inquiriesSinceCharge++;
+      if (a.type === 'inquireCharge' || a.type === 'inquireAuthorization') inquiriesSinceCharge++;
       if (a.type === 'reserveInventorySerial') attempts.reserveLane = (attempts.reserveLane ?? 0) + 1;
       // The charge step is also done when an inquiry (or an operator) found it taken: the row moves to CHARGED.
       if (a.type === 'setOrderStatus' && (a.input as { status?: string } | undefined)?.status === 'CHARGED')
@@ -131,7 +140,7 @@ export function stateFromHistory(
     if (a.type === 'reserveInventory') {
       if (typeof result?.attempts === 'number') attempts.reserveCas = result.attempts;
       if (result?.outcome !== 'route-to-lane') done.add('reserveInventory');
-    } else if (a.type === 'inquireCharge') attempts.inquiry = inquiriesSinceCharge;
+    } else if (a.type === 'inquireCharge' || a.type === 'inquireAuthorization') attempts.inquiry = inquiriesSinceCharge;
     else if (
       label &&
       !['inquireCharge', 'inquireAuthorization', 'inquireCapture', 'reauthorizePayment'].includes(a.type)

@@ -1,16 +1,18 @@
 /**
- * A deploy with Worker Versioning, on the real Temporal dev server, with in-process workers of two
- * builds (createOrderWorkers with versioning on, two workflow bundles):
- *   build A (today's saga) is current; build B (test/support/workflows-b.ts: an incompatible change,
- *   one more command at the start) starts beside it, its workers polling but getting nothing;
+ * A deploy across the change of the money's era, with Worker Versioning, on the real Temporal dev
+ * server:
+ *   build A is the charge era's build (test/support/charge-era.ts: this repository at its last
+ *   commit before the authorization era, a worker process of its own tree) and is current; build B
+ *   (this tree, in-process workers) starts beside it, its workers polling but getting nothing;
  *   A runs an order whose charge the provider holds up, and meanwhile B is made current
  *   (lib/deployments.ts, as npm start does once its workers poll);
- *   a new order runs on B, A's order finishes on A (every workflow task of it, also those after B
- *   became current), and A's history does not replay on B's code: why every saga is pinned.
+ *   a new order runs on B: authorized, shipped, captured; A's order finishes on A, charged (every
+ *   workflow task of it, also those after B became current), and A's history does not replay on B's
+ *   code: why every saga is pinned.
  * Then A drains (no pinned run left), its workers stop, and `client.ts status` still answers for
  * A's closed order, from the server alone.
  */
-import path from 'node:path';
+import type { ChildProcess } from 'node:child_process';
 import type { WorkflowHandle } from '@temporalio/client';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { Worker, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
@@ -32,7 +34,9 @@ import {
 import { orderOutcome } from '../lib/order-outcome';
 import { createOrderWorkers, type OrderWorkers } from '../worker';
 import { DEFAULT_SAGA_CONFIG, orderSaga, stateQuery, type SagaState } from '../workflows';
-import { createProduct, ledger, makeOrder, testAdmin, testPool, uid } from './support/helpers';
+import { createProduct, holds, ledger, makeOrder, testAdmin, testPool, uid } from './support/helpers';
+import { CHARGE_ERA_BUILD_ID, chargeEraWorkflows, startChargeEraWorker } from './support/charge-era';
+import { stopProcess } from '../platform/processes';
 import { bundleWorkflows, dataConverter, startDevServer } from './support/temporal-env';
 
 let env: TestWorkflowEnvironment;
@@ -41,6 +45,7 @@ let cfg: AppConfig;
 let bundleA: WorkflowBundleWithSourceMap;
 let bundleB: WorkflowBundleWithSourceMap;
 const pools: OrderWorkers[] = [];
+let workerA: ChildProcess | undefined;
 const running: Promise<void>[] = [];
 const admin = testAdmin();
 const namespace = 'default';
@@ -67,14 +72,13 @@ beforeAll(async () => {
     // The held-up charge (10 s) is answered within the worker's wait: a slow charge, not an unknown one.
     PROVIDER_TIMEOUT_MS: '11500',
   });
-  [bundleA, bundleB] = await Promise.all([
-    bundleWorkflows(),
-    bundleWorkflows(path.resolve(__dirname, 'support/workflows-b.ts')),
-  ]);
+  bundleA = await bundleWorkflows(chargeEraWorkflows());
+  bundleB = await bundleWorkflows();
 });
 
 afterAll(async () => {
   await admin.clear();
+  if (workerA) await stopProcess(workerA, 'SIGKILL');
   for (const w of pools) w.shutdown();
   await Promise.all(running);
   for (const w of pools) {
@@ -145,13 +149,21 @@ describe('a deploy with Worker Versioning (dev server)', () => {
     const lanes = DEFAULT_SAGA_CONFIG.inventoryLanes;
     const taskQueues = orderTaskQueues(cfg.taskQueue, lanes);
     const real = resolveBuildId();
-    const A = { deploymentName: DEPLOYMENT_NAME, buildId: real };
-    const B = { deploymentName: DEPLOYMENT_NAME, buildId: `${real}.deploy-test-b` };
-    say(`build A = ${versionName(A)} (this tree, lib/deployments.ts), build B = ${versionName(B)} (workflows-b)`);
+    const A = { deploymentName: DEPLOYMENT_NAME, buildId: CHARGE_ERA_BUILD_ID };
+    const B = { deploymentName: DEPLOYMENT_NAME, buildId: real };
+    say(`build A = ${versionName(A)} (the charge era's build), build B = ${versionName(B)} (this tree)`);
 
-    // ---- Build A: workers, then current ----
-    const workersA = await startBuild(A.buildId, bundleA);
-    expect(workersA.version).toEqual(A);
+    // ---- Build A: a worker process of the charge era's tree, then current ----
+    workerA = await startChargeEraWorker({
+      TEMPORAL_ADDRESS: env.address,
+      TEMPORAL_NAMESPACE: namespace,
+      TASK_QUEUE: cfg.taskQueue,
+      DATABASE_URL: inject('roleUrls').app,
+      READER_DATABASE_URL: inject('roleUrls').reader,
+      PROVIDER_URL: inject('providerUrl'),
+      PROVIDER_API_KEY: inject('providerApiKey'),
+      PROVIDER_TIMEOUT_MS: '11500',
+    });
     const madeA = await makeVersionCurrent(env.connection, { namespace, version: A, taskQueues });
     expect(madeA.previous).toBeUndefined();
     say(`A current after ${madeA.waitedMs} ms`);
@@ -185,7 +197,7 @@ describe('a deploy with Worker Versioning (dev server)', () => {
     expect((await describeVersion(env.connection, namespace, A)).status).toBe('DRAINING');
     expect(await openPinnedRuns(env.connection, namespace, A)).toBe(1);
 
-    // ---- A new order runs on B; the first one finishes on A ----
+    // ---- A new order runs on B; the first one finishes on A, each on its own steps ----
     const second = makeOrder(line);
     const h2 = await start(second);
     expect(await orderOutcome(h2)).toMatchObject({ status: 'COMPLETED' });
@@ -205,6 +217,34 @@ describe('a deploy with Worker Versioning (dev server)', () => {
     expect(after.length).toBeGreaterThanOrEqual(1); // the charge's answer came back to A, not B
     expect(on2).toMatchObject({ run: versionName(B), behavior: 'PINNED' });
     expect(on2.tasks.every((t) => t.build === B.buildId)).toBe(true);
+    const steps = async (h: WorkflowHandle) =>
+      ((await h.fetchHistory()).events ?? []).flatMap((e) => {
+        const a = e.activityTaskScheduledEventAttributes?.activityType?.name;
+        return a ? [a] : [];
+      });
+    const [money1, money2] = [
+      { ...(await ledger(db, first.orderId)), ...(await holds(db, first.orderId)) },
+      { ...(await ledger(db, second.orderId)), ...(await holds(db, second.orderId)) },
+    ];
+    say(
+      `order ${first.orderId} on A, old steps: regular activities ${(await steps(h1)).join(', ')}; provider: ${money1.charges.length} charge(s) ${money1.charges.map((c) => `${c.status} ${c.amount}`).join(', ')}, ${money1.authorizations.length} authorization(s)`,
+    );
+    say(
+      `order ${second.orderId} on B, new steps: regular activities ${(await steps(h2)).join(', ')}; provider: ${money2.charges.length} charge(s), authorization(s) ${money2.authorizations.map((a) => `${a.status} ${a.amount}`).join(', ')}, capture(s) ${money2.captures.map((c) => `${c.status} ${c.amount}`).join(', ')}`,
+    );
+    expect(await steps(h1)).toContain('chargePayment');
+    expect(await steps(h1)).not.toContain('authorizePayment');
+    expect(money1.charges.map((c) => c.status)).toEqual(['succeeded']);
+    expect(money1.authorizations).toEqual([]);
+    expect(await steps(h2)).toEqual(expect.arrayContaining(['authorizePayment', 'capturePayment']));
+    expect(await steps(h2)).not.toContain('chargePayment');
+    expect(money2.charges).toEqual([]);
+    expect(money2.captures.map((c) => [c.status, c.amount])).toEqual([['succeeded', 1500]]);
+    const eras = await db.query<{ order_id: string; payment_flow: string }>({
+      text: 'SELECT order_id, payment_flow FROM orders WHERE order_id = ANY($1::text[]) ORDER BY order_id = $2 DESC',
+      values: [[first.orderId, second.orderId], first.orderId],
+    });
+    expect(eras.rows.map((r) => r.payment_flow)).toEqual(['charge', 'authorization']);
 
     // ---- Why pinning matters: A's history does not replay on B's code (it does on A's) ----
     const history1 = await h1.fetchHistory();
@@ -251,7 +291,8 @@ describe('a deploy with Worker Versioning (dev server)', () => {
       alreadyCurrent: true,
     });
 
-    workersA.shutdown();
+    await stopProcess(workerA, 'SIGTERM');
+    workerA = undefined;
     const closedA = await status(first.orderId);
     expect(closedA.code, closedA.err).toBe(0);
     expect(closedA.state).toMatchObject({
