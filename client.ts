@@ -21,6 +21,7 @@ import { register as keys } from './cli/keys';
 import { register as list } from './cli/list';
 import { register as load } from './cli/load';
 import { register as place } from './cli/place';
+import { register as refund } from './cli/refund';
 import { register as resolve } from './cli/resolve';
 import { register as schedule } from './cli/schedule';
 import { register as stats } from './cli/stats';
@@ -39,6 +40,7 @@ const COMMANDS = [
   status,
   cancel,
   resolve,
+  refund,
   list,
   stats,
   check,
@@ -75,7 +77,7 @@ function program(ctx: CliContext, name: string): Command {
 Environment: TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE or a Temporal connection profile (TEMPORAL_PROFILE,
 TEMPORAL_CONFIG_FILE, TEMPORAL_API_KEY, TEMPORAL_TLS_*: docs/own-temporal.md), TASK_QUEUE,
 TEMPORAL_UI_URL, DATABASE_URL (the application's role), READER_DATABASE_URL (the read-only role:
-check, findings), WORKER_METRICS_URL (stats). Unset: what a running "npm start" recorded in .data/runtime.json, else loopback defaults.
+check, findings), WORKER_METRICS_URL (stats), PROVIDER_URL and PROVIDER_API_KEY (refund). Unset: what a running "npm start" recorded in .data/runtime.json, else loopback defaults.
 
 Exit codes: 0 success (place: the order COMPLETED); 1 the order ended otherwise, or the command
 failed or was refused; 2 invalid input (named on stderr; nothing started, nothing written);

@@ -1,12 +1,14 @@
 /**
  * What every command of client.ts shares, built once per run: the configuration and its Web UI links,
- * the Temporal client (connected on first use), the stores, the output, the exit codes and CliError.
+ * the Temporal client (connected on first use), the stores, the payment provider's client, the
+ * output, the exit codes and CliError.
  */
 import { Client, Connection } from '@temporalio/client';
 import { dataConverterFor, requirePayloadKeys } from '../platform/payload-codec';
 import { activeTracing } from '../platform/tracing';
 import { listUrl, runUrl, type AppConfig } from '../lib/config';
 import { openOrderStore, type OrderStore, type StoreRole } from '../lib/order-store';
+import { createProviderClient, type AuthorizationClient, type ProviderClient } from '../provider/client';
 
 export const EXIT = { ok: 0, notCompleted: 1, invalid: 2, duplicate: 3 } as const;
 
@@ -41,6 +43,8 @@ export interface CliContext {
   openStore(role: StoreRole, opts?: { max?: number }): OrderStore | undefined;
   /** The store of `role` for `command`; without a URL for it the command cannot run (exit 1). */
   needStore(role: StoreRole, command: string, max?: number): OrderStore;
+  /** The payment provider's client (PROVIDER_URL, PROVIDER_API_KEY, PROVIDER_TIMEOUT_MS), made on first use. */
+  provider(): ProviderClient & AuthorizationClient;
   /** Receives the command's exit code. */
   done(code: number): void;
 }
@@ -53,6 +57,7 @@ export function createContext(
   done: (code: number) => void,
 ): CliContext {
   let client: Promise<Client> | undefined = shared.client ? Promise.resolve(shared.client) : undefined;
+  let provider: (ProviderClient & AuthorizationClient) | undefined;
   const openStore = (role: StoreRole, opts?: { max?: number }): OrderStore | undefined =>
     openOrderStore(cfg, role, opts);
   return {
@@ -71,6 +76,14 @@ export function createContext(
       const variable = role === 'reader' ? 'READER_DATABASE_URL or DATABASE_URL' : 'DATABASE_URL';
       throw new CliError(`${command} needs ${variable} (or a running "npm start")`, EXIT.notCompleted);
     },
+    provider: () =>
+      (provider ??= createProviderClient({
+        baseUrl: cfg.providerUrl,
+        apiKey: cfg.providerApiKey,
+        timeoutMs: cfg.providerTimeoutMs,
+        // The provider's log lines say who called.
+        clientName: 'client.ts',
+      })),
     done,
   };
 }

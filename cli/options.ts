@@ -4,7 +4,7 @@
  */
 import { InvalidArgumentError, Option } from '@commander-js/extra-typings';
 import type { GenericSchema, InferOutput } from 'valibot';
-import { IdSchema } from '../domain/order';
+import { IdSchema, LIMITS } from '../domain/order';
 import { parseWith, wholeNumber } from '../domain/validation';
 
 /** A whole number from min to max (the shared rule of domain/validation.ts). */
@@ -12,6 +12,14 @@ export const whole =
   (min: number, max: number) =>
   (text: string): number =>
     checked(wholeNumber(min, max, `Expected a whole number from ${min} to ${max}.`), number(text));
+
+/** An amount of money: a whole number of cents, at least 1 and at most an order's largest total. */
+export function cents(text: string): number {
+  const n = Number(text);
+  if (!/^\d+$/.test(text.trim()) || n < 1 || n > LIMITS.maxTotalCents)
+    throw new InvalidArgumentError(`Expected a whole number of cents from 1 to ${LIMITS.maxTotalCents}.`);
+  return n;
+}
 
 /** Text to a number; what range it must be in is the schema's to say (lib/load.ts for load's options). */
 export function number(text: string): number {

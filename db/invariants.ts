@@ -44,6 +44,15 @@ export interface CheckReport {
 const SETTLED_ELSEWHERE = `SELECT order_id FROM order_requests
   WHERE kind = 'resolve' AND action = 'settled-elsewhere' AND outcome = 'accepted'`;
 
+/**
+ * A refund of the ledger (row `r`, of the charge or capture key `sourceKey`) that client.ts refund
+ * recorded (migrations/0019_refunds.sql), for the order `orderId` when given: the same key, source
+ * and amount, not refused. Such a refund after the shipment is a person's; any other is not.
+ */
+const RECORDED_REFUND = (r: string, sourceKey: string, orderId?: string): string =>
+  `EXISTS (SELECT 1 FROM order_refunds x WHERE x.refund_key = ${r}.idempotency_key${orderId ? ` AND x.order_id = ${orderId}` : ''}
+     AND x.source_key = ${sourceKey} AND x.amount_cents = ${r}.amount_cents AND x.status <> 'refused')`;
+
 export const RULES = {
   doubleCharge: 'no order charged twice',
   refundWithoutCharge: 'no refund without a charge',
@@ -54,13 +63,15 @@ export const RULES = {
   noHeldOnFailed: 'no reservation left HELD on a FAILED or CANCELLED order',
   orphanCharge: 'no successful charge whose order is missing',
   shippedPaidOnce:
-    'every SHIPPED or COMPLETED order of the charge era has exactly one succeeded, unrefunded charge equal to its total in its currency',
+    'every SHIPPED or COMPLETED order of the charge era has exactly one succeeded charge equal to its total in its currency, refunded by client.ts refund only',
   captureWithoutShipment: 'no capture without a shipment',
   openHoldOnTerminal: 'no authorization still open on a terminal order',
   completedCapturedTotal: 'a COMPLETED order of the authorization era is captured for exactly its total',
   nothingCapturedOnFailed: 'nothing is captured on a CANCELLED or FAILED order',
   refundWithoutCapture: 'no refund on money never captured, nor above its capture',
-  noRefundOnShipped: 'no refund on a shipped order',
+  noRefundOnShipped: 'no refund on a shipped order but the ones client.ts refund recorded',
+  refundsRecorded:
+    'every refund client.ts refund recorded as made is in the ledger for its amount, and none it recorded as refused is',
   shipmentsMatchSold: 'shipments match SOLD reservations, and no HELD reservation remains on a COMPLETED order',
   quotaMatchesHolds: 'purchase quota held equals what the HELD and SOLD reservations hold',
   closedRunTerminal: 'an order whose workflow has closed is in a terminal status',
@@ -223,7 +234,10 @@ export async function checkInvariants(
              COALESCE(c.status || ' charge of ' || c.amount_cents || ' ' || c.currency || ', refunded ' || COALESCE(r.refunded, 0), 'no charge') AS detail
       FROM orders o
       LEFT JOIN provider.charges c ON c.idempotency_key = o.order_id || ':charge'
-      LEFT JOIN (SELECT charge_key, sum(amount_cents) AS refunded FROM provider.refunds GROUP BY charge_key) r ON r.charge_key = c.idempotency_key
+      -- Refunds client.ts refund recorded are the person's, after the shipment; any other counts.
+      LEFT JOIN (SELECT rr.charge_key, sum(rr.amount_cents) AS refunded FROM provider.refunds rr
+                  WHERE rr.charge_key IS NOT NULL AND NOT ${RECORDED_REFUND('rr', 'rr.charge_key')}
+                  GROUP BY rr.charge_key) r ON r.charge_key = c.idempotency_key
       WHERE o.status = ANY ($1::text[]) AND o.payment_flow = 'charge'
         AND (c.idempotency_key IS NULL OR c.status <> 'succeeded' OR c.amount_cents <> o.total_cents OR c.currency <> o.currency
              OR COALESCE(r.refunded, 0) <> 0)`,
@@ -300,14 +314,38 @@ export async function checkInvariants(
         (
           await client.query<{ order_id: string; detail: string }>({
             text: `
-      SELECT o.order_id, 'refund ' || r.idempotency_key || ' of ' || r.amount_cents || ' on a ' || o.status || ' order'
-             || CASE WHEN s.order_id IS NOT NULL THEN ' with shipment ' || s.tracking_number ELSE '' END AS detail
-      FROM provider.refunds r
-      JOIN orders o ON r.charge_key = o.order_id || ':charge'
+      WITH r AS (
+        -- A refund of an order's charge, or of the capture of one of its holds.
+        SELECT r.idempotency_key, r.amount_cents, r.charge_key AS source_key, o.order_id
+          FROM provider.refunds r JOIN orders o ON r.charge_key = o.order_id || ':charge'
+        UNION ALL
+        SELECT r.idempotency_key, r.amount_cents, r.capture_key, a.reference
+          FROM provider.refunds r JOIN provider.captures c ON c.idempotency_key = r.capture_key
+          JOIN provider.authorizations a ON a.idempotency_key = c.authorization_key
+         WHERE a.reference IS NOT NULL
+      )
+      SELECT o.order_id, 'refund ' || r.idempotency_key || ' of ' || r.amount_cents || ' (of ' || r.source_key || ') on a ' || o.status || ' order'
+             || CASE WHEN s.order_id IS NOT NULL THEN ' with shipment ' || s.tracking_number ELSE '' END
+             || ', not recorded by client.ts refund' AS detail
+      FROM r JOIN orders o ON o.order_id = r.order_id
       LEFT JOIN shipments s ON s.order_id = o.order_id
-      WHERE o.status = ANY ($1::text[]) OR s.order_id IS NOT NULL`,
+      WHERE (o.status = ANY ($1::text[]) OR s.order_id IS NOT NULL)
+        AND NOT ${RECORDED_REFUND('r', 'r.source_key', 'o.order_id')}`,
             values: [PAST_PIVOT_STATUSES],
           })
+        ).rows,
+      );
+
+      add(
+        RULES.refundsRecorded,
+        (
+          await client.query<{ order_id: string; detail: string }>(`
+      SELECT x.order_id, 'refund ' || x.refund_key || ' of ' || x.amount_cents || ' (of ' || x.source_key || ') recorded as ' || x.status
+             || '; the ledger has ' || COALESCE(r.amount_cents || ' of ' || COALESCE(r.charge_key, r.capture_key), 'none') AS detail
+      FROM order_refunds x LEFT JOIN provider.refunds r ON r.idempotency_key = x.refund_key
+      WHERE (x.status = 'succeeded' AND (r.idempotency_key IS NULL OR r.amount_cents <> x.amount_cents
+                                         OR COALESCE(r.charge_key, r.capture_key) <> x.source_key))
+         OR (x.status = 'refused' AND r.idempotency_key IS NOT NULL)`)
         ).rows,
       );
 

@@ -195,6 +195,19 @@ export const holdKeysFor = (orderId: string): readonly { authorizationKey: strin
   { authorizationKey: reauthorizeKeyFor(orderId), captureKey: recaptureKeyFor(orderId) },
 ];
 
+/**
+ * A refund after the shipment (`client.ts refund`), named by the person who asks for it (`key`: a
+ * return's or a ticket's ID): the provider's Idempotency-Key, so the same key is the same refund.
+ */
+export const orderRefundKeyFor = (orderId: string, key: string): string => `${orderId}:refund:${key}`;
+
+/**
+ * Where an order may be refunded after the shipment: past the pivot, or waiting for a person after
+ * it (NEEDS_ATTENTION from one of those). Whether money was taken is the provider's ledger's to say.
+ */
+export const isRefundable = (status: OrderStatus, attentionFrom?: OrderStatus | null): boolean =>
+  isPastPivot(status) || (status === 'NEEDS_ATTENTION' && !!attentionFrom && isPastPivot(attentionFrom));
+
 /** The saga's result, returned by the workflow and printed by the client. */
 export interface OrderResult {
   orderId: string;

@@ -5,13 +5,14 @@
  * one (`order_reader`, READER_DATABASE_URL) for what only reads (db/roles.ts).
  */
 import type { Pool } from 'pg';
+import { recordRefundMade } from '../activities/order-events';
 import { decideCancel, recordResolve, settleRequest, type CancelDecision } from '../activities/order-requests';
 import { checkAgainstCatalogue } from '../activities/orders';
 import { STALL_CAUSES } from '../activities/sweep-classify';
 import { checkInvariants, type CheckReport, type WorkflowLookup } from '../db/invariants';
 import { createApiKey, listApiKeys, revokeApiKey, type ApiKeyRow } from './api-keys';
-import { createPool } from '../db/pool';
-import { TERMINAL_STATUSES, type OrderInput, type OrderStatus } from '../domain/order';
+import { createPool, withTransaction } from '../db/pool';
+import { TERMINAL_STATUSES, type OrderInput, type OrderStatus, type PaymentFlow } from '../domain/order';
 import type { AppConfig } from './config';
 
 /** Which database role a store connects as. */
@@ -61,6 +62,41 @@ export interface StalledOrderRow extends SweeperActionRow {
   status: string;
 }
 
+/** What `client.ts refund` reads of an order before it refunds. */
+export interface RefundableOrder {
+  orderId: string;
+  status: OrderStatus;
+  /** With NEEDS_ATTENTION: the status it escalated from. */
+  attentionFrom: OrderStatus | null;
+  paymentFlow: PaymentFlow;
+  currency: string;
+  totalCents: number;
+  refundedCents: number;
+}
+
+/** A refund after the shipment, as recorded before it is sent (migrations/0019_refunds.sql). */
+export interface OrderRefundRow {
+  /** The provider's Idempotency-Key: `<orderId>:refund:<key>`. */
+  refundKey: string;
+  orderId: string;
+  sourceKind: 'capture' | 'charge';
+  sourceKey: string;
+  amountCents: number;
+  reason: string | null;
+  status: 'pending' | 'succeeded' | 'refused';
+  message: string | null;
+  createdAt: string;
+}
+
+/**
+ * Recording a refund before it is sent: `recorded` (new, pending), `exists` (the key was recorded
+ * before: the same refund), or `busy` (another refund of the order is pending: its answer comes first).
+ */
+export type RefundRecording =
+  | { outcome: 'recorded'; refund: OrderRefundRow }
+  | { outcome: 'exists'; refund: OrderRefundRow }
+  | { outcome: 'busy'; refund: OrderRefundRow };
+
 export interface NewProducts {
   skus: string[];
   name: string;
@@ -104,6 +140,33 @@ export interface OrderStore {
   sweeperActions(opts: { limit: number; orderId?: string }): Promise<SweeperActionRow[]>;
   /** Open orders whose latest sweeper action (alerts aside) was for a run that had stopped moving, oldest first. */
   stalledOrders(): Promise<StalledOrderRow[]>;
+  /** The order as `client.ts refund` needs it, or undefined when there is no such order. */
+  refundableOrder(orderId: string): Promise<RefundableOrder | undefined>;
+  /** The refund recorded under this provider key, if any. */
+  orderRefund(refundKey: string): Promise<OrderRefundRow | undefined>;
+  /** The order's refunds whose answer is not known yet (pending), oldest first. */
+  pendingRefunds(orderId: string): Promise<OrderRefundRow[]>;
+  /**
+   * Records a refund as pending before it is sent, under the order row's lock: the key recorded
+   * already is that refund; another refund of the order still pending refuses a new one.
+   */
+  recordRefund(req: {
+    refundKey: string;
+    orderId: string;
+    sourceKind: 'capture' | 'charge';
+    sourceKey: string;
+    amountCents: number;
+    reason?: string;
+  }): Promise<RefundRecording>;
+  /** The provider made the refund: recorded, with the order's money and its event (activities/order-events.ts). */
+  refundMade(req: {
+    orderId: string;
+    refundKey: string;
+    takenCents?: number;
+    ledgerRefundedCents?: number;
+  }): Promise<{ refundedCents: number; fresh: boolean }>;
+  /** The provider refused the refund for good: nothing was refunded; recorded with why. */
+  refundRefused(req: { refundKey: string; message: string }): Promise<void>;
   /** Every invariant over the database and the provider's ledger, in one snapshot (db/invariants.ts). */
   checkInvariants(opts: {
     deadlineMs: number;
@@ -265,6 +328,79 @@ export function orderStore(db: Pool): OrderStore {
 
     checkInvariants: (opts) => checkInvariants(db, opts),
 
+    async refundableOrder(orderId) {
+      const { rows } = await db.query<{
+        status: OrderStatus;
+        attention_from: OrderStatus | null;
+        payment_flow: PaymentFlow;
+        currency: string;
+        total_cents: string;
+        refunded_cents: string;
+      }>({
+        text: `SELECT status, attention_from, payment_flow, currency, total_cents, refunded_cents FROM orders WHERE order_id = $1`,
+        values: [orderId],
+      });
+      const r = rows[0];
+      return (
+        r && {
+          orderId,
+          status: r.status,
+          attentionFrom: r.attention_from,
+          paymentFlow: r.payment_flow,
+          currency: r.currency,
+          totalCents: Number(r.total_cents),
+          refundedCents: Number(r.refunded_cents),
+        }
+      );
+    },
+
+    async orderRefund(refundKey) {
+      const { rows } = await db.query<OrderRefundDbRow>({
+        text: `SELECT ${REFUND_COLUMNS} FROM order_refunds WHERE refund_key = $1`,
+        values: [refundKey],
+      });
+      return rows[0] && refundRow(rows[0]);
+    },
+
+    async pendingRefunds(orderId) {
+      const { rows } = await db.query<OrderRefundDbRow>({
+        text: `SELECT ${REFUND_COLUMNS} FROM order_refunds WHERE order_id = $1 AND status = 'pending' ORDER BY created_at, refund_key`,
+        values: [orderId],
+      });
+      return rows.map(refundRow);
+    },
+
+    recordRefund: (req) =>
+      withTransaction(db, async (c) => {
+        // The order row's lock: two refunds of one order are recorded one after the other.
+        await c.query({ text: 'SELECT 1 FROM orders WHERE order_id = $1 FOR UPDATE', values: [req.orderId] });
+        const same = await c.query<OrderRefundDbRow>({
+          text: `SELECT ${REFUND_COLUMNS} FROM order_refunds WHERE refund_key = $1`,
+          values: [req.refundKey],
+        });
+        if (same.rows[0]) return { outcome: 'exists', refund: refundRow(same.rows[0]) };
+        const pending = await c.query<OrderRefundDbRow>({
+          text: `SELECT ${REFUND_COLUMNS} FROM order_refunds WHERE order_id = $1 AND status = 'pending' ORDER BY created_at LIMIT 1`,
+          values: [req.orderId],
+        });
+        if (pending.rows[0]) return { outcome: 'busy', refund: refundRow(pending.rows[0]) };
+        const { rows } = await c.query<OrderRefundDbRow>({
+          text: `INSERT INTO order_refunds (refund_key, order_id, source_kind, source_key, amount_cents, reason)
+                 VALUES ($1, $2, $3, $4, $5, $6) RETURNING ${REFUND_COLUMNS}`,
+          values: [req.refundKey, req.orderId, req.sourceKind, req.sourceKey, req.amountCents, req.reason ?? null],
+        });
+        return { outcome: 'recorded', refund: refundRow(rows[0]!) };
+      }),
+
+    refundMade: (req) => recordRefundMade(db, req),
+
+    async refundRefused({ refundKey, message }) {
+      await db.query({
+        text: `UPDATE order_refunds SET status = 'refused', message = $2, settled_at = now() WHERE refund_key = $1 AND status = 'pending'`,
+        values: [refundKey, message],
+      });
+    },
+
     async openOrderIds() {
       const { rows } = await db.query<{ order_id: string }>({
         text: 'SELECT order_id FROM orders WHERE NOT (status = ANY($1)) ORDER BY created_at, order_id',
@@ -299,4 +435,31 @@ const actionRow = (r: SweeperActionDbRow): SweeperActionRow => ({
   reason: r.reason,
   runId: r.run_id,
   newRunId: r.new_run_id,
+});
+
+const REFUND_COLUMNS =
+  'refund_key, order_id, source_kind, source_key, amount_cents, reason, status, message, created_at';
+
+interface OrderRefundDbRow {
+  refund_key: string;
+  order_id: string;
+  source_kind: OrderRefundRow['sourceKind'];
+  source_key: string;
+  amount_cents: string;
+  reason: string | null;
+  status: OrderRefundRow['status'];
+  message: string | null;
+  created_at: Date;
+}
+
+const refundRow = (r: OrderRefundDbRow): OrderRefundRow => ({
+  refundKey: r.refund_key,
+  orderId: r.order_id,
+  sourceKind: r.source_kind,
+  sourceKey: r.source_key,
+  amountCents: Number(r.amount_cents),
+  reason: r.reason,
+  status: r.status,
+  message: r.message,
+  createdAt: r.created_at.toISOString(),
 });
