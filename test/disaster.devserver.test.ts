@@ -16,6 +16,9 @@
  * before it could apply them (its history deleted; terminated and restarted by the sweeper, standing
  * in for the sweeper's replace after a deploy; Reset to its first or its second workflow task, which
  * reapplies the Signal). The next run reads each from the order row and applies it once.
+ *
+ * The orders are of the charge era (their rows as the build before the authorization era wrote them):
+ * after a deploy across that change, this build is the one that heals them, by the charge path.
  */
 import { randomUUID } from 'node:crypto';
 import { WorkflowNotFoundError } from '@temporalio/client';
@@ -33,6 +36,7 @@ import { sendRequest } from '../lib/saga-requests';
 import { answerQuery, cancelSignal, orderSaga, resolveSignal, stateQuery, sweeperWorkflow } from '../workflows';
 import type { ResolveAction } from '../workflows/messages';
 import {
+  chargeEraCreate,
   createProduct,
   ledger,
   makeOrder,
@@ -85,6 +89,8 @@ async function sagaWorker(
     provider: testProvider(),
     temporal: { client: () => Promise.resolve(env.client), taskQueue },
   });
+  // The orders are of the charge era (rows an older build wrote): what this build heals from their rows.
+  real.createOrder = chargeEraCreate(db, real.createOrder);
   const worker = await Worker.create({
     dataConverter: dataConverter(),
     connection: env.nativeConnection,

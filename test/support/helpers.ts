@@ -4,6 +4,7 @@ import { DefaultLogger } from '@temporalio/worker';
 import type { Pool } from 'pg';
 import { inject } from 'vitest';
 import type { Client } from '@temporalio/client';
+import type { OrderActivities } from '../../activities';
 import type { ReserveLogic } from '../../activities/inventory';
 import { checkInvariants, temporalLookup } from '../../db/invariants';
 import { createPool } from '../../db/pool';
@@ -172,5 +173,22 @@ export function bothReadFirst(
     await onFirst(req, snapshot);
     if (++arrived === 2) release();
     await bothRead;
+  };
+}
+
+/**
+ * createOrder as an older build ran it: the row it writes is of the charge era (charged at step 3,
+ * refunded as its compensation), so a test can run this build's saga on such an order, as the
+ * sweeper does when it restarts one from its row.
+ */
+export function chargeEraCreate(db: Pool, create: OrderActivities['createOrder']): OrderActivities['createOrder'] {
+  return async (input) => {
+    const r = await create(input);
+    if (r.outcome !== 'created') return r;
+    await db.query({
+      text: `UPDATE orders SET payment_flow = 'charge' WHERE order_id = $1 AND status = 'PENDING'`,
+      values: [input.orderId],
+    });
+    return { ...r, paymentFlow: 'charge' };
   };
 }

@@ -25,7 +25,7 @@ import { EncryptionCodec, requirePayloadKeys } from '../../platform/payload-code
 import { withFaults } from './activity-faults';
 import { useSagaTestEnv } from './saga-test-env';
 import { dataConverter } from './temporal-env';
-import { createProduct, ledger, makeOrder, testAdmin, testProvider, uid } from './helpers';
+import { chargeEraCreate, createProduct, ledger, makeOrder, testAdmin, testProvider, uid } from './helpers';
 
 const ROOT = path.resolve(__dirname, '..', '..');
 export const HOUR = 3_600_000;
@@ -75,18 +75,7 @@ export function faultyActivities(
   provider: ProviderClient & AuthorizationClient = testProvider(),
 ) {
   const real = createActivities({ db, provider });
-  if (era === 'charge') {
-    const create = real.createOrder;
-    real.createOrder = async (input) => {
-      const r = await create(input);
-      if (r.outcome !== 'created') return r;
-      await db.query({
-        text: `UPDATE orders SET payment_flow = 'charge' WHERE order_id = $1 AND status = 'PENDING'`,
-        values: [input.orderId],
-      });
-      return { ...r, paymentFlow: 'charge' };
-    };
-  }
+  if (era === 'charge') real.createOrder = chargeEraCreate(db, real.createOrder);
   const calls: Name[] = [];
   const counts = new Map<Name, number>();
   const counted: Record<string, () => Error | undefined | Promise<Error | undefined>> = {};
