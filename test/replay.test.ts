@@ -106,7 +106,7 @@ describe('replay of saved saga histories', () => {
   });
 
   it('fails on a change that would break a running history (one more command at the start)', async () => {
-    // test/support/workflows-b.ts: the saga with a 1 ms timer first, the deploy test's build B.
+    // test/support/workflows-b.ts: the saga with a 1 ms timer first (an incompatible change of today's code).
     const results = await replayAll(path.resolve(__dirname, 'support/workflows-b.ts'));
     expect(results).toHaveLength(files.length);
     const failed = results.filter((r) => r.error !== undefined);
