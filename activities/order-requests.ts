@@ -209,6 +209,9 @@ export function orderRequestActivities({ db, provider }: { db: Pool; provider: P
       return `${says}: it may still hold money; wait until the provider decides, then resolve again`;
     if (req.action === 'mark-resolved' && status === 'authorized')
       return `${says}: the hold is still on the customer's card; void it (retry) or at the provider first`;
+    // Never seen, and the key still open: a request on its way could still make a hold after the order closed.
+    if (req.action === 'mark-resolved' && req.compensation === 'voidAuthorization' && status === 'not_found')
+      return `${says}: its key is still open, so a request on its way could still hold money; retry (the void closes the key), or close it at the provider (POST /v1/authorizations/${key}/cancel) first`;
     return undefined;
   };
 

@@ -90,13 +90,23 @@ function activityEvents(
   return out;
 }
 
-/** The saga's state at the close of its run, from the history and the outcome alone. */
 /** The money requests and the name of their count in the run's `attempts`. */
 const MONEY_REQUESTS: Record<string, string> = {
   chargePayment: 'charge',
   authorizePayment: 'authorize',
   capturePayment: 'capture',
+  reauthorizePayment: 'reauthorize',
 };
+/** The requests after which the run counts its inquiries afresh (the fresh hold's are not counted). */
+const INQUIRED_REQUESTS = ['chargePayment', 'authorizePayment'];
+
+/** Whether an authorization inquiry is about the fresh hold after an expiry (`<id>:reauthorize`), part of the capture. */
+const aboutFreshHold = (input: unknown): boolean => {
+  const key = (input as { authorizationKey?: unknown } | undefined)?.authorizationKey;
+  return typeof key === 'string' && key.endsWith(':reauthorize');
+};
+
+/** The saga's state at the close of its run, from the history and the outcome alone. */
 
 export function stateFromHistory(
   orderId: string,
@@ -109,8 +119,11 @@ export function stateFromHistory(
   const compensationsRun: string[] = [];
   let step = 'start';
   let inquiriesSinceCharge = 0;
+  const inquiryInputs: unknown[] = [];
   for (const a of activityEvents(events)) {
-    const label = STEP_OF[a.type];
+    if (a.type === 'inquireAuthorization' && a.kind === 'scheduled') inquiryInputs.push(a.input);
+    const freshHold = a.type === 'inquireAuthorization' && aboutFreshHold(inquiryInputs.at(-1));
+    const label = freshHold ? 'capturePayment' : STEP_OF[a.type];
     if (a.kind === 'scheduled') {
       if (label) {
         if (!entered.includes(label)) {
@@ -121,11 +134,9 @@ export function stateFromHistory(
       } else if (COMPENSATIONS.includes(a.type)) step = `compensate:${a.type}`;
       // The money requests, as the run counts them (`attempts.charge`, `.authorize`, `.capture`).
       const request = MONEY_REQUESTS[a.type];
-      if (request) {
-        attempts[request] = (attempts[request] ?? 0) + 1;
-        inquiriesSinceCharge = 0;
-      }
-      if (a.type === 'inquireCharge' || a.type === 'inquireAuthorization') inquiriesSinceCharge++;
+      if (request) attempts[request] = (attempts[request] ?? 0) + 1;
+      if (INQUIRED_REQUESTS.includes(a.type)) inquiriesSinceCharge = 0;
+      if (a.type === 'inquireCharge' || (a.type === 'inquireAuthorization' && !freshHold)) inquiriesSinceCharge++;
       if (a.type === 'reserveInventorySerial') attempts.reserveLane = (attempts.reserveLane ?? 0) + 1;
       // The charge step is also done when an inquiry (or an operator) found it taken: the row moves to CHARGED.
       if (a.type === 'setOrderStatus' && (a.input as { status?: string } | undefined)?.status === 'CHARGED')
@@ -140,7 +151,8 @@ export function stateFromHistory(
     if (a.type === 'reserveInventory') {
       if (typeof result?.attempts === 'number') attempts.reserveCas = result.attempts;
       if (result?.outcome !== 'route-to-lane') done.add('reserveInventory');
-    } else if (a.type === 'inquireCharge' || a.type === 'inquireAuthorization') attempts.inquiry = inquiriesSinceCharge;
+    } else if (a.type === 'inquireCharge' || (a.type === 'inquireAuthorization' && !freshHold))
+      attempts.inquiry = inquiriesSinceCharge;
     else if (
       label &&
       !['inquireCharge', 'inquireAuthorization', 'inquireCapture', 'reauthorizePayment'].includes(a.type)
@@ -148,10 +160,19 @@ export function stateFromHistory(
       done.add(label);
     else if (COMPENSATIONS.includes(a.type) && !compensationsRun.includes(a.type)) compensationsRun.push(a.type);
   }
-  // The run's era: an authorization-era run scheduled a hold, its void or its capture.
-  const authorizationEra = activityEvents(events).some((a) =>
-    ['authorizePayment', 'inquireAuthorization', 'voidAuthorization', 'capturePayment'].includes(a.type),
-  );
+  // The run's era: as createOrder answered it (the order row's), else (an older build's answer says
+  // none) an authorization-era run scheduled a hold, its void or its capture.
+  const flow = activityEvents(events)
+    .map((a) =>
+      a.type === 'createOrder' ? (a.result as { paymentFlow?: string } | undefined)?.paymentFlow : undefined,
+    )
+    .find((f) => f !== undefined);
+  const authorizationEra =
+    flow !== undefined
+      ? flow === 'authorization'
+      : activityEvents(events).some((a) =>
+          ['authorizePayment', 'inquireAuthorization', 'voidAuthorization', 'capturePayment'].includes(a.type),
+        );
   const otherEra = authorizationEra ? CHARGE_ERA_ONLY : AUTHORIZATION_ERA_ONLY;
   const eraSteps = STEPS.filter((s) => !otherEra.includes(s));
   if (closed.status === 'COMPLETED') for (const s of eraSteps) done.add(s); // a step marked resolved by hand

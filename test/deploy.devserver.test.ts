@@ -13,6 +13,9 @@
  * A's closed order, from the server alone.
  */
 import type { ChildProcess } from 'node:child_process';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import type { WorkflowHandle } from '@temporalio/client';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { Worker, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
@@ -46,6 +49,7 @@ let bundleA: WorkflowBundleWithSourceMap;
 let bundleB: WorkflowBundleWithSourceMap;
 const pools: OrderWorkers[] = [];
 let workerA: ChildProcess | undefined;
+let bundleAFile = '';
 const running: Promise<void>[] = [];
 const admin = testAdmin();
 const namespace = 'default';
@@ -73,6 +77,8 @@ beforeAll(async () => {
     PROVIDER_TIMEOUT_MS: '11500',
   });
   bundleA = await bundleWorkflows(chargeEraWorkflows());
+  bundleAFile = path.join(mkdtempSync(path.join(os.tmpdir(), 'order-saga-deploy-')), 'charge-era-bundle.js');
+  writeFileSync(bundleAFile, bundleA.code);
   bundleB = await bundleWorkflows();
 });
 
@@ -163,6 +169,7 @@ describe('a deploy with Worker Versioning (dev server)', () => {
       PROVIDER_URL: inject('providerUrl'),
       PROVIDER_API_KEY: inject('providerApiKey'),
       PROVIDER_TIMEOUT_MS: '11500',
+      WORKFLOW_BUNDLE: bundleAFile, // bundled in beforeAll, not within the test's time
     });
     const madeA = await makeVersionCurrent(env.connection, { namespace, version: A, taskQueues });
     expect(madeA.previous).toBeUndefined();

@@ -13,7 +13,7 @@ import { workflowIdFor } from '../domain/order';
 import { orderOutcome } from '../lib/order-outcome';
 import { OrderStatusKey, TotalCentsKey } from '../workflows/search-attributes';
 import { runCli } from '../client';
-import { createProduct, ledger, makeOrder, orderRow, productRow, uid } from './support/helpers';
+import { createProduct, holds, ledger, makeOrder, orderRow, productRow, uid } from './support/helpers';
 import { MALFORMED_ORDERS } from './support/malformed-orders';
 import { admin, cfg, cli, db, env, orderFile, tmp, useE2eEnv } from './support/e2e-env';
 
@@ -57,13 +57,27 @@ describe('end to end on the dev server', () => {
     expect(described.typedSearchAttributes.get(TotalCentsKey)).toBe(1998);
     expect((await orderRow(db, order.orderId))?.status).toBe('COMPLETED');
     expect((await productRow(db, p.sku)).stock).toBe(18);
-    expect(await ledger(db, order.orderId)).toEqual({ charges: [{ status: 'succeeded', amount: 1998 }], refunds: [] });
+    // Held at checkout, captured once after the shipment; no charge.
+    expect(await holds(db, order.orderId)).toEqual({
+      authorizations: [{ status: 'authorized', amount: 1998 }],
+      captures: [{ status: 'succeeded', amount: 1998 }],
+      voids: [],
+      keyClosed: false,
+    });
+    expect(await ledger(db, order.orderId)).toEqual({ charges: [], refunds: [] });
 
     const status = await cli(['status', order.orderId, '--json']);
     expect(status.code).toBe(0);
     expect(JSON.parse(status.stdout)).toMatchObject({
       status: 'COMPLETED',
-      stepsDone: ['createOrder', 'reserveInventory', 'chargePayment', 'createShipment', 'sendConfirmation'],
+      stepsDone: [
+        'createOrder',
+        'reserveInventory',
+        'authorizePayment',
+        'createShipment',
+        'capturePayment',
+        'sendConfirmation',
+      ],
       pivotPassed: true,
     });
   });
@@ -122,15 +136,15 @@ describe('end to end on the dev server', () => {
     expect(again.code).toBe(3);
     expect(again.stderr).toMatch(/duplicate order: orderId/);
     expect((await productRow(db, p.sku)).stock).toBe(8);
-    expect((await ledger(db, order.orderId)).charges).toEqual([{ status: 'succeeded', amount: 500 }]);
+    expect((await holds(db, order.orderId)).captures).toEqual([{ status: 'succeeded', amount: 500 }]);
   });
 
-  it('lost response after commit, with the real fault switch: exactly one charge, and the saga completes', async () => {
+  it('lost response after commit, with the real fault switch: exactly one hold and one capture, and the saga completes', async () => {
     const p = await createProduct(db, { stock: 4, priceCents: 2100 });
     const order = makeOrder([{ sku: p.sku, qty: 1, unitPriceCents: p.priceCents }]);
     await admin.set({
       kind: 'lose-response-after-commit',
-      target: 'charges',
+      target: 'authorizations',
       count: 1,
       keyPrefix: `${order.orderId}:`,
     });
@@ -139,14 +153,25 @@ describe('end to end on the dev server', () => {
 
     expect(r.code, r.stderr).toBe(0);
     expect((JSON.parse(r.stdout) as { status: string }).status).toBe('COMPLETED');
-    expect(await ledger(db, order.orderId)).toEqual({ charges: [{ status: 'succeeded', amount: 2100 }], refunds: [] });
+    expect(await holds(db, order.orderId)).toEqual({
+      authorizations: [{ status: 'authorized', amount: 2100 }],
+      captures: [{ status: 'succeeded', amount: 2100 }],
+      voids: [],
+      keyClosed: false,
+    });
     expect((await admin.list()).injected['lose-response-after-commit']).toBeGreaterThanOrEqual(1);
   });
 
-  it('client cancel before the pivot (the charge held up at the provider): CANCELLED, refunded, stock back', async () => {
+  it('client cancel before the pivot (the authorization held up at the provider): CANCELLED, voided, stock back', async () => {
     const p = await createProduct(db, { stock: 6, priceCents: 800 });
     const order = makeOrder([{ sku: p.sku, qty: 2, unitPriceCents: p.priceCents }]);
-    await admin.set({ kind: 'delay', target: 'charges', delayMs: 7_000, count: 1, keyPrefix: `${order.orderId}:` });
+    await admin.set({
+      kind: 'delay',
+      target: 'authorizations',
+      delayMs: 7_000,
+      count: 1,
+      keyPrefix: `${order.orderId}:`,
+    });
 
     const started = await cli(['place', '--file', orderFile(order), '--no-wait', '--json']);
     expect(started.code, started.stderr).toBe(0);
@@ -159,11 +184,19 @@ describe('end to end on the dev server', () => {
 
     expect(await orderRow(db, order.orderId)).toEqual({ status: 'CANCELLED', reason: 'customer asked' });
     expect((await productRow(db, p.sku)).stock).toBe(6);
-    // The delayed charge went through at the provider; it was refunded, exactly once.
-    expect(await ledger(db, order.orderId)).toEqual({
-      charges: [{ status: 'succeeded', amount: 1600 }],
-      refunds: [{ amount: 1600 }],
-    });
+    // The delayed hold was voided (or its key closed before it was made): nothing captured or charged.
+    const h = await holds(db, order.orderId);
+    expect(h.captures).toEqual([]);
+    expect(
+      h.keyClosed
+        ? { authorizations: h.authorizations, voids: h.voids }
+        : { authorizations: h.authorizations, voids: h.voids, expected: 'voided' },
+    ).toEqual(
+      h.keyClosed
+        ? { authorizations: [], voids: [] }
+        : { authorizations: [{ status: 'authorized', amount: 1600 }], voids: ['cancel'], expected: 'voided' },
+    );
+    expect(await ledger(db, order.orderId)).toEqual({ charges: [], refunds: [] });
     const again = await cli(['cancel', order.orderId]);
     expect(again.code).toBe(1);
     expect(again.stderr).toMatch(/already CANCELLED|has ended/);

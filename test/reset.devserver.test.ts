@@ -4,7 +4,8 @@
  * charge, compensated after the shipment was rejected) are each reset to every workflow-task-completed
  * event of their first run, in turn. After every reset run ends, the invariant checker (with Temporal's
  * visibility) finds no violation for these orders, and no order is shipped without a succeeded,
- * unrefunded charge.
+ * unrefunded charge. The orders are of the charge era (rows as the older build wrote them), run by this
+ * build's charge path; the soak resets open and closed runs of the authorization era.
  */
 import { orderOutcome } from '../lib/order-outcome';
 import { randomUUID } from 'node:crypto';
@@ -21,7 +22,16 @@ import { request } from '../lib/saga-requests';
 import { orderSaga, stateQuery } from '../workflows';
 import { failWhileIn, withFaults } from './support/activity-faults';
 import { useSagaTestEnv } from './support/saga-test-env';
-import { createProduct, ledger, makeOrder, moneyKept, testAdmin, testProvider, uid } from './support/helpers';
+import {
+  asChargeEra,
+  createProduct,
+  ledger,
+  makeOrder,
+  moneyKept,
+  testAdmin,
+  testProvider,
+  uid,
+} from './support/helpers';
 
 const DAY = 86_400_000;
 let env: TestWorkflowEnvironment;
@@ -39,7 +49,7 @@ useSagaTestEnv(
     server: 'dev',
     taskQueue,
     activities: ({ db }): OrderActivities =>
-      withFaults(createActivities({ db, provider: testProvider() }), {
+      withFaults(asChargeEra(db, createActivities({ db, provider: testProvider() })), {
         chargePayment: {
           after: async (req) => {
             const gate = chargeGates.get(req.orderId);

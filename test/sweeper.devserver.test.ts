@@ -20,6 +20,7 @@ import { orderStore } from '../lib/order-store';
 import { sendRequest } from '../lib/saga-requests';
 import { orderSaga, stateQuery, sweeperWorkflow } from '../workflows';
 import {
+  asChargeEra,
   createProduct,
   makeOrder,
   moneyKept,
@@ -45,13 +46,17 @@ useSagaTestEnv(
   {
     server: 'dev',
     taskQueue,
+    // Orders of the charge era (rows as the older build wrote them), healed by this build's charge path.
     activities: ({ env, db }) =>
-      createActivities({
+      asChargeEra(
         db,
-        provider: testProvider(),
-        temporal: { client: () => Promise.resolve(env.client), taskQueue },
-        sweeperStats: stats,
-      }),
+        createActivities({
+          db,
+          provider: testProvider(),
+          temporal: { client: () => Promise.resolve(env.client), taskQueue },
+          sweeperStats: stats,
+        }),
+      ),
   },
   {
     started: async (saga) => {

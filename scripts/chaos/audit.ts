@@ -32,6 +32,8 @@ interface AuditRow {
   held: { sku: string; qty: number }[];
   sold: { sku: string; qty: number }[];
   shipped: boolean;
+  /** A capture of the order's that the provider wrote before the shipment's row (one Postgres, one clock). */
+  captured_before_shipment: boolean;
 }
 
 /** Every order's end, checked on its own: money and goods as its status says, contents as placed. */
@@ -57,7 +59,10 @@ export async function auditOrders(
                               AND NOT EXISTS (SELECT 1 FROM provider.captures c WHERE c.authorization_key = a.idempotency_key AND c.status = 'succeeded')), '{}') AS open_holds,
                   COALESCE((SELECT json_agg(json_build_object('sku', sku, 'qty', qty)) FROM reservations WHERE order_id = o.order_id AND status = 'HELD'), '[]') AS held,
                   COALESCE((SELECT json_agg(json_build_object('sku', sku, 'qty', qty)) FROM reservations WHERE order_id = o.order_id AND status = 'SOLD'), '[]') AS sold,
-                  EXISTS (SELECT 1 FROM shipments s WHERE s.order_id = o.order_id) AS shipped
+                  EXISTS (SELECT 1 FROM shipments s WHERE s.order_id = o.order_id) AS shipped,
+                  EXISTS (SELECT 1 FROM provider.captures c JOIN provider.authorizations a ON a.idempotency_key = c.authorization_key
+                          JOIN shipments s ON s.order_id = o.order_id
+                          WHERE a.reference = o.order_id AND c.status = 'succeeded' AND c.created_at < s.created_at) AS captured_before_shipment
            FROM orders o
            WHERE o.order_id = ANY($1::text[])`,
     values: [orders.map((o) => o.input.orderId)],
@@ -99,6 +104,8 @@ export async function auditOrders(
       row.payment_flow === 'charge' ? ['SHIPPED', 'COMPLETED'] : ['CAPTURED', 'COMPLETED'];
     if (taken > 0 && !row.shipped && row.payment_flow === 'authorization')
       bad('no capture without a shipment', id, `${row.status}: captured ${taken}, no shipment`);
+    if (row.captured_before_shipment)
+      bad('no capture without a shipment', id, `${row.status}: captured before its shipment was written`);
     if (Number(row.refunded) > taken)
       bad('no refund on money never taken', id, `${row.status}: taken ${taken}, refunded ${row.refunded}`);
     if (isTerminal(row.status) && row.open_holds.length > 0)

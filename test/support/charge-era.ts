@@ -1,7 +1,7 @@
 /**
  * The charge era's build: the project as it stood at its last commit before the authorization era
  * (CHARGE_ERA_COMMIT: the saga charged at step 3 and refunded as its compensation). It comes from this
- * repository's own history (`git archive`), extracted once per machine into the temporary folder,
+ * repository's own history (`git archive`), extracted once per clone into the temporary folder,
  * with this tree's node_modules (the same dependencies, pinned in package.json then and now). Used by
  * the deploy test (its build A: a worker process of that tree) and by the replay of the charge era's
  * histories (test/fixtures/histories/charge-era, replayed on that tree's workflow bundle).
@@ -10,6 +10,7 @@
  * (docs/versioning.md), and the charge era's fixtures go with it once no such run is left.
  */
 import { execFileSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, renameSync, rmSync, symlinkSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -25,7 +26,9 @@ export const CHARGE_ERA_BUILD_ID = `0.1.0+${CHARGE_ERA_COMMIT.slice(0, 7)}`;
 
 /** The charge era's tree, extracted once; throws naming the commit when this clone does not hold it. */
 export function chargeEraTree(): string {
-  const dir = path.join(os.tmpdir(), `order-saga-charge-era-${CHARGE_ERA_COMMIT.slice(0, 12)}`);
+  // One per clone: its node_modules is a link into this clone's.
+  const clone = createHash('sha256').update(ROOT).digest('hex').slice(0, 8);
+  const dir = path.join(os.tmpdir(), `order-saga-charge-era-${CHARGE_ERA_COMMIT.slice(0, 12)}-${clone}`);
   if (existsSync(path.join(dir, 'node_modules'))) return dir;
   try {
     execFileSync('git', ['-C', ROOT, 'cat-file', '-e', `${CHARGE_ERA_COMMIT}^{commit}`], { stdio: 'ignore' });

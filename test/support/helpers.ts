@@ -192,3 +192,8 @@ export function chargeEraCreate(db: Pool, create: OrderActivities['createOrder']
     return { ...r, paymentFlow: 'charge' };
   };
 }
+
+/** The activities, with createOrder as the older build ran it (chargeEraCreate): every new order is of the charge era. */
+export function asChargeEra<A extends OrderActivities>(db: Pool, activities: A): A {
+  return { ...activities, createOrder: chargeEraCreate(db, activities.createOrder) };
+}

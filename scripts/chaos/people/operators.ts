@@ -149,7 +149,9 @@ export class Operators {
             await this.resolve(orderId, 'mark-resolved', `chaos: voided by hand (${says})`);
           return;
         }
-        if (!paid && this.retryOrMark(n, 23, 0.7) === 'mark-resolved') {
+        // Nothing held and the key closed (or the hold voided, declined, expired): nothing left to void. A
+        // key never seen is still open (a late request could hold money): the saga's void must close it.
+        if (!paid && ledger.status !== 'not_found' && this.retryOrMark(n, 23, 0.7) === 'mark-resolved') {
           await this.resolve(orderId, 'mark-resolved', `chaos: nothing held (${says})`);
           return;
         }
