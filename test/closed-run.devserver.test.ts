@@ -2,8 +2,8 @@
  * `client.ts status` of a closed run reads the saga's state from the server (lib/closed-run.ts: the
  * run's description, result and history), because a closed run pinned to a drained build has no
  * worker left to answer its `state` query. Here, while the worker is still up, that answer must equal
- * the query's, field for field, on the paths that close a saga: completed after a lost charge
- * response (an inquiry), declined, out of stock, cancelled after the charge.
+ * the query's, field for field, on the paths that close a saga: completed after a lost authorization
+ * response (an inquiry), declined, out of stock, cancelled after the hold.
  */
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
@@ -55,16 +55,22 @@ describe('client.ts status of a closed run', () => {
       'lost response, inquiry': makeOrder(line),
       declined: makeOrder(line, { paymentMethod: 'tok_declined' }),
       'out of stock': makeOrder([{ sku: p.sku, qty: 50, unitPriceCents: p.priceCents }]),
-      'cancelled after the charge': makeOrder(line),
+      'cancelled after the hold': makeOrder(line),
     };
     await admin.set({
       kind: 'lose-response-after-commit',
-      target: 'charges',
+      target: 'authorizations',
       count: 1,
       keyPrefix: `${cases['lost response, inquiry'].orderId}:`,
     });
-    const slow = cases['cancelled after the charge'];
-    await admin.set({ kind: 'delay', target: 'charges', delayMs: 2_000, count: 1, keyPrefix: `${slow.orderId}:` });
+    const slow = cases['cancelled after the hold'];
+    await admin.set({
+      kind: 'delay',
+      target: 'authorizations',
+      delayMs: 2_000,
+      count: 1,
+      keyPrefix: `${slow.orderId}:`,
+    });
     const handles = await Promise.all(
       Object.values(cases).map((o) =>
         env.client.workflow.start(orderSaga, {
@@ -74,7 +80,7 @@ describe('client.ts status of a closed run', () => {
         }),
       ),
     );
-    await new Promise((r) => setTimeout(r, 800)); // the slow charge is at the provider
+    await new Promise((r) => setTimeout(r, 800)); // the slow authorization is at the provider
     await request(env.client.workflow.getHandle(workflowIdFor(slow.orderId)), { command: 'cancel', reason: 'test' });
 
     const statuses = await Promise.all(handles.map(async (h) => (await orderOutcome(h)).status));

@@ -1,7 +1,7 @@
 /**
  * Crash safety on the real dev server: the worker process is killed with SIGKILL right after a side
  * effect committed and before its activity completed; a fresh worker picks the saga up from its
- * history. Exactly one charge, and the stock moves exactly once.
+ * history. Exactly one hold and one capture, and the stock moves exactly once.
  */
 import { orderOutcome } from '../lib/order-outcome';
 import type { ChildProcess } from 'node:child_process';
@@ -25,6 +25,7 @@ import { orderSaga, stateQuery } from '../workflows';
 import { bundleWorkflows, dataConverter, startE2eServer } from './support/temporal-env';
 import {
   createProduct,
+  holds,
   ledger,
   makeOrder,
   orderRow,
@@ -115,27 +116,38 @@ async function crashAndRecover(order: OrderInput, point: string, crashed: (marke
 }
 
 describe('crash safety: SIGKILL of the worker between a commit and its activity completing', () => {
-  it('after the provider committed the charge: the restarted saga ends with exactly one charge', async () => {
-    const p = await createProduct(db, { stock: 5, priceCents: 1700 });
-    const order = makeOrder([{ sku: p.sku, qty: 1, unitPriceCents: p.priceCents }]);
-    // The provider commits the charge, then never answers: the worker sits in the activity.
-    await admin.set({
-      kind: 'lose-response-after-commit',
-      mode: 'hang',
-      target: 'charges',
-      count: 1,
-      keyPrefix: `${order.orderId}:`,
+  for (const [target, what] of [
+    ['authorizations', 'hold'],
+    ['captures', 'capture'],
+  ] as const)
+    it(`after the provider committed the ${what}: the restarted saga ends with exactly one hold and one capture`, async () => {
+      const p = await createProduct(db, { stock: 5, priceCents: 1700 });
+      const order = makeOrder([{ sku: p.sku, qty: 1, unitPriceCents: p.priceCents }]);
+      // The provider commits the request, then never answers: the worker sits in the activity.
+      await admin.set({
+        kind: 'lose-response-after-commit',
+        mode: 'hang',
+        target,
+        count: 1,
+        keyPrefix: `${order.orderId}:`,
+      });
+      const result = await crashAndRecover(order, 'none', async () => {
+        const h = await holds(db, order.orderId);
+        return target === 'authorizations' ? h.authorizations.length > 0 : h.captures.length > 0;
+      });
+      expect(result.status).toBe('COMPLETED');
+      expect(await holds(db, order.orderId)).toEqual({
+        authorizations: [{ status: 'authorized', amount: 1700 }],
+        captures: [{ status: 'succeeded', amount: 1700 }],
+        voids: [],
+        keyClosed: false,
+      });
+      expect(await ledger(db, order.orderId)).toEqual({ charges: [], refunds: [] });
+      expect((await productRow(db, p.sku)).stock).toBe(4);
     });
-    const result = await crashAndRecover(order, 'none', async () =>
-      (await ledger(db, order.orderId)).charges.some((c) => c.status === 'succeeded'),
-    );
-    expect(result.status).toBe('COMPLETED');
-    expect(await ledger(db, order.orderId)).toEqual({ charges: [{ status: 'succeeded', amount: 1700 }], refunds: [] });
-    expect((await productRow(db, p.sku)).stock).toBe(4);
-  });
 
-  it('the worker holding the run is killed as its charge fails elsewhere: the saga decides the same on replay', async () => {
-    // The run's workflow tasks go to a worker process; the regular activities run here. The charge is
+  it('the worker holding the run is killed as its authorization fails elsewhere: the saga decides the same on replay', async () => {
+    // The run's workflow tasks go to a worker process; the regular activities run here. The hold is
     // made, then its answer is lost just after that process is killed, so the next workflow task waits
     // on the dead worker's sticky queue until it times out; a fresh worker takes it. The inquiry then
     // says processing once, and the saga decides to wait (a timer) or escalate. The history must
@@ -153,15 +165,23 @@ describe('crash safety: SIGKILL of the worker between a commit and its activity 
     let inquiries = 0;
     const activities: OrderActivities = {
       ...real,
-      chargePayment: async (req) => {
+      authorizePayment: async (req) => {
         // Made at the provider; its answer never reaches the saga (so the row is not marked either).
-        await real.chargePayment({ ...req, markCharged: false });
+        await testProvider().authorize(req.idempotencyKey, {
+          amountCents: req.amountCents,
+          currency: req.currency,
+          paymentMethod: req.paymentMethod,
+          reference: req.orderId,
+        });
         charging();
         await answered;
-        throw ApplicationFailure.retryable('provider POST /v1/charges: no answer in 2000 ms', 'ProviderUnavailable');
+        throw ApplicationFailure.retryable(
+          'provider POST /v1/authorizations: no answer in 2000 ms',
+          'ProviderUnavailable',
+        );
       },
-      inquireCharge: async (req) =>
-        ++inquiries === 1 ? { status: 'processing', amountCents: 0, refundedCents: 0 } : real.inquireCharge(req),
+      inquireAuthorization: async (req) =>
+        ++inquiries === 1 ? { status: 'processing' } : real.inquireAuthorization(req),
     };
     const activityWorker = await Worker.create({
       dataConverter: dataConverter(),
@@ -176,12 +196,12 @@ describe('crash safety: SIGKILL of the worker between a commit and its activity 
       const handle = await env.client.workflow.start(orderSaga, {
         taskQueue,
         workflowId: workflowIdFor(order.orderId),
-        // Escalation after 5 s of unknown charge: the sticky queue's timeout alone is 10 s.
+        // Escalation after 5 s of unknown authorization: the sticky queue's timeout alone is 10 s.
         args: [order, { unknownEscalationMs: 5_000, inquiryBaseMs: 1_000, inquiryMaxMs: 2_000 }],
       });
       await Promise.race([
         charged,
-        sleep(60_000).then(() => Promise.reject(new Error('the charge never reached the provider'))),
+        sleep(60_000).then(() => Promise.reject(new Error('the authorization never reached the provider'))),
       ]);
       await stopProcess(holder, 'SIGKILL');
       answer();
@@ -209,10 +229,8 @@ describe('crash safety: SIGKILL of the worker between a commit and its activity 
       }, 250);
       const result = await orderOutcome(handle).finally(() => clearInterval(operator));
       expect(result.status).toBe('COMPLETED');
-      expect(await ledger(db, order.orderId)).toEqual({
-        charges: [{ status: 'succeeded', amount: 1300 }],
-        refunds: [],
-      });
+      expect((await holds(db, order.orderId)).captures).toEqual([{ status: 'succeeded', amount: 1300 }]);
+      expect(await ledger(db, order.orderId)).toEqual({ charges: [], refunds: [] });
       const history = await handle.fetchHistory();
       const T = temporal.api.enums.v1.EventType;
       // The path under test happened: a workflow task timed out on the dead worker's sticky queue.
@@ -241,7 +259,7 @@ describe('crash safety: SIGKILL of the worker between a commit and its activity 
     expect(result.status).toBe('COMPLETED');
     expect(await productRow(db, p.sku)).toEqual({ stock: 3, version: 1 });
     expect(await reservations(db, order.orderId)).toEqual([{ sku: p.sku, qty: 2, status: 'SOLD' }]);
-    expect((await ledger(db, order.orderId)).charges).toHaveLength(1);
+    expect((await holds(db, order.orderId)).captures).toHaveLength(1);
   });
 
   it('mid-release, after the release committed: the stock comes back exactly once', async () => {

@@ -4,8 +4,8 @@
  * (lib/schedules.ts, here every 3 s and scoped to the test's order):
  *   build A is current, and its sweep activity is held in flight (it heartbeats until its worker stops);
  *   build B starts and is made current, A's workers stop (the sweep's run is not pinned to A: it
- *   auto-upgrades); then an order placed on B is terminated in the middle of its charge, and only the
- *   Schedule's sweeps act: the order is healed (a new run from the row ends it COMPLETED), charged once.
+ *   auto-upgrades); then an order placed on B is terminated in the middle of its authorization, and only the
+ *   Schedule's sweeps act: the order is healed (a new run from the row ends it COMPLETED), captured once.
  */
 import { Context } from '@temporalio/activity';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
@@ -22,7 +22,7 @@ import { deploymentOptions } from '../worker';
 import { orderSaga } from '../workflows';
 import {
   createProduct,
-  ledger,
+  holds,
   makeOrder,
   orderViolations,
   testAdmin,
@@ -155,17 +155,23 @@ describe('a deploy during a sweep', () => {
     await builds[0]!.running;
     say(`B current and A stopped ${Date.now() - deployedAt} ms after the deploy began`);
 
-    // ---- An order on B, terminated in the middle of its charge ----
-    await admin.set({ kind: 'delay', target: 'charges', delayMs: 8_000, count: 1, keyPrefix: `${order.orderId}:` });
+    // ---- An order on B, terminated in the middle of its authorization ----
+    await admin.set({
+      kind: 'delay',
+      target: 'authorizations',
+      delayMs: 8_000,
+      count: 1,
+      keyPrefix: `${order.orderId}:`,
+    });
     const h = await env.client.workflow.start(orderSaga, {
       taskQueue,
       workflowId: workflowIdFor(order.orderId),
       args: [order],
     });
     await until('the order reached the provider', 30_000, async () =>
-      (await ledger(db, order.orderId)).charges.length > 0 ? true : undefined,
+      (await holds(db, order.orderId)).authorizations.length > 0 ? true : undefined,
     );
-    await h.terminate('test: terminated mid-charge, after a deploy during a sweep');
+    await h.terminate('test: terminated mid-authorization, after a deploy during a sweep');
     const atTerminate = await rowStatus(order.orderId);
     expect(['COMPLETED', 'FAILED', 'CANCELLED']).not.toContain(atTerminate);
     const terminatedAt = Date.now();
@@ -191,8 +197,8 @@ describe('a deploy during a sweep', () => {
     expect(runVersion(heldNow.raw)?.buildId).toBe(B);
     expect(after.length).toBeGreaterThan(0);
 
-    const money = await ledger(db, order.orderId);
-    expect(money.charges.filter((c) => c.status === 'succeeded')).toHaveLength(1);
+    const money = await holds(db, order.orderId);
+    expect(money.captures.filter((c) => c.status === 'succeeded')).toHaveLength(1);
     expect(await orderViolations(db, env.client, [order.orderId])).toEqual([]);
   }, 300_000);
 });

@@ -2,7 +2,7 @@
  * `npm start`'s dev server keeps history in a SQLite file with the settings of
  * servers/temporal-dev.ts (WAL, synchronous=normal). A saga in flight when that server stops (as
  * npm start stops it on Ctrl-C) completes after it starts again on the same file: nothing is lost,
- * and the charge is made once.
+ * and the hold is made and captured once.
  */
 import { chmodSync, mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
@@ -13,7 +13,7 @@ import type { Pool } from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createActivities, type OrderActivities } from '../activities';
 import { workflowIdFor, type OrderResult } from '../domain/order';
-import { createProduct, ledger, makeOrder, orderRow, testPool, testProvider, uid } from './support/helpers';
+import { createProduct, holds, ledger, makeOrder, orderRow, testPool, testProvider, uid } from './support/helpers';
 import { bundleWorkflows, dataConverter, startDevServer } from './support/temporal-env';
 
 let db: Pool;
@@ -33,21 +33,21 @@ afterAll(async () => {
 });
 
 describe('the file-backed dev server of npm start', () => {
-  it('a saga in flight when the server stops completes after it starts again, charged once', async () => {
+  it('a saga in flight when the server stops completes after it starts again, held and captured once', async () => {
     const dbFilename = path.join(dir, 'temporal.db');
     const bundle = await bundleWorkflows();
     const taskQueue = `durable-${uid()}`;
     const real = createActivities({ db, provider: testProvider() });
     let reached!: () => void;
-    const atCharge = new Promise<void>((r) => (reached = r));
+    const atHold = new Promise<void>((r) => (reached = r));
     let release!: () => void;
     const held = new Promise<void>((r) => (release = r));
-    // The first charge is made at the provider, then its answer is held until the server has stopped.
+    // The first hold is made at the provider, then its answer is held until the server has stopped.
     let first = true;
     const activities: OrderActivities = {
       ...real,
-      chargePayment: async (req) => {
-        const out = await real.chargePayment(req);
+      authorizePayment: async (req) => {
+        const out = await real.authorizePayment(req);
         if (first) {
           first = false;
           reached();
@@ -75,9 +75,9 @@ describe('the file-backed dev server of npm start', () => {
       workflowId: workflowIdFor(order.orderId),
       args: [order],
     });
-    await atCharge;
+    await atHold;
 
-    // The stop, in npm start's order: the worker (the charge's answer goes out as it drains), then the server.
+    // The stop, in npm start's order: the worker (the hold's answer goes out as it drains), then the server.
     worker1.shutdown();
     release();
     await running1;
@@ -99,8 +99,9 @@ describe('the file-backed dev server of npm start', () => {
     );
     expect(result.status).toBe('COMPLETED');
     expect((await orderRow(db, order.orderId))?.status).toBe('COMPLETED');
-    const money = await ledger(db, order.orderId);
-    expect(money.charges).toEqual([{ status: 'succeeded', amount: 700 }]);
-    expect(money.refunds).toEqual([]);
+    const money = await holds(db, order.orderId);
+    expect(money.authorizations).toEqual([{ status: 'authorized', amount: 700 }]);
+    expect(money.captures).toEqual([{ status: 'succeeded', amount: 700 }]);
+    expect(await ledger(db, order.orderId)).toEqual({ charges: [], refunds: [] });
   });
 });

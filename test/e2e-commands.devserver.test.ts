@@ -53,7 +53,7 @@ describe('end to end on the dev server', () => {
     expect(raw).not.toMatch(/:\s*4321\b/);
     expect(raw).not.toContain('unitPriceCents');
     // Failure messages are sealed too, and what is readable by design is there: the activity names.
-    expect(raw).toContain('chargePayment');
+    expect(raw).toContain('authorizePayment');
     expect(raw).toContain(Buffer.from('binary/encrypted').toString('base64'));
     // The same history through the codec server (the CLI's --codec-endpoint): the order in the clear.
     const codec = server!.codec;

@@ -41,22 +41,27 @@ describe('end to end on the dev server', () => {
       const cancelled = makeOrder(line);
       await admin.set({
         kind: 'delay',
-        target: 'charges',
+        target: 'authorizations',
         delayMs: 2_000,
         count: 1,
         keyPrefix: `${cancelled.orderId}:`,
       });
       expect((await cli(['place', '--file', orderFile(cancelled), '--no-wait'])).code).toBe(0);
       expect((await cli(['cancel', cancelled.orderId, '--reason', 'customer asked'])).code).toBe(0);
-      // One that needs a person: the charge's answer is lost and the provider keeps saying processing.
+      // One that needs a person: the authorization's answer is lost and the provider keeps saying processing.
       const stuck = makeOrder([{ sku: p.sku, qty: 2, unitPriceCents: p.priceCents }]);
       await admin.set({
         kind: 'lose-response-after-commit',
-        target: 'charges',
+        target: 'authorizations',
         count: 1,
         keyPrefix: `${stuck.orderId}:`,
       });
-      await admin.set({ kind: 'processing', target: 'inquiries', count: 100_000, keyPrefix: `${stuck.orderId}:` });
+      await admin.set({
+        kind: 'processing',
+        target: 'authorization-inquiries',
+        count: 100_000,
+        keyPrefix: `${stuck.orderId}:`,
+      });
       const stuckHandle = await env.client.workflow.start('orderSaga', {
         taskQueue: cfg.taskQueue,
         workflowId: workflowIdFor(stuck.orderId),
@@ -163,7 +168,7 @@ describe('end to end on the dev server', () => {
         await openMetadata(page);
         const attention = await shows(page, [orderSummary(stuck), 'Needs attention: charge-outcome', command]);
         writeFileSync(path.join(artifacts, 'web-ui-needs-attention.txt'), attention);
-        expect(attention).toContain(`GET /v1/charges/${stuck.orderId}:charge`);
+        expect(attention).toContain(`GET /v1/authorizations/${stuck.orderId}:authorize`);
         expect(attention).toContain(`npx tsx client.ts resolve ${stuck.orderId} --action charge-failed`);
         await page.screenshot({ path: path.join(artifacts, 'web-ui-needs-attention.png'), fullPage: true });
 
@@ -205,7 +210,7 @@ describe('end to end on the dev server', () => {
         await browser.close();
         await admin.clear();
       }
-      // The person follows the page: the provider says the charge succeeded, so charge-succeeded settles it.
+      // The person follows the page: the provider says the hold is made, so charge-succeeded settles it.
       const resolved = await cli([
         'resolve',
         stuck.orderId,

@@ -1,7 +1,7 @@
 /**
  * The order row is the saga's only truth, on the real Temporal dev server with the real activities,
  * Postgres and provider:
- * - a slow provider database (a lock before the charge's first write): the request times out, the
+ * - a slow provider database (a lock before the authorization's first write): the request times out, the
  *   inquiry says not_found, the customer cancels; the late request can never keep the money;
  * - a shipped order reset to its first workflow task, then cancelled: the cancel is refused (the row is
  *   past the pivot, whatever the reset run believed) and the order completes;
@@ -14,12 +14,13 @@ import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import type { Pool } from 'pg';
 import { describe, expect, it } from 'vitest';
 import { createActivities, type OrderActivities } from '../activities';
-import { chargeKeyFor, workflowIdFor, type OrderInput, type OrderResult } from '../domain/order';
+import { workflowIdFor, type OrderInput, type OrderResult } from '../domain/order';
 import { orderOutcome } from '../lib/order-outcome';
 import { request } from '../lib/saga-requests';
 import { orderSaga, stateQuery } from '../workflows';
 import {
   createProduct,
+  holds,
   ledger,
   makeOrder,
   moneyKept,
@@ -83,15 +84,15 @@ async function ending(handle: { workflowId: string; result: () => Promise<unknow
 const violations = (orderIds: string[]): Promise<string[]> => orderViolations(db, env.client, orderIds);
 
 describe('a slow provider database: a not_found after a timed-out request is not an answer', () => {
-  it('the charge blocks before its first write, the inquiry says not_found, the customer cancels: no money is kept', async () => {
+  it('the authorization blocks before its first write, the inquiry says not_found, the customer cancels: no money is kept', async () => {
     const { order, sku } = await newOrder('slow');
     const stockBefore = (await productRow(db, sku)).stock;
-    // Writes to the provider's charges wait; reads do not (the inquiry answers not_found).
+    // Writes to the provider's authorizations wait; reads do not (the inquiry answers not_found).
     const lock = await db.connect();
     let locked = true;
     try {
       await lock.query('BEGIN');
-      await lock.query('LOCK TABLE provider.charges IN SHARE MODE');
+      await lock.query('LOCK TABLE provider.authorizations IN SHARE MODE');
       const handle = await start(order);
       // The first request timed out and the inquiry found nothing: the saga is between requests.
       for (let i = 0; i < 600; i++) {
@@ -113,17 +114,12 @@ describe('a slow provider database: a not_found after a timed-out request is not
     }
     // Any request still on its way has landed (or been refused) by now.
     await sleepMs(2 * PROVIDER_TIMEOUT_MS);
-    const l = await ledger(db, order.orderId);
-    const closed = await db.query({
-      text: 'SELECT 1 FROM provider.closed_keys WHERE idempotency_key = $1',
-      values: [chargeKeyFor(order.orderId)],
-    });
-    process.stdout.write(
-      `slow provider: ledger ${JSON.stringify(l)}, key ${closed.rowCount ? 'closed' : 'not closed'}\n`,
-    );
-    expect(await moneyKept(db, order.orderId)).toBe(0);
-    // Either the late charge landed and was refunded, or the key was closed and no charge exists.
-    expect(l.charges.length === 0 ? closed.rowCount : l.refunds.length).toBe(1);
+    const h = await holds(db, order.orderId);
+    process.stdout.write(`slow provider: holds ${JSON.stringify(h)}\n`);
+    expect(h.captures).toEqual([]);
+    expect(await ledger(db, order.orderId)).toEqual({ charges: [], refunds: [] });
+    // Either the late hold landed and was voided, or the key was closed and no hold exists.
+    expect(h.authorizations.length === 0 ? h.keyClosed : h.voids.length === 1).toBe(true);
     expect((await productRow(db, sku)).stock).toBe(stockBefore);
     expect(await violations([order.orderId])).toEqual([]);
   });
@@ -165,7 +161,7 @@ describe('a cancel is refused once the row is past the pivot, whatever the run b
       await request(reset, { command: 'resolve', action: 'retry' });
     }
     expect(await ending(reset)).toBe('COMPLETED');
-    expect(await ledger(db, order.orderId)).toEqual({ charges: [{ status: 'succeeded', amount: total }], refunds: [] });
+    expect((await holds(db, order.orderId)).captures).toEqual([{ status: 'succeeded', amount: total }]);
     expect(await violations([order.orderId])).toEqual([]);
   });
 });

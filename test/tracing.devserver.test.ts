@@ -102,7 +102,7 @@ describe('tracing across the processes (dev server)', () => {
       // The workflow's own spans (RunWorkflow ends with the run) may come after the last activity's.
       const worker = byService(trace, 'order-saga-worker');
       if (
-        ['RunActivity:sendConfirmation', 'RunWorkflow:orderSaga', 'StartActivity:chargePayment'].every((n) =>
+        ['RunActivity:sendConfirmation', 'RunWorkflow:orderSaga', 'StartActivity:capturePayment'].every((n) =>
           worker.includes(n),
         ) &&
         byService(trace, 'order-saga-provider').length > 0
@@ -120,20 +120,22 @@ describe('tracing across the processes (dev server)', () => {
     expect(worker).toEqual(
       expect.arrayContaining([
         'RunWorkflow:orderSaga',
-        'StartActivity:chargePayment',
+        'StartActivity:authorizePayment',
+        'StartActivity:capturePayment',
         'RunActivity:createOrder',
         'RunActivity:reserveInventory',
-        'RunActivity:chargePayment',
+        'RunActivity:authorizePayment',
+        'RunActivity:capturePayment',
         'RunActivity:sendConfirmation',
       ]),
     );
     expect(worker.some((n) => n.startsWith('pg.query'))).toBe(true);
     expect(provider.some((n) => n.startsWith('pg.query'))).toBe(true);
-    // The provider's request is a child of the worker's HTTP call (traceparent), itself under the charge.
+    // The provider's request is a child of the worker's HTTP call (traceparent), itself under the hold or the capture.
     const ids = new Map(trace.map((s) => [s.spanId, s]));
     const served = trace.find((s) => s.service === 'order-saga-provider' && s.kind === 'server')!;
     const call = ids.get(served.parentSpanId!)!;
     expect(call).toMatchObject({ service: 'order-saga-worker', kind: 'client' });
-    expect(ids.get(call.parentSpanId!)?.name).toBe('RunActivity:chargePayment');
+    expect(ids.get(call.parentSpanId!)?.name).toMatch(/^RunActivity:(authorize|capture)Payment$/);
   });
 });

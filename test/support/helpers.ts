@@ -150,9 +150,17 @@ export async function orderViolations(db: Pool, client: Client, orderIds: string
 
 /** Money the customer has given for an order and not got back, in cents. */
 export async function moneyKept(db: Pool, orderId: string): Promise<number> {
-  const l = await ledger(db, orderId);
-  const charged = l.charges.filter((c) => c.status === 'succeeded').reduce((s, c) => s + c.amount, 0);
-  return charged - l.refunds.reduce((s, r) => s + r.amount, 0);
+  // Money taken (the charge, or the captures of the order's holds), less what was refunded of it.
+  const { rows } = await db.query<{ kept: string }>({
+    text: `WITH caps AS (SELECT c.idempotency_key, c.amount_cents, c.status FROM provider.captures c
+                         JOIN provider.authorizations a ON a.idempotency_key = c.authorization_key WHERE a.reference = $1)
+           SELECT COALESCE((SELECT sum(amount_cents) FROM provider.charges WHERE idempotency_key = $1 || ':charge' AND status = 'succeeded'), 0)
+                + COALESCE((SELECT sum(amount_cents) FROM caps WHERE status = 'succeeded'), 0)
+                - COALESCE((SELECT sum(r.amount_cents) FROM provider.refunds r
+                            WHERE r.charge_key = $1 || ':charge' OR r.capture_key IN (SELECT idempotency_key FROM caps)), 0) AS kept`,
+    values: [orderId],
+  });
+  return Number(rows[0]!.kept);
 }
 
 /**
