@@ -150,7 +150,7 @@ describe('end to end on the dev server', () => {
         const run = await shows(page, [
           orderSummary(declined),
           'Steps done: createOrder → reserveInventory',
-          'ran: refundPayment, releaseInventory',
+          'ran: voidAuthorization, releaseInventory',
         ]);
         writeFileSync(path.join(artifacts, 'web-ui-run.txt'), run);
         expect(run).toContain('13.00 USD');
