@@ -191,10 +191,16 @@ describe('mTLS on the real Temporal server', () => {
     expect(JSON.parse(status.stdout)).toMatchObject({ status: 'COMPLETED' });
     expect(await orderRow(db, order.orderId)).toMatchObject({ status: 'COMPLETED' });
 
-    // Cancel before the pivot: the charge held at the provider meanwhile.
+    // Cancel before the pivot: the authorization held at the provider meanwhile.
     const second = makeOrder([{ sku: p.sku, qty: 1, unitPriceCents: p.priceCents }]);
     // Held long enough for a second client.ts process to start on a busy machine, and below the worker's provider timeout.
-    await admin.set({ kind: 'delay', target: 'charges', delayMs: 6_000, count: 1, keyPrefix: `${second.orderId}:` });
+    await admin.set({
+      kind: 'delay',
+      target: 'authorizations',
+      delayMs: 6_000,
+      count: 1,
+      keyPrefix: `${second.orderId}:`,
+    });
     expect((await cli(['place', '--file', orderFile(second), '--no-wait'])).code).toBe(0);
     const cancel = await cli(['cancel', second.orderId, '--reason', 'customer asked', '--json']);
     expect(cancel.code, cancel.stderr).toBe(0);
