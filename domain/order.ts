@@ -47,6 +47,13 @@ export const isTerminal = (status: OrderStatus): boolean => TERMINAL_STATUSES.in
 export const isPastPivot = (status: OrderStatus): boolean => PAST_PIVOT_STATUSES.includes(status);
 export const isAtPivot = (status: OrderStatus | null | undefined): boolean =>
   status !== null && status !== undefined && AT_PIVOT_STATUSES.includes(status);
+/**
+ * The pivot's rule for an escalation: one made at the pivot (from CHARGED or AUTHORIZED, the shipment
+ * failing) or after it (from SHIPPED or CAPTURED) only ever goes forward, whatever a person answers;
+ * it is never compensated. Also true of a row resumed to such a status.
+ */
+export const escalatedForward = (from: OrderStatus | null | undefined): boolean =>
+  isAtPivot(from) || (from !== null && from !== undefined && isPastPivot(from));
 
 /**
  * How an order's money moves, recorded on its row (`payment_flow`, migrations/0018): `charge` (the
@@ -252,6 +259,6 @@ export const RESOLVE_ACTIONS_FOR: Record<Awaiting, readonly string[]> = {
 export function awaitingFrom(from: OrderStatus | null | undefined, step?: string | null): Awaiting {
   if (from === 'UNKNOWN_PAYMENT') return 'charge-outcome';
   if (from === 'SHIPPED' && step === 'capturePayment') return 'capture';
-  if (isAtPivot(from) || from === 'SHIPPED' || from === 'CAPTURED') return 'forward-step';
+  if (escalatedForward(from)) return 'forward-step';
   return 'compensation';
 }

@@ -71,19 +71,17 @@ export class AuthorizationProtocol implements MoneyPath {
       idempotencyKey: key,
     };
     for (let round = 1; ; round++) {
-      if (saga.cancelsQueued) await saga.recordQueuedCancels();
+      await saga.recordQueuedCancels();
       if (saga.stopCharging()) throw new CancelledFailure(saga.stopReason());
       saga.state.attempts.authorize = round;
       try {
-        // Not cancellable: a cancel waits for this request's answer (it may already be at the provider).
-        const r = await saga.shielded(() =>
-          saga.act(
-            chargeOnceOpts,
-            'authorizePayment',
-            `authorize ${formatMoney(request.amountCents, order.currency)} (key ${key}, request ${round})`,
-            request,
-          ),
-        );
+        // The first request runs inside the workflow task (no round trip); one after an inquiry found
+        // nothing is a regular activity. Not cancellable: a cancel waits for this request's answer.
+        const summary = `authorize ${formatMoney(request.amountCents, order.currency)} (key ${key}, request ${round})`;
+        const r =
+          round === 1
+            ? await saga.actLocal(chargeOnceOpts, 'authorizePayment', summary, request)
+            : await saga.act(chargeOnceOpts, 'authorizePayment', summary, request);
         return r.status;
       } catch (err) {
         saga.learnCancel(err);
@@ -93,7 +91,7 @@ export class AuthorizationProtocol implements MoneyPath {
           error: failureMessage(err),
         });
       }
-      const verdict = await saga.shielded(() => this.inquireUntilKnown());
+      const verdict = await this.inquireUntilKnown();
       if (verdict === 'succeeded') return saga.status({ to: 'AUTHORIZED' });
       if (verdict === 'cancelled') throw new CancelledFailure(saga.stopReason());
       if (verdict !== 'not_found') throw holdRefusal(verdict, key);
@@ -104,12 +102,11 @@ export class AuthorizationProtocol implements MoneyPath {
           nonRetryable: true,
         });
       }
-      const pauseMs = Math.min(saga.cfg.inquiryMaxMs, 1000 * 2 ** (round - 1));
-      await saga.shielded(() =>
-        saga.condition(() => saga.stopCharging() || saga.inbox.hasQueuedCancel(), pauseMs, {
-          summary: `the provider never took authorization request ${round}; request ${round + 1} in ${duration(pauseMs)} unless cancelled`,
-        }),
-      );
+      // Cut short at the deadline, which no timer marks (`SagaRun.untilDeadline`).
+      const pauseMs = Math.min(saga.cfg.inquiryMaxMs, 1000 * 2 ** (round - 1), saga.untilDeadline());
+      await saga.condition(() => saga.stopCharging() || saga.inbox.hasQueuedCancel(), pauseMs, {
+        summary: `the provider never took authorization request ${round}; request ${round + 1} in ${duration(pauseMs)} unless cancelled`,
+      });
     }
   }
 
@@ -154,7 +151,7 @@ export class AuthorizationProtocol implements MoneyPath {
         }
       }
       const wait = Math.min(cfg.inquiryMaxMs, cfg.inquiryBaseMs * 2 ** n);
-      const overdue = saga.phase.name === 'overdue';
+      const overdue = saga.overdue();
       if (overdue || slept + wait > cfg.unknownEscalationMs) {
         const why = overdue ? 'saga deadline passed' : `no answer after ${duration(slept)}`;
         // Never voided blindly: a person settles it, or the customer cancels (the void then closes the key).
@@ -204,19 +201,19 @@ export class AuthorizationProtocol implements MoneyPath {
       saga.state.attempts.capture = round;
       let why: string | undefined;
       try {
-        const r = await saga.act(
-          chargeOnceOpts,
-          'capturePayment',
-          `capture the hold ${authorizationKey} (key ${captureKey}, request ${round})`,
-          req,
-        );
+        // The first request runs inside the workflow task (no round trip), a later one as a regular activity.
+        const summary = `capture the hold ${authorizationKey} (key ${captureKey}, request ${round})`;
+        const r =
+          round === 1
+            ? await saga.actLocal(chargeOnceOpts, 'capturePayment', summary, req)
+            : await saga.act(chargeOnceOpts, 'capturePayment', summary, req);
         return r.status;
       } catch (err) {
         const type = failureType(err);
         if (type === SagaFailureTypes.OrderSettled || type === ErrorTypes.NotOrderOwner) throw err;
         const row = conflictStatus(err);
         // Captured already, or completed, by another run of this order: nothing more to take.
-        if (row === 'CAPTURED' || row === 'COMPLETED') return saga.status({ seen: row });
+        if (row === 'CAPTURED' || row === 'COMPLETED') return saga.seen(row);
         if (type === ErrorTypes.CaptureRefused) why = `capture ${captureKey} refused: ${refusalCode(err)}`;
         else if (type === ErrorTypes.OrderStateConflict || type === ErrorTypes.OrderMismatch)
           why = `capture ${captureKey} not sent: ${failureMessage(err)}`;

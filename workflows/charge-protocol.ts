@@ -66,18 +66,18 @@ export class ChargeProtocol {
       markCharged: true,
     };
     for (let round = 1; ; round++) {
-      if (saga.cancelsQueued) await saga.recordQueuedCancels();
+      await saga.recordQueuedCancels();
       if (saga.stopCharging()) throw new CancelledFailure(saga.stopReason());
       saga.state.attempts.charge = round;
       try {
         // Not cancellable: a cancel waits for this request's answer (it may already be at the provider).
-        const r = await saga.shielded(() =>
-          saga.act(
-            chargeOnceOpts,
-            'chargePayment',
-            `charge ${formatMoney(request.amountCents, order.currency)} (key ${key}, request ${round})`,
-            request,
-          ),
+        // A regular activity: a charge moves money at once, so the run learns of a cancel sent as a
+        // Signal at the round trip before it (docs/decisions.md).
+        const r = await saga.act(
+          chargeOnceOpts,
+          'chargePayment',
+          `charge ${formatMoney(request.amountCents, order.currency)} (key ${key}, request ${round})`,
+          request,
         );
         return r.status ?? 'CHARGED';
       } catch (err) {
@@ -88,7 +88,7 @@ export class ChargeProtocol {
           error: failureMessage(err),
         });
       }
-      const verdict = await saga.shielded(() => this.inquireUntilKnown());
+      const verdict = await this.inquireUntilKnown();
       if (verdict === 'succeeded') return saga.status({ to: 'CHARGED' });
       if (verdict === 'cancelled') throw new CancelledFailure(saga.stopReason());
       if (verdict !== 'not_found') throw refusal(verdict, key);
@@ -100,12 +100,11 @@ export class ChargeProtocol {
         });
       }
       // not_found: nothing was charged yet. Pause, unless a cancel or the deadline comes first.
-      const pauseMs = Math.min(saga.cfg.inquiryMaxMs, 1000 * 2 ** (round - 1));
-      await saga.shielded(() =>
-        saga.condition(() => saga.stopCharging() || saga.inbox.hasQueuedCancel(), pauseMs, {
-          summary: `the provider never took charge request ${round}; request ${round + 1} in ${duration(pauseMs)} unless cancelled`,
-        }),
-      );
+      // Cut short at the deadline, which no timer marks (`SagaRun.untilDeadline`).
+      const pauseMs = Math.min(saga.cfg.inquiryMaxMs, 1000 * 2 ** (round - 1), saga.untilDeadline());
+      await saga.condition(() => saga.stopCharging() || saga.inbox.hasQueuedCancel(), pauseMs, {
+        summary: `the provider never took charge request ${round}; request ${round + 1} in ${duration(pauseMs)} unless cancelled`,
+      });
     }
   }
 
@@ -141,7 +140,7 @@ export class ChargeProtocol {
         }
       }
       const wait = Math.min(cfg.inquiryMaxMs, cfg.inquiryBaseMs * 2 ** n);
-      const overdue = saga.phase.name === 'overdue';
+      const overdue = saga.overdue();
       if (overdue || slept + wait > cfg.unknownEscalationMs) {
         const why = overdue ? 'saga deadline passed' : `no answer after ${duration(slept)}`;
         // Never refund blindly: a person settles it (after checking the provider's dashboard), or the

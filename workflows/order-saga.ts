@@ -19,12 +19,19 @@
  * Deploys are pinned (Worker Versioning): a run finishes on the build that started it, so there are
  * no patch branches for old runs (docs/versioning.md).
  */
-import { allHandlersFinished, ApplicationFailure, CancelledFailure, log, workflowInfo } from '@temporalio/workflow';
+import {
+  allHandlersFinished,
+  ApplicationFailure,
+  CancellationScope,
+  CancelledFailure,
+  log,
+  workflowInfo,
+} from '@temporalio/workflow';
 import { ErrorTypes, SagaFailureTypes } from '../domain/failures';
 import { laneFor, laneTaskQueue } from '../domain/lanes';
 import {
   chargeKeyFor,
-  isAtPivot,
+  escalatedForward,
   isPastPivot,
   OrderValidationError,
   parseOrder,
@@ -114,9 +121,6 @@ class OrderSaga {
   private readonly recovery: Recovery;
   /** How this order's money moves, from its row (createOrder): an order of this build is authorized. */
   private flow: PaymentFlow = 'authorization';
-  /** Read only for the lane activity's timeouts (not compared on replay), never for a decision. */
-  // eslint-disable-next-line no-restricted-properties -- see above
-  private readonly started = Date.now();
   /** The shipment's tracking number, for the confirmation. */
   private tracking = '';
 
@@ -144,15 +148,14 @@ class OrderSaga {
    * way the run ends is here: completed, failed (after the compensations), or settled elsewhere.
    */
   run(): Promise<OrderResult> {
-    // Every wait of the main path is shielded from a Temporal cancellation, which stops the steps
-    // before the pivot between them instead (`step`): the whole path runs in the shield, once.
-    return this.saga.shielded(() => this.main());
+    // No wait of the saga is cut short by a Temporal cancellation: it stops the steps before the
+    // pivot between them instead (`step`), so the whole path runs non-cancellably.
+    return CancellationScope.nonCancellable(() => this.main());
   }
 
   private async main(): Promise<OrderResult> {
     const { saga, recovery } = this;
     saga.listen();
-    saga.startDeadline();
     saga.publishSearchAttributes();
     try {
       let next = await outcomeOf(() => this.beforePivot());
@@ -170,12 +173,11 @@ class OrderSaga {
           case 'failed':
             throw now.failure;
           case 'settled':
-            return saga.shielded(() => recovery.alreadySettled(now.status));
+            return recovery.alreadySettled(now.status);
         }
       }
     } finally {
-      saga.stopDeadline();
-      saga.flush(); // the search attributes show how it ended
+      saga.flush(true); // the search attributes show how it ended
     }
   }
 
@@ -194,7 +196,7 @@ class OrderSaga {
       )
         return { kind: 'forward' };
       // A cancel that arrived while a non-cancellable step ran still wins before the pivot.
-      if (saga.cancelsQueued) await saga.recordQueuedCancels();
+      await saga.recordQueuedCancels();
       if (saga.stopRequested()) return this.recovery.afterStop(new CancelledFailure(saga.stopReason()));
       return { kind: 'forward' };
     } catch (err) {
@@ -213,22 +215,19 @@ class OrderSaga {
     } catch (err) {
       return this.recovery.shipmentFailed(err);
     }
-    return this.saga.shielded(async () => {
-      const { saga } = this;
-      saga.enter({ name: 'shipped' });
-      if (saga.cancelsQueued) await saga.recordQueuedCancels(); // sent while the shipment ran: the row refuses them now
-      saga.compensations.length = 0;
-      saga.status({ seen: 'SHIPPED' }); // the shipment's own transaction moved the row
-      if (this.flow === 'authorization') await this.capturePayment();
-      if (await this.sendConfirmation())
-        saga.status({ seen: 'COMPLETED' }); // the confirmation's own transaction completed the order
-      else await saga.status({ to: 'COMPLETED' });
-      // A message handler still running gets its answer first; none running (the usual case): no wait.
-      if (allHandlersFinished()) saga.flush();
-      else await saga.condition(allHandlersFinished);
-      const { status, reason } = saga.state;
-      return { kind: 'completed', result: { orderId: saga.orderId, status, ...(reason ? { reason } : {}) } };
-    });
+    const { saga } = this;
+    saga.enter({ name: 'shipped' });
+    await saga.recordQueuedCancels(); // sent while the shipment ran: the row refuses them now
+    saga.compensations.length = 0;
+    saga.seen('SHIPPED'); // the shipment's own transaction moved the row
+    if (this.flow === 'authorization') await this.capturePayment();
+    if (await this.sendConfirmation())
+      saga.seen('COMPLETED'); // the confirmation's own transaction completed the order
+    else await saga.status({ to: 'COMPLETED' });
+    // A message handler still running gets its answer first; none running (the usual case): no wait.
+    if (!allHandlersFinished()) await saga.condition(allHandlersFinished);
+    const { status, reason } = saga.state;
+    return { kind: 'completed', result: { orderId: saga.orderId, status, ...(reason ? { reason } : {}) } };
   }
 
   // ---- The steps ------------------------------------------------------------------------------
@@ -244,9 +243,7 @@ class OrderSaga {
     const { saga } = this;
     const summary = `create order ${saga.orderId} (PENDING)`;
     // Not cancellable: once sent, the row exists, so a cancel compensates it.
-    const created = await this.step('createOrder', () =>
-      saga.shielded(() => saga.actLocalFirst(orderOpts, 'createOrder', summary, saga.order)),
-    );
+    const created = await this.step('createOrder', () => saga.actLocalFirst(orderOpts, 'createOrder', summary, saga.order));
     if (created.outcome === 'settled') throw settled(created.status);
     if (created.cancel) saga.cancel = created.cancel; // a cancel recorded before this run took the order over
     this.flow = created.paymentFlow; // the row's era: a charge-era order keeps the charge path
@@ -266,7 +263,7 @@ class OrderSaga {
     // An open order this run took over (a Reset, a new start after a Terminate): the row says where
     // it is. An escalation the old run left counts as the operator's retry, from where it stood; one
     // made at the pivot (from CHARGED) goes back to the pivot, never backward.
-    saga.status({ seen: created.status });
+    saga.seen(created.status);
     let status = created.status;
     if (status === 'NEEDS_ATTENTION') {
       // A resolve a person gave the run that escalated, not yet applied, is applied here (recovery.ts).
@@ -278,15 +275,16 @@ class OrderSaga {
       if (left.action === 'charge-failed') throw chargeFailedByOperator(saga.orderId);
       status = left.status;
     }
-    const pastPivot = isPastPivot(status) || (created.status === 'NEEDS_ATTENTION' && isAtPivot(created.attentionFrom));
+    const pastPivot =
+      isPastPivot(status) || (created.status === 'NEEDS_ATTENTION' && escalatedForward(created.attentionFrom));
     return pastPivot ? 'past-pivot' : 'next';
   }
 
   /** 2. Reserve the stock: optimistic (CAS), else the serial lane. Key: (order ID, SKU). Compensation: release (registered in 1). */
   private async reserveInventory(): Promise<StepEnd> {
     // Not cancellable: its release must never run before a late commit of the reservation.
-    const status = await this.step('reserveInventory', () => this.saga.shielded(() => this.reserve()));
-    this.saga.status({ seen: status }); // the reservation's own transaction moved the row (or found it further along)
+    const status = await this.step('reserveInventory', () => this.reserve());
+    this.saga.seen(status); // the reservation's own transaction moved the row (or found it further along)
     return isPastPivot(status) ? 'past-pivot' : 'next';
   }
 
@@ -300,61 +298,31 @@ class OrderSaga {
       this.flow === 'charge'
         ? await this.step('chargePayment', () => this.charge.charge())
         : await this.step('authorizePayment', () => this.auth.authorize());
-    this.saga.status({ seen: status });
+    this.saga.seen(status);
     return isPastPivot(status) ? 'past-pivot' : 'next';
   }
 
   /**
    * 4. The pivot: ship (the row moves to SHIPPED, the lines to SOLD, in one transaction). Key: the order
-   * ID (the tracking number derives from it). Retried for the forward limit, then escalated; a
-   * rejection means nothing shipped (the run turns back: `Recovery.shipmentFailed`); nothing else
-   * ever compensates.
+   * ID (the tracking number derives from it). A rejection means nothing shipped (the run turns back:
+   * `Recovery.shipmentFailed`), and so does a cancel recorded before it or a row another run
+   * compensated; anything else goes forward (`forwardStep`), and nothing ever compensates it.
    */
   private async createShipment(): Promise<void> {
     const { saga } = this;
     const opts = forwardOpts(saga.cfg.forwardRetryLimitMs);
-    await saga.shielded(() =>
-      this.step('createShipment', async () => {
-        // A resolve applied when this run took the order over may say it was shipped by hand.
-        let byOperator = saga.byHand === 'createShipment';
-        for (;;) {
-          try {
-            const summary = byOperator
-              ? `record the shipment made by hand for ${saga.orderId} (pivot)`
-              : `create shipment for ${saga.orderId} (pivot)`;
-            const req = { orderId: saga.orderId, byOperator };
-            this.tracking = (await saga.actLocalFirst(opts, 'createShipment', summary, req)).trackingNumber;
-            return;
-          } catch (err) {
-            if (failureType(err) === SagaFailureTypes.OrderSettled) throw err;
-            // A rejection (or a row that forbids shipping) means the shipment was not created: no pivot.
-            if (failureType(err) === ErrorTypes.ShipmentRejected) throw err;
-            // A cancel recorded before the shipment: the write refused it, nothing shipped.
-            if (recordedCancelIn(err)) throw err;
-            if (failureType(err) === ErrorTypes.OrderStateConflict) {
-              const row = conflictStatus(err);
-              // An escalation this run did not make (its waiting run was reset or terminated): the
-              // restart counts as the operator's retry, from where the row stood.
-              // A resolve a person gave that run, not yet applied, is applied instead (recovery.ts).
-              if (row === 'NEEDS_ATTENTION') {
-                const left = await this.recovery.answerLeft(escalationIn(err));
-                if (isAtPivot(left.status) || left.status === 'SHIPPED' || left.status === 'CAPTURED') {
-                  if (saga.byHand === 'createShipment') byOperator = true;
-                  continue;
-                }
-              }
-              // The row went backward (another run compensated it): nothing shipped.
-              if (row === 'COMPENSATING') throw err;
-            }
-            // Anything else may have shipped, or the row cannot say: never compensate, escalate.
-            const why = `createShipment failed at the pivot: ${failureMessage(err)}`;
-            // Shipped by hand: the same bookkeeping (lines SOLD, order SHIPPED), so nothing stays HELD.
-            if ((await this.recovery.escalate('forward-step', why, 'createShipment')) === 'mark-resolved')
-              byOperator = true;
-          }
-        }
-      }),
-    );
+    const nothingShipped = (err: unknown): boolean =>
+      failureType(err) === ErrorTypes.ShipmentRejected ||
+      recordedCancelIn(err) !== undefined ||
+      (failureType(err) === ErrorTypes.OrderStateConflict && conflictStatus(err) === 'COMPENSATING');
+    await this.forwardStep('createShipment', nothingShipped, async (byHand) => {
+      // Shipped by hand (a person's mark-resolved): the same bookkeeping (lines SOLD, order SHIPPED).
+      const summary = byHand
+        ? `record the shipment made by hand for ${saga.orderId} (pivot)`
+        : `create shipment for ${saga.orderId} (pivot)`;
+      const req = { orderId: saga.orderId, byOperator: byHand };
+      this.tracking = (await saga.actLocalFirst(opts, 'createShipment', summary, req)).trackingNumber;
+    });
   }
 
   /**
@@ -365,67 +333,84 @@ class OrderSaga {
    */
   private async capturePayment(): Promise<void> {
     const status = await this.step('capturePayment', () => this.auth.capture());
-    this.saga.status({ seen: status });
+    this.saga.seen(status);
   }
 
   /**
-   * 6. Confirm (an outbox row keyed by order and kind; the row moves to COMPLETED), forward only:
-   * retried for the forward limit, then escalated. False when a person marked it done by hand.
+   * 6. Confirm (an outbox row keyed by order and kind; the row moves to COMPLETED), forward only
+   * (`forwardStep`). False when a person marked it done by hand: nothing was sent.
    */
   private async sendConfirmation(): Promise<boolean> {
     const { saga } = this;
     const opts = forwardOpts(saga.cfg.forwardRetryLimitMs);
     const summary = `send confirmation for ${saga.orderId}`;
     const req = { orderId: saga.orderId, trackingNumber: this.tracking };
-    let confirmed = false;
-    // Marked done by hand in the escalation this run took over: nothing to send.
-    if (saga.byHand === 'sendConfirmation') return false;
-    await this.step('sendConfirmation', async () => {
-      for (;;) {
-        try {
-          await saga.actLocalFirst(opts, 'sendConfirmation', summary, req);
-          confirmed = true;
-          return;
-        } catch (err) {
-          if (failureType(err) === SagaFailureTypes.OrderSettled) throw err;
-          // An escalation another run left (reset or terminated while it waited): the resolve a person
-          // gave it, not yet applied, or else the operator's retry.
-          if (conflictStatus(err) === 'NEEDS_ATTENTION') {
-            const left = await this.recovery.answerLeft(escalationIn(err));
-            if (left.status === 'SHIPPED' || left.status === 'CAPTURED') {
-              if (left.action === 'mark-resolved') return;
-              continue;
-            }
-          }
-          const why = `sendConfirmation failed after the pivot: ${failureMessage(err)}`;
-          if ((await this.recovery.escalate('forward-step', why, 'sendConfirmation')) === 'mark-resolved') return;
-        }
-      }
+    return this.forwardStep('sendConfirmation', () => false, async () => {
+      await saga.actLocalFirst(opts, 'sendConfirmation', summary, req);
     });
-    return confirmed;
   }
 
   /**
-   * A step: refused before the pivot once a stop was asked for; counts its attempts; records it done.
-   * A chain rather than an async function: the SDK records a stack trace for every promise, and an
-   * async function with an await makes two.
+   * A step at the pivot or after it (the shipment, the confirmation): local first, then retried for the
+   * forward window, then escalated to a person; never compensated. An escalation another run left
+   * (reset or terminated while it waited) is answered first (`Recovery.answerLeft`: the resolve a
+   * person gave it, or else the operator's retry). A step a person marks done by hand (`mark-resolved`)
+   * is not tried again: the shipment records the bookkeeping of one made by hand, the confirmation is
+   * not sent. `turnsBack`: the failures that mean the step did nothing and the run goes back (thrown
+   * as they are). Returns false when the step was done by hand.
    */
-  private step<T>(name: string, fn: () => Promise<T>): Promise<T> {
+  private async forwardStep(
+    name: 'createShipment' | 'sendConfirmation',
+    turnsBack: (err: unknown) => boolean,
+    send: (byHand: boolean) => Promise<void>,
+  ): Promise<boolean> {
+    const { saga } = this;
+    const recordsByHand = name === 'createShipment';
+    let byHand = saga.byHand === name;
+    if (byHand && !recordsByHand) return false;
+    await this.step(name, async () => {
+      for (;;) {
+        try {
+          await send(byHand);
+          return;
+        } catch (err) {
+          if (failureType(err) === SagaFailureTypes.OrderSettled || turnsBack(err)) throw err;
+          if (conflictStatus(err) === 'NEEDS_ATTENTION') {
+            const left = await this.recovery.answerLeft(escalationIn(err));
+            if (escalatedForward(left.status)) {
+              byHand = saga.byHand === name;
+              if (byHand && !recordsByHand) return;
+              continue;
+            }
+          }
+          // Anything else may have happened, or the row cannot say: never compensate, ask a person.
+          const why = `${name} failed ${recordsByHand ? 'at' : 'after'} the pivot: ${failureMessage(err)}`;
+          if ((await this.recovery.escalate('forward-step', why, name)) === 'mark-resolved') {
+            byHand = true;
+            if (!recordsByHand) return;
+          }
+        }
+      }
+    });
+    return !byHand;
+  }
+
+  /** A step: refused before the pivot once a stop was asked for; counts its attempts; records it done. */
+  private async step<T>(name: string, fn: () => Promise<T>): Promise<T> {
     const { saga } = this;
     // Steps before the pivot run their activities non-cancellably; a stop takes effect between steps.
     // createOrder runs even then: the run must own the row to settle it.
     if (!pivotAsked(saga.phase) && name !== 'createOrder') {
-      if (saga.cancelsQueued) return saga.recordQueuedCancels().then(() => this.step(name, fn));
-      if (saga.stopRequested()) return Promise.reject(new CancelledFailure(saga.stopReason()));
+      await saga.recordQueuedCancels();
+      if (saga.stopRequested()) throw new CancelledFailure(saga.stopReason());
     }
     saga.state.step = name;
     saga.state.attempts[name] = (saga.state.attempts[name] ?? 0) + 1;
     saga.refresh();
-    return fn().then((out) => {
-      saga.state.stepsDone.push(name);
-      saga.refresh();
-      return out;
-    });
+    const out = await fn();
+    saga.state.stepsDone.push(name);
+    saga.refresh();
+    return out;
   }
 
   // ---- The reservation in detail --------------------------------------------------------------
@@ -440,7 +425,13 @@ class OrderSaga {
     const req = { orderId: this.saga.orderId, customerId: this.saga.order.customerId, items: this.saga.order.items };
     let why: string;
     try {
-      const r = await this.saga.act(inventoryOpts, 'reserveInventory', `reserve ${this.saga.lines} (CAS)`, req);
+      // Local first (inside the workflow task); a charge-era order's reservation stays a regular
+      // activity, so a cancel sent as a Signal meanwhile is read before its charge (docs/decisions.md).
+      const summary = `reserve ${this.saga.lines} (CAS)`;
+      const r =
+        this.flow === 'charge'
+          ? await this.saga.act(inventoryOpts, 'reserveInventory', summary, req)
+          : await this.saga.actLocalFirst(inventoryOpts, 'reserveInventory', summary, req);
       this.saga.state.attempts.reserveCas = r.attempts;
       if (r.outcome !== 'route-to-lane') return r.status;
       why = r.reason;
@@ -455,8 +446,7 @@ class OrderSaga {
     this.saga.state.attempts.reserveLane = (this.saga.state.attempts.reserveLane ?? 0) + 1;
     log.info('reservation sent to the serial lane', { orderId: this.saga.orderId, lane, why });
     // A lane no worker polls must not hold the saga past its deadline.
-    // eslint-disable-next-line no-restricted-properties -- an activity's timeout, not a decision
-    const untilDeadline = Math.max(1_000, this.saga.cfg.deadlineMs - (Date.now() - this.started));
+    const untilDeadline = this.saga.untilDeadline(1_000);
     const r = await this.saga.act(
       {
         ...laneOpts,

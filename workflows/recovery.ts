@@ -50,11 +50,11 @@ export class Recovery {
     if (saga.state.stepsDone.length === 0) return ending(err);
     if (failureType(err) === SagaFailureTypes.OrderSettled && saga.compensations.length === 0) return ending(err);
     saga.learnCancel(err);
-    if (saga.cancelsQueued) await saga.recordQueuedCancels();
+    await saga.recordQueuedCancels();
     // Stopped by a cancel, the deadline or a Temporal cancellation, or refused because a cancel is recorded.
     const cancelled = isCancellation(err) || recordedCancelIn(err) !== undefined;
     const reason = cancelled ? saga.stopReason() : failureMessage(err);
-    const ahead = await saga.shielded(() => this.fromRow(err));
+    const ahead = await this.fromRow(err);
     if (ahead === 'forward') return { kind: 'forward' };
     const stopped = cancelled || saga.cancel !== undefined;
     const why = !stopped
@@ -129,7 +129,7 @@ export class Recovery {
         orderId: saga.orderId,
         status,
       });
-      saga.status({ seen: status });
+      saga.seen(status);
       return 'forward';
     }
   }
@@ -137,7 +137,7 @@ export class Recovery {
   /** The row is past the pivot (another run shipped it, or escalated at the pivot): the run goes forward. */
   private carryForward(status: OrderStatus): 'forward' {
     log.warn('the order row is past the pivot; carrying it forward', { orderId: this.saga.orderId, status });
-    this.saga.status({ seen: status });
+    this.saga.seen(status);
     return 'forward';
   }
 
@@ -152,22 +152,20 @@ export class Recovery {
     const { saga } = this;
     log.warn('saga failed before the pivot; compensating', { orderId: saga.orderId, reason });
     saga.enter({ name: 'unwinding', reason, shipmentRefused: saga.phase.name === 'pivot' });
-    const stopped = await saga.shielded(() => this.compensate(reason));
+    const stopped = await this.compensate(reason);
     if (stopped) return stopped;
-    return saga.shielded(async () => {
-      await saga.status({ to: ends, reason });
-      await saga.condition(allHandlersFinished);
-      const result: OrderResult = { orderId: saga.orderId, status: saga.state.status, reason };
-      if (why === TEMPORAL_CANCELLATION) return { kind: 'failed', failure: new CancelledFailure(reason) };
-      const failure = ApplicationFailure.create({
-        type: why,
-        message: `order ${saga.orderId} ${saga.state.status}: ${reason}`,
-        nonRetryable: true,
-        details: [result],
-        category: ApplicationFailureCategory.BENIGN,
-      });
-      return { kind: 'failed', failure };
+    await saga.status({ to: ends, reason });
+    await saga.condition(allHandlersFinished);
+    const result: OrderResult = { orderId: saga.orderId, status: saga.state.status, reason };
+    if (why === TEMPORAL_CANCELLATION) return { kind: 'failed', failure: new CancelledFailure(reason) };
+    const failure = ApplicationFailure.create({
+      type: why,
+      message: `order ${saga.orderId} ${saga.state.status}: ${reason}`,
+      nonRetryable: true,
+      details: [result],
+      category: ApplicationFailureCategory.BENIGN,
     });
+    return { kind: 'failed', failure };
   }
 
   /**
@@ -220,10 +218,10 @@ export class Recovery {
     saga.state.step = 'already settled';
     saga.enter({ name: 'settled-elsewhere' });
     saga.state.awaiting = undefined; // nothing here is waiting for a person any more
-    saga.status({
-      seen: status,
-      reason: `order ${saga.orderId} is already ${status}: settled by another run; this run stopped without effects`,
-    });
+    saga.seen(
+      status,
+      `order ${saga.orderId} is already ${status}: settled by another run; this run stopped without effects`,
+    );
     await saga.condition(allHandlersFinished);
     return { orderId: saga.orderId, status: 'ALREADY_SETTLED', orderStatus: status, reason: saga.state.reason };
   }
@@ -258,7 +256,7 @@ export class Recovery {
       } else {
         // Refused, as the run it was sent to would have refused it: this run waits for a person in its
         // place (the row stays in NEEDS_ATTENTION), and acts on the answer it gets.
-        saga.status({ seen: 'NEEDS_ATTENTION' });
+        saga.seen('NEEDS_ATTENTION');
         action = await this.escalate(
           awaiting,
           `the escalation another run left; the resolve ${request.requestId} given to it was refused: ${refused}`,

@@ -21,7 +21,7 @@ import type { OrderActivities } from '../activities';
 import type { PendingResolve, RecordedCancel } from '../activities/order-lock';
 import { CHARGE_ATTEMPT_TIMEOUT_MS } from '../domain/charge-timing';
 import { ErrorTypes, NON_RETRYABLE, SagaFailureTypes } from '../domain/failures';
-import { isAtPivot, isPastPivot, isTerminal, type OrderStatus } from '../domain/order';
+import { escalatedForward, isPastPivot, isTerminal, type OrderStatus } from '../domain/order';
 
 /** What the option groups below never retry: every business failure type. */
 const nonRetryable: string[] = [...NON_RETRYABLE];
@@ -159,7 +159,7 @@ const notTaken = (err: unknown): boolean =>
  * with anything a retry could change, the regular activity takes over with the step's whole policy,
  * so a step that keeps failing is a pending activity in the Web UI, with its attempts and last failure.
  */
-export function actLocalFirst<K extends ActName>(
+export async function actLocalFirst<K extends ActName>(
   opts: ActivityOptions,
   /** Called before the regular activity takes over (a round trip to the server). */
   beforeRoundTrip: () => void,
@@ -167,28 +167,48 @@ export function actLocalFirst<K extends ActName>(
   summary: string,
   ...args: Args<K>
 ): Promise<Ret<K>> {
-  // The attempt stays within the step's own limit (a forward step's retry window, for one).
+  try {
+    return await actLocal(opts, name, summary, ...args);
+  } catch (err) {
+    if (isFinalFailure(err, opts)) throw err; // OrderSettled is non-retryable: final
+    log.warn('local attempt failed; the activity retries it', { activity: name, error: failureMessage(err) });
+    beforeRoundTrip();
+    return act(opts, name, `${summary} (retry after a failed local attempt)`, ...args);
+  }
+}
+
+/**
+ * One local activity attempt and nothing more, inside the workflow task (a marker in the history, no
+ * round trip): within the step's own limits (a forward step's retry window, for one). The caller
+ * decides what a failure means: a regular activity takes over (`actLocalFirst`), or, for a money
+ * request, an inquiry by its key.
+ */
+export async function actLocal<K extends ActName>(
+  opts: ActivityOptions,
+  name: K,
+  summary: string,
+  ...args: Args<K>
+): Promise<Ret<K>> {
   const local: LocalActivityOptions = {
     startToCloseTimeout: opts.startToCloseTimeout,
     ...(opts.scheduleToCloseTimeout !== undefined ? { scheduleToCloseTimeout: opts.scheduleToCloseTimeout } : {}),
     retry: { maximumAttempts: 1 },
   };
   const fn = proxyLocalActivities<OrderActivities>(local)[name] as LocalActivityFunctionWithOptions<OrderActivities[K]>;
-  // One rejection handler on the call's own promise (one promise per call, not four).
-  return fn.executeWithOptions({ ...local, summary }, args).catch((err: unknown) => {
-    const failure = settledOr(err);
-    if (isFinalFailure(failure, opts)) throw failure; // OrderSettled is non-retryable: final
-    log.warn('local attempt failed; the activity retries it', { activity: name, error: failureMessage(err) });
-    beforeRoundTrip();
-    return act(opts, name, `${summary} (retry after a failed local attempt)`, ...args);
-  });
+  try {
+    return await fn.executeWithOptions({ ...local, summary }, args);
+  } catch (err) {
+    throw settledOr(err);
+  }
 }
 
-/** The call's own promise with one rejection handler: no wrapper of its own (one promise fewer per call). */
-function stopIfSettled<T>(call: Promise<T>): Promise<T> {
-  return call.catch((err: unknown) => {
+/** The call's answer; a refusal that says the order is settled elsewhere becomes OrderSettled. */
+async function stopIfSettled<T>(call: Promise<T>): Promise<T> {
+  try {
+    return await call;
+  } catch (err) {
     throw settledOr(err);
-  });
+  }
 }
 
 /** OrderSettled when the row says the order is settled (terminal, owned by another run: this run must stop), else `err`. */
@@ -252,11 +272,7 @@ export function pastPivotStatus(err: unknown): OrderStatus | undefined {
   const d = stateConflictDetails(err);
   if (!d?.status) return undefined;
   if (isPastPivot(d.status)) return d.status;
-  if (
-    d.status === 'NEEDS_ATTENTION' &&
-    (isAtPivot(d.attentionFrom) || (d.attentionFrom && isPastPivot(d.attentionFrom)))
-  )
-    return d.status;
+  if (d.status === 'NEEDS_ATTENTION' && escalatedForward(d.attentionFrom)) return d.status;
   return undefined;
 }
 

@@ -8,7 +8,6 @@
 import {
   CancellationScope,
   condition,
-  isCancellation,
   log,
   setCurrentDetails,
   setHandler,
@@ -23,8 +22,8 @@ import { currentDetails } from './details';
 import { acceptedUpdate, stateQuery, type Acceptance, type SagaState } from './messages';
 import {
   act,
+  actLocal,
   actLocalFirst,
-  duration,
   recordedCancelIn,
   statusOpts,
   type ActName,
@@ -42,16 +41,17 @@ import {
   newOrderSearchAttributes,
 } from './search-attributes';
 
+/** The statuses a person acts on: the Web UI's list shows them while the run is in them. */
+const PERSON_ACTS_ON: readonly OrderStatus[] = ['UNKNOWN_PAYMENT', 'NEEDS_ATTENTION', 'COMPENSATING'];
+
 /** A compensation: its name (as the state shows it) and the activity that undoes its step. */
 export interface Compensation {
   name: string;
   run: () => Promise<unknown>;
 }
 
-/** What the row's status did, as `SagaRun.status` takes it. */
+/** A change of the row's status, as `SagaRun.status` writes it. */
 export type StatusChange =
-  /** A step's own transaction moved the row (or found it further along): mirror it, write nothing. */
-  | { seen: OrderStatus; reason?: string }
   /** A guarded transition of the row (refused if the row does not allow it); `step`: what an escalation is about. */
   | { to: OrderStatus; reason?: string; step?: string }
   /**
@@ -70,18 +70,20 @@ export class SagaRun {
   readonly compensations: Compensation[] = [];
   /**
    * The workflow's root scope, which a Temporal cancellation request cancels. Nothing runs in it (the
-   * main path runs in the shield): the steps before the pivot read it between them (`stopRequested`).
+   * main path runs non-cancellably, `OrderSaga.run`): the steps before the pivot read it between them
+   * (`stopRequested`).
    */
   private readonly root = CancellationScope.current();
+  /**
+   * When the run began, on the workflow clock: `Date.now()` in a workflow is the recorded time of the
+   * current workflow task, the same on every replay, and it never goes back. The deadline counts from it.
+   */
+  // eslint-disable-next-line no-restricted-properties -- the workflow clock, recorded in the history
+  private readonly startedAt = Date.now();
+  /** The run has seen the deadline pass before the pivot (`checkDeadline`). */
+  private deadlineSeen = false;
   /** The deadline passed before the pivot, with nothing unknown: the steps before the pivot stop. */
   private deadlineStop = false;
-  /**
-   * The run's one non-cancellable scope (`shielded`): what runs in it finishes whatever a Temporal
-   * cancellation asks. The main path runs in it from start to end (`OrderSaga.run`); one scope for the
-   * run rather than a new one per call, since each new scope makes three promises, each run in one two
-   * more, and the SDK records a stack trace for every promise.
-   */
-  private readonly shield = new CancellationScope({ cancellable: false });
   /** Where the run stands: read with `phase`, changed with `enter`. */
   private current: Phase = { name: 'forward' };
   /** The cancel recorded on the order row (Postgres decided it), as this run has learnt of it. */
@@ -93,7 +95,6 @@ export class SagaRun {
    * run left, applied by this run (`Recovery.answerLeft`): it is recorded as done, not run again.
    */
   byHand: 'createShipment' | 'sendConfirmation' | undefined;
-  private deadlineTimer: CancellationScope | undefined;
   /** The status the Web UI's search attributes show (the next wait brings them to `state.status`). */
   private shown: OrderStatus | undefined;
   /** NeedsAttention was set by hand (the row refused NEEDS_ATTENTION): cleared when the wait is over. */
@@ -125,15 +126,6 @@ export class SagaRun {
     };
   }
 
-  /**
-   * Runs `fn` shielded from a Temporal cancellation (as `CancellationScope.nonCancellable` does). On the
-   * main path, which runs in the shield already, `fn` is called as it is; a message handler's call
-   * (the root scope) enters the shield.
-   */
-  shielded<T>(fn: () => Promise<T>): Promise<T> {
-    return CancellationScope.current() === this.shield ? fn() : this.shield.run(fn);
-  }
-
   get phase(): Phase {
     return this.current;
   }
@@ -147,41 +139,36 @@ export class SagaRun {
   // ---- The order's status ---------------------------------------------------------------------
 
   /**
-   * The one way the run changes the order's status. `seen` mirrors what a step's own transaction did,
-   * at once; `to` and `resume` write the row (not cancellable) and mirror its answer, which may be
-   * further along than this run knows. Returns the row's status. Mirroring sets the saga's own view
-   * (the `state` query, the current details) and the Web UI's search attributes; it writes nothing.
+   * What a step's own transaction did to the row (or found it at, further along): the run's view
+   * follows it (the `state` query, the current details); nothing is written.
    */
-  status(change: Extract<StatusChange, { seen: OrderStatus }>): OrderStatus;
-  status(change: Exclude<StatusChange, { seen: OrderStatus }>): Promise<OrderStatus>;
-  status(change: StatusChange): OrderStatus | Promise<OrderStatus> {
-    if ('seen' in change) {
-      this.mirror(change.seen, change.reason);
-      return change.seen;
-    }
-    if ('resume' in change)
-      return this.shielded(() => this.resumeRow(change.resume, change.reason, change.backward ?? false));
-    return this.writeRow(change.to, change.reason, change.step);
+  seen(status: OrderStatus, reason?: string): OrderStatus {
+    this.mirror(status, reason);
+    return status;
   }
 
-  private async writeRow(status: OrderStatus, reason: string | undefined, step?: string): Promise<OrderStatus> {
-    const write = reason ?? this.state.reason;
-    const now = await this.shielded(() =>
-      this.act(statusOpts, 'setOrderStatus', `order ${this.orderId} → ${status}`, {
+  /**
+   * The one way the run changes the order's status: `to` is a guarded transition of the row (refused
+   * if the row does not allow it), `resume` leaves NEEDS_ATTENTION. Not cancellable (the main path
+   * runs non-cancellably); the run's view follows the row's answer, which may be further along than
+   * this run knows. Returns the row's status.
+   */
+  async status(change: StatusChange): Promise<OrderStatus> {
+    if ('to' in change) {
+      const { to, reason, step } = change;
+      const now = await this.act(statusOpts, 'setOrderStatus', `order ${this.orderId} → ${to}`, {
         orderId: this.orderId,
-        status,
-        reason: write,
+        status: to,
+        reason: reason ?? this.state.reason,
         ...(step !== undefined ? { step } : {}),
-      }),
-    );
-    this.mirror(now, now === status ? reason : undefined);
-    return now;
-  }
-
-  private async resumeRow(status: OrderStatus, reason: string | undefined, backward: boolean): Promise<OrderStatus> {
+      });
+      this.mirror(now, now === to ? reason : undefined);
+      return now;
+    }
+    const { resume, reason, backward } = change;
     const now = await this.act(statusOpts, 'setOrderStatus', `order ${this.orderId} → back from NEEDS_ATTENTION`, {
       orderId: this.orderId,
-      status,
+      status: resume,
       ...(reason !== undefined ? { reason } : {}),
       resume: true,
       ...(backward ? { backward } : {}),
@@ -202,10 +189,13 @@ export class SagaRun {
   }
 
   /**
-   * Before the run waits (a round trip to the server, a timer, a condition) and when it ends: the search
-   * attributes catch up with the status, in one update, and only when they differ from what they show.
+   * Before the run waits (a round trip to the server, a timer, a condition) and when it ends (`end`):
+   * the search attributes catch up with the status, in one update, only when someone can look at
+   * them: at a status a person acts on (UNKNOWN_PAYMENT, NEEDS_ATTENTION, COMPENSATING), when the run
+   * leaves one, and at the end. The statuses between (RESERVED, AUTHORIZED, SHIPPED, CAPTURED) are the
+   * run's current details and its `state` query, not a visibility write each.
    */
-  flush(): void {
+  flush(end = false): void {
     const status = this.state.status;
     if (this.toPublish) {
       this.toPublish = false;
@@ -214,6 +204,8 @@ export class SagaRun {
       return;
     }
     if (status === this.shown) return;
+    const shownActedOn = this.shown === undefined || PERSON_ACTS_ON.includes(this.shown);
+    if (!end && !shownActedOn && !PERSON_ACTS_ON.includes(status)) return;
     this.shown = status;
     upsertSearchAttributes([
       { key: OrderStatusKey, value: status },
@@ -242,6 +234,11 @@ export class SagaRun {
     return act(opts, name, summary, ...args);
   }
 
+  /** One local attempt (inside the workflow task, no wait): the caller decides what a failure means. */
+  actLocal<K extends ActName>(opts: ActivityOptions, name: K, summary: string, ...args: Args<K>): Promise<Ret<K>> {
+    return actLocal(opts, name, summary, ...args);
+  }
+
   /** A local attempt first (inside the workflow task, no wait), then the regular activity. */
   actLocalFirst<K extends ActName>(opts: ActivityOptions, name: K, summary: string, ...args: Args<K>): Promise<Ret<K>> {
     return actLocalFirst(opts, () => this.flush(), name, summary, ...args);
@@ -266,24 +263,13 @@ export class SagaRun {
     this.compensations.push({ name, run });
   }
 
-  /** Whether a cancel sent as a Signal waits to be recorded (`recordQueuedCancels`). */
-  get cancelsQueued(): boolean {
-    return this.inbox.hasQueuedCancel();
-  }
-
   /**
    * Records in Postgres each cancel that came as a Signal (a Signal only wakes the run; one from
    * client.ts is recorded already, and recording it again returns its first answer), and learns the
-   * decision: accepted (the order will not ship) or refused. Shielded from a Temporal cancellation (a
-   * cancel already at the row must be learnt). Callers ask `cancelsQueued` first, so the happy path,
-   * which asks before every step, makes no scope and no promise for it (awaiting even an undefined
-   * makes two).
+   * decision: accepted (the order will not ship) or refused. Not cancellable (a cancel already at the
+   * row must be learnt). Nothing to do when no Signal waits.
    */
-  recordQueuedCancels(): Promise<void> {
-    return this.shielded(() => this.recordEachCancel());
-  }
-
-  private async recordEachCancel(): Promise<void> {
+  async recordQueuedCancels(): Promise<void> {
     for (let q = this.inbox.nextCancel(); q !== undefined; q = this.inbox.nextCancel()) {
       const { requestId, reason } = q;
       const decision = await this.act(statusOpts, 'recordCancel', `record the cancel ${requestId} of ${this.orderId}`, {
@@ -306,11 +292,12 @@ export class SagaRun {
 
   /** A cancel, the deadline or a Temporal cancellation has asked the saga to stop before the pivot. */
   stopRequested(): boolean {
+    this.checkDeadline();
     return this.cancel !== undefined || this.deadlineStop || this.root.consideredCancelled;
   }
   /** After a cancel or the deadline, no new charge request goes out. */
   stopCharging(): boolean {
-    return this.stopRequested() || this.phase.name === 'overdue';
+    return this.stopRequested() || this.overdue();
   }
   stopReason(): string {
     return (
@@ -346,34 +333,34 @@ export class SagaRun {
   // ---- The deadline ---------------------------------------------------------------------------
 
   /**
-   * The global deadline: an in-workflow timer, since a server-side timeout could not compensate.
-   * Shielded from a Temporal cancellation; `stopDeadline` cancels it when the saga ends.
+   * The global deadline, read from the workflow clock (`startedAt`): no timer on the way of an order
+   * that meets it. The run reads it before each step and each charge request (`stopRequested`,
+   * `stopCharging`); a wait that could outlive it is cut short at it (`untilDeadline`). The first
+   * time the clock shows it passed before the pivot the run is overdue: no new money request goes
+   * out, and with nothing unknown the steps before the pivot stop.
    */
-  startDeadline(): void {
-    const summary = `saga deadline (${duration(this.cfg.deadlineMs)}): an order not shipped by then is compensated`;
-    this.deadlineTimer = new CancellationScope({ cancellable: true, parent: this.shield });
-    void this.deadlineTimer
-      .run(() => sleep(this.cfg.deadlineMs, { summary }))
-      .then(
-        () => this.deadlinePassed(),
-        (err: unknown) => {
-          if (!isCancellation(err)) throw err; // cancelled: the saga ended first
-        },
-      );
-  }
-
-  /** The deadline fired: it only marks the run and stops the steps before the pivot, and starts nothing itself. */
-  private deadlinePassed(): void {
-    if (this.phase.name === 'forward') this.enter({ name: 'overdue' });
-    if (!pivotAsked(this.phase) && this.state.unknowns.length === 0 && !isTerminal(this.state.status)) {
+  private checkDeadline(): void {
+    if (this.deadlineSeen || this.current.name !== 'forward') return;
+    // eslint-disable-next-line no-restricted-properties -- the workflow clock, the same on every replay
+    if (Date.now() - this.startedAt < this.cfg.deadlineMs) return;
+    this.deadlineSeen = true;
+    this.enter({ name: 'overdue' });
+    if (this.state.unknowns.length === 0 && !isTerminal(this.state.status)) {
       log.warn('saga deadline passed before the pivot; compensating', { orderId: this.orderId });
       this.deadlineStop = true;
     }
   }
 
-  /** The saga has ended: its deadline timer stops, so the timeline shows it only while the saga ran. */
-  stopDeadline(): void {
-    this.deadlineTimer?.cancel();
+  /** Whether the deadline has passed before the pivot (the run is overdue). */
+  overdue(): boolean {
+    this.checkDeadline();
+    return this.current.name === 'overdue';
+  }
+
+  /** The time left until the deadline, at least `floorMs`: the bound of a wait that must not outlive it. */
+  untilDeadline(floorMs = 1): number {
+    // eslint-disable-next-line no-restricted-properties -- the workflow clock, the same on every replay
+    return Math.max(floorMs, this.cfg.deadlineMs - (Date.now() - this.startedAt));
   }
 
   // ---- Messages: the state query, the early answer; cancel and resolve are the inbox's ----------
@@ -394,8 +381,8 @@ export class SagaRun {
       isAtPivot(state.status) ||
       isPastPivot(state.status);
     const settledElsewhere = (): boolean => this.phase.name === 'settled-elsewhere';
-    // Waits are shielded from a Temporal cancellation: the saga's own end answers them.
-    await this.shielded(() =>
+    // Not cancelled by a Temporal cancellation: the saga's own end answers it.
+    await CancellationScope.nonCancellable(() =>
       condition(() => reserved() || this.phase.name === 'unwinding' || settledElsewhere() || isTerminal(state.status)),
     );
     if (settledElsewhere()) return { orderId, accepted: false, status: 'ALREADY_SETTLED', reason: state.reason };
