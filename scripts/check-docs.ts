@@ -46,7 +46,7 @@ function happyPathFigures(): string[] {
   const { workflowTasks, events } = happyPathCounts();
   for (const page of ['docs/saga.md', 'docs/decisions.md']) {
     const text = readFileSync(path.join(ROOT, page), 'utf8').replace(/\s+/g, ' ');
-    const figures = [...text.matchAll(/\b(\w+) workflow tasks(?: \(|, )(\d+) (?:history )?events/g)];
+    const figures = [...text.matchAll(/\b(\w+) workflow tasks?(?: \(|, )(\d+) (?:history )?events/g)];
     if (figures.length === 0 && page === 'docs/saga.md')
       problems.push(`${page}: gives no figure for the happy path ("N workflow tasks (M history events)")`);
     for (const [said, tasks, evts] of figures)

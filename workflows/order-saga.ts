@@ -55,7 +55,7 @@ import {
   laneOpts,
   orderOpts,
   recordedCancelIn,
-  settled,
+  endedElsewhere,
 } from './saga-activities';
 import { parseSagaConfig, type SagaConfig } from './saga-config';
 import { ending, pivotAsked, type Outcome } from './saga-phase';
@@ -79,7 +79,7 @@ export async function orderSaga(input: OrderInput, config: Partial<SagaConfig> =
 /** What a step before the pivot found: go on to the next, or the row is past the pivot (another run shipped it). */
 type StepEnd = 'next' | 'past-pivot';
 
-/** Runs one phase; a failure it throws ends it as an outcome too (settled elsewhere, or failed with it). */
+/** Runs one phase; a failure it throws ends it as an outcome too (ended elsewhere, or failed with it). */
 function outcomeOf(phase: () => Promise<Outcome>): Promise<Outcome> {
   return phase().catch(ending);
 }
@@ -145,7 +145,7 @@ class OrderSaga {
 
   /**
    * The saga: each phase answers with an outcome, and this loop alone decides what comes next. Every
-   * way the run ends is here: completed, failed (after the compensations), or settled elsewhere.
+   * way the run ends is here: completed, failed (after the compensations), or ended by another run.
    */
   run(): Promise<OrderResult> {
     // No wait of the saga is cut short by a Temporal cancellation: it stops the steps before the
@@ -172,8 +172,8 @@ class OrderSaga {
             return now.result;
           case 'failed':
             throw now.failure;
-          case 'settled':
-            return recovery.alreadySettled(now.status);
+          case 'ended-elsewhere':
+            return recovery.endedElsewhere(now.status);
         }
       }
     } finally {
@@ -234,7 +234,7 @@ class OrderSaga {
 
   /**
    * 1. The order row, PENDING: the semantic lock, owned by this run. Key: the order ID (a second
-   * create finds the row: settled → this run stops; open with the same contents → this run owns it,
+   * create finds the row: ended → this run stops; open with the same contents → this run owns it,
    * and goes on from where the row stands). Registers the release and the refund before the
    * reservation runs: a run that takes over an order cannot know whether it was charged, so its
    * backward recovery always asks the provider (the refund closes the key when nothing was charged).
@@ -243,8 +243,10 @@ class OrderSaga {
     const { saga } = this;
     const summary = `create order ${saga.orderId} (PENDING)`;
     // Not cancellable: once sent, the row exists, so a cancel compensates it.
-    const created = await this.step('createOrder', () => saga.actLocalFirst(orderOpts, 'createOrder', summary, saga.order));
-    if (created.outcome === 'settled') throw settled(created.status);
+    const created = await this.step('createOrder', () =>
+      saga.actLocalFirst(orderOpts, 'createOrder', summary, saga.order),
+    );
+    if (created.outcome === 'settled') throw endedElsewhere(created.status);
     if (created.cancel) saga.cancel = created.cancel; // a cancel recorded before this run took the order over
     this.flow = created.paymentFlow; // the row's era: a charge-era order keeps the charge path
     saga.register('releaseInventory', () =>
@@ -345,9 +347,13 @@ class OrderSaga {
     const opts = forwardOpts(saga.cfg.forwardRetryLimitMs);
     const summary = `send confirmation for ${saga.orderId}`;
     const req = { orderId: saga.orderId, trackingNumber: this.tracking };
-    return this.forwardStep('sendConfirmation', () => false, async () => {
-      await saga.actLocalFirst(opts, 'sendConfirmation', summary, req);
-    });
+    return this.forwardStep(
+      'sendConfirmation',
+      () => false,
+      async () => {
+        await saga.actLocalFirst(opts, 'sendConfirmation', summary, req);
+      },
+    );
   }
 
   /**

@@ -20,7 +20,7 @@ import {
   failureType,
   pastPivotStatus,
   recordedCancelIn,
-  settledStatus,
+  endedElsewhereStatus,
   type EscalationLeft,
 } from './saga-activities';
 import type { Resolution } from './saga-inbox';
@@ -169,9 +169,9 @@ export class Recovery {
   }
 
   /**
-   * Runs the compensations LIFO; undefined once they all ran. If another run has already settled the
+   * Runs the compensations LIFO; undefined once they all ran. If another run has already ended the
    * order (terminal), the compensations still run (each is safe when there is nothing to undo, and
-   * never acts on a shipped order), then the run stops: `settled`. A row past the pivot stops them:
+   * never acts on a shipped order), then the run stops: `ended-elsewhere`. A row past the pivot stops them:
    * `forward`.
    */
   private async compensate(reason: string): Promise<Outcome | undefined> {
@@ -180,7 +180,7 @@ export class Recovery {
     try {
       await saga.status({ to: 'COMPENSATING', reason });
     } catch (err) {
-      settledAs = settledStatus(err);
+      settledAs = endedElsewhereStatus(err);
       const ahead = pastPivotStatus(err);
       if (ahead) return { kind: this.carryForward(ahead) };
       if (!settledAs) throw err;
@@ -192,7 +192,7 @@ export class Recovery {
       try {
         await c.run();
       } catch (err) {
-        settledAs = settledStatus(err);
+        settledAs = endedElsewhereStatus(err);
         if (settledAs) break; // shipped and settled elsewhere: nothing here may be undone
         const ahead = pastPivotStatus(err);
         if (ahead) return { kind: this.carryForward(ahead) };
@@ -207,20 +207,20 @@ export class Recovery {
       saga.state.compensationsRun.push(c.name);
       saga.refresh();
     }
-    return settledAs ? { kind: 'settled', status: settledAs } : undefined;
+    return settledAs ? { kind: 'ended-elsewhere', status: settledAs } : undefined;
   }
 
-  /** Another run settled this order: this run ends at once, with the order's status, and changes nothing more. */
-  async alreadySettled(status: OrderStatus): Promise<OrderResult> {
+  /** Another run ended this order: this run ends at once, with the order's status, and changes nothing more. */
+  async endedElsewhere(status: OrderStatus): Promise<OrderResult> {
     const { saga } = this;
-    log.warn('order already settled by another run; this run stops', { orderId: saga.orderId, status });
+    log.warn('order already ended by another run; this run stops', { orderId: saga.orderId, status });
     saga.compensations.length = 0;
-    saga.state.step = 'already settled';
-    saga.enter({ name: 'settled-elsewhere' });
+    saga.state.step = 'ended by another run';
+    saga.enter({ name: 'ended-elsewhere' });
     saga.state.awaiting = undefined; // nothing here is waiting for a person any more
     saga.seen(
       status,
-      `order ${saga.orderId} is already ${status}: settled by another run; this run stopped without effects`,
+      `order ${saga.orderId} is already ${status}: ended by another run; this run stopped without effects`,
     );
     await saga.condition(allHandlersFinished);
     return { orderId: saga.orderId, status: 'ALREADY_SETTLED', orderStatus: status, reason: saga.state.reason };
@@ -310,7 +310,7 @@ export class Recovery {
     } catch (err) {
       // A row that cannot take NEEDS_ATTENTION (another run moved it): the run still waits for a
       // person, who sees it in the Web UI (current details, the state query); it never just ends.
-      if (failureType(err) !== ErrorTypes.OrderStateConflict || settledStatus(err)) throw err;
+      if (failureType(err) !== ErrorTypes.OrderStateConflict || endedElsewhereStatus(err)) throw err;
       log.error('the order row refused NEEDS_ATTENTION; waiting for a person anyway', {
         orderId: saga.orderId,
         error: failureMessage(err),

@@ -198,7 +198,7 @@ export async function actLocal<K extends ActName>(
   try {
     return await fn.executeWithOptions({ ...local, summary }, args);
   } catch (err) {
-    throw settledOr(err);
+    throw endedElsewhereOr(err);
   }
 }
 
@@ -207,14 +207,14 @@ async function stopIfSettled<T>(call: Promise<T>): Promise<T> {
   try {
     return await call;
   } catch (err) {
-    throw settledOr(err);
+    throw endedElsewhereOr(err);
   }
 }
 
 /** OrderSettled when the row says the order is settled (terminal, owned by another run: this run must stop), else `err`. */
-function settledOr(err: unknown): unknown {
-  const status = settledStatus(err);
-  return status ? settled(status) : err;
+function endedElsewhereOr(err: unknown): unknown {
+  const status = endedElsewhereStatus(err);
+  return status ? endedElsewhere(status) : err;
 }
 
 /** Each ApplicationFailure in the error's cause chain, outermost first. */
@@ -301,16 +301,16 @@ export interface EscalationLeft {
   resolve?: PendingResolve;
 }
 
-/** The order is terminal and this run does not own it: another run settled it. Stop, change nothing. */
-export const settled = (status: OrderStatus): ApplicationFailure =>
+/** The order is terminal and this run does not own it: another run ended it. Stop, change nothing. */
+export const endedElsewhere = (status: OrderStatus): ApplicationFailure =>
   ApplicationFailure.create({
     type: SagaFailureTypes.OrderSettled,
-    message: `the order is already ${status}, settled by another run`,
+    message: `the order is already ${status}, ended by another run`,
     nonRetryable: true,
     details: [{ status }],
   });
 
-export function settledStatus(err: unknown): OrderStatus | undefined {
+export function endedElsewhereStatus(err: unknown): OrderStatus | undefined {
   const status = conflictStatus(err);
   return status && isTerminal(status) ? status : undefined;
 }

@@ -141,13 +141,13 @@ export class SagaInbox {
       const { orderId } = saga;
       const { status } = saga.snapshot();
       // Accepted in Postgres: the order will not ship. It ends CANCELLED (or waits for a person while
-      // compensating); one another run had settled, or that ended otherwise, tells the customer so.
+      // compensating); one another run had ended, or that ended otherwise, tells the customer so.
       if (status === 'CANCELLED') return accepted();
-      if (phase === 'settled-elsewhere')
+      if (phase === 'ended-elsewhere')
         return {
           requestId,
           outcome: 'refused',
-          message: `order ${orderId} was already ${status}: settled by another run; the cancel changed nothing`,
+          message: `order ${orderId} was already ${status}: ended by another run; the cancel changed nothing`,
         };
       if (isTerminal(status))
         return {
@@ -161,7 +161,7 @@ export class SagaInbox {
     if (this.queued.some((q) => q.requestId === requestId)) return { requestId, outcome: 'pending' };
     if (requestId === this.carried?.requestId) return { requestId, outcome: 'pending' };
     if (requestId === this.resolution?.requestId)
-      return phase === 'settled-elsewhere' ? accepted() : { requestId, outcome: 'pending' };
+      return phase === 'ended-elsewhere' ? accepted() : { requestId, outcome: 'pending' };
     return undefined;
   }
 

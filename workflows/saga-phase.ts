@@ -6,11 +6,11 @@
  */
 import { SagaFailureTypes } from '../domain/failures';
 import type { OrderResult, OrderStatus } from '../domain/order';
-import { failureType, settledStatus } from './saga-activities';
+import { failureType, endedElsewhereStatus } from './saga-activities';
 
 /**
  * Where the run stands:
- *  - `forward`: steps 1–3, before the pivot;
+ *  - `before-pivot`: steps 1–3;
  *  - `overdue`: still before the pivot, but the saga deadline has passed: no new charge request goes
  *    out (and the deadline has stopped the steps, unless a charge's outcome was unknown);
  *  - `pivot`: the shipment has been asked for; only its refusal (nothing shipped) can turn the run back;
@@ -18,15 +18,15 @@ import { failureType, settledStatus } from './saga-activities';
  *  - `unwinding`: backward recovery has begun, for `reason`: the order ends FAILED or CANCELLED
  *    whatever comes, unless the row turns out to be past the pivot. `shipmentRefused` when a refused
  *    shipment turned the run back (the pivot had been asked for);
- *  - `settled-elsewhere`: another run had settled the order; this run changes nothing more.
+ *  - `ended-elsewhere`: another run had ended the order (its row is terminal); this run changes nothing more.
  */
 export type Phase =
-  | { name: 'forward' }
+  | { name: 'before-pivot' }
   | { name: 'overdue' }
   | { name: 'pivot' }
   | { name: 'shipped' }
   | { name: 'unwinding'; reason: string; shipmentRefused: boolean }
-  | { name: 'settled-elsewhere' };
+  | { name: 'ended-elsewhere' };
 
 /** Has the shipment been asked for (whether or not it was refused since)? */
 export const pivotAsked = (phase: Phase): boolean =>
@@ -48,18 +48,18 @@ export interface Backward {
  *  - `forward`: on to the pivot (from the steps, or because the row is charged or shipped already);
  *  - `backward`: compensate LIFO and end the order as `Backward` says;
  *  - `completed`: the order is COMPLETED; the run returns `result`;
- *  - `settled`: another run had settled the order (its row is `status`): stop, change nothing;
+ *  - `ended-elsewhere`: another run had ended the order (its row is `status`): stop, change nothing;
  *  - `failed`: the run fails with `failure` (a backward end, or a failure no recovery covers).
  */
 export type Outcome =
   | { kind: 'forward' }
   | ({ kind: 'backward' } & Backward)
   | { kind: 'completed'; result: OrderResult }
-  | { kind: 'settled'; status: OrderStatus }
+  | { kind: 'ended-elsewhere'; status: OrderStatus }
   | { kind: 'failed'; failure: unknown };
 
-/** A failure that ends a phase: `settled` when it says another run settled the order, else `failed` with it. */
+/** A failure that ends a phase: `ended-elsewhere` when it says another run ended the order, else `failed` with it. */
 export function ending(err: unknown): Outcome {
-  const status = failureType(err) === SagaFailureTypes.OrderSettled ? settledStatus(err) : undefined;
-  return status ? { kind: 'settled', status } : { kind: 'failed', failure: err };
+  const status = failureType(err) === SagaFailureTypes.OrderSettled ? endedElsewhereStatus(err) : undefined;
+  return status ? { kind: 'ended-elsewhere', status } : { kind: 'failed', failure: err };
 }

@@ -85,7 +85,7 @@ export class SagaRun {
   /** The deadline passed before the pivot, with nothing unknown: the steps before the pivot stop. */
   private deadlineStop = false;
   /** Where the run stands: read with `phase`, changed with `enter`. */
-  private current: Phase = { name: 'forward' };
+  private current: Phase = { name: 'before-pivot' };
   /** The cancel recorded on the order row (Postgres decided it), as this run has learnt of it. */
   cancel: RecordedCancel | undefined;
   /** The cancels and resolves a person sent, and the answers to them. */
@@ -340,7 +340,7 @@ export class SagaRun {
    * out, and with nothing unknown the steps before the pivot stop.
    */
   private checkDeadline(): void {
-    if (this.deadlineSeen || this.current.name !== 'forward') return;
+    if (this.deadlineSeen || this.current.name !== 'before-pivot') return;
     // eslint-disable-next-line no-restricted-properties -- the workflow clock, the same on every replay
     if (Date.now() - this.startedAt < this.cfg.deadlineMs) return;
     this.deadlineSeen = true;
@@ -380,12 +380,12 @@ export class SagaRun {
       pivotAsked(this.phase) ||
       isAtPivot(state.status) ||
       isPastPivot(state.status);
-    const settledElsewhere = (): boolean => this.phase.name === 'settled-elsewhere';
+    const endedElsewhere = (): boolean => this.phase.name === 'ended-elsewhere';
     // Not cancelled by a Temporal cancellation: the saga's own end answers it.
     await CancellationScope.nonCancellable(() =>
-      condition(() => reserved() || this.phase.name === 'unwinding' || settledElsewhere() || isTerminal(state.status)),
+      condition(() => reserved() || this.phase.name === 'unwinding' || endedElsewhere() || isTerminal(state.status)),
     );
-    if (settledElsewhere()) return { orderId, accepted: false, status: 'ALREADY_SETTLED', reason: state.reason };
+    if (endedElsewhere()) return { orderId, accepted: false, status: 'ALREADY_SETTLED', reason: state.reason };
     if (reserved()) return { orderId, accepted: true, status: state.status };
     const { phase } = this;
     return {
