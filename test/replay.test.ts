@@ -94,7 +94,7 @@ describe('replay of saved saga histories', () => {
     });
   });
 
-  it('the recorded happy path: no round trip, six local activities in one workflow task', () => {
+  it('the recorded happy path: one round trip, five local activities in two workflow tasks', () => {
     // docs/saga.md and docs/decisions.md give these figures; scripts/check-docs.ts compares them with the fixture.
     expect(happyPathCounts()).toEqual({
       events: 12,

@@ -75,13 +75,15 @@ export class AuthorizationProtocol implements MoneyPath {
       if (saga.stopCharging()) throw new CancelledFailure(saga.stopReason());
       saga.state.attempts.authorize = round;
       try {
-        // The first request runs inside the workflow task (no round trip); one after an inquiry found
-        // nothing is a regular activity. Not cancellable: a cancel waits for this request's answer.
-        const summary = `authorize ${formatMoney(request.amountCents, order.currency)} (key ${key}, request ${round})`;
-        const r =
-          round === 1
-            ? await saga.actLocal(chargeOnceOpts, 'authorizePayment', summary, request)
-            : await saga.act(chargeOnceOpts, 'authorizePayment', summary, request);
+        // A regular activity, the run's one round trip before the pivot: a cancel sent as a Signal or
+        // a Temporal cancellation during steps 1–3 is read at it, before the shipment. Not
+        // cancellable: a cancel waits for this request's answer (it may already be at the provider).
+        const r = await saga.act(
+          chargeOnceOpts,
+          'authorizePayment',
+          `authorize ${formatMoney(request.amountCents, order.currency)} (key ${key}, request ${round})`,
+          request,
+        );
         return r.status;
       } catch (err) {
         saga.learnCancel(err);

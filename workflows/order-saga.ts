@@ -292,6 +292,9 @@ class OrderSaga {
 
   /**
    * 3. Authorize: a hold for the order's total (authorization-protocol.ts). Key: `<orderId>:authorize`.
+   * The saga's one round trip on the happy path (a regular activity): the workflow task ends with it,
+   * so the early answer (reserved) goes out, and a cancel sent as a Signal or a Temporal cancellation
+   * during steps 1–3 is read before the shipment (docs/saga.md#round-trips-which-activities-are-local-and-why).
    * Compensation: the void (registered in 1). A charge-era order is charged instead (charge-protocol.ts,
    * key `<orderId>:charge`, compensation the refund).
    */
