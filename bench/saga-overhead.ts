@@ -114,6 +114,8 @@ interface TemporalStack {
   nativeConnection: NativeConnection;
   /** The Temporal server's process, for its CPU. */
   serverPid: number;
+  /** The real server's Web UI server, a process of its own, counted with the server (the dev server's UI is in it). */
+  uiPid?: number;
   teardown(): Promise<void>;
 }
 
@@ -163,6 +165,7 @@ async function realStack(ownerUrl: string): Promise<TemporalStack> {
   });
   try {
     const server = spawned.find((c) => /temporal-server-/.test(c.spawnfile))?.pid;
+    const ui = spawned.find((c) => /temporal-ui-server-/.test(c.spawnfile))?.pid;
     if (!server) throw new Error('saga overhead: the Temporal server process was not found');
     const connection = await Connection.connect(real.connection);
     const nativeConnection = await NativeConnection.connect(real.connection);
@@ -172,6 +175,7 @@ async function realStack(ownerUrl: string): Promise<TemporalStack> {
       connection,
       nativeConnection,
       serverPid: server,
+      ...(ui ? { uiPid: ui } : {}),
       async teardown() {
         await connection.close();
         await nativeConnection.close();
@@ -218,6 +222,7 @@ export async function measureSagaOverhead(
   // the real server, Postgres's column also holds the server's own persistence.
   const roots: Record<string, number> = {
     server: env.serverPid,
+    ...(env.uiPid ? { 'server-ui': env.uiPid } : {}),
     worker: process.pid,
     provider: provider.child.pid!,
     ...(pg.dataDir ? { postgres: postmasterPid(pg.dataDir) } : {}),
@@ -284,7 +289,13 @@ export async function measureSagaOverhead(
         () => next < orders,
       );
       const perSecond = orders / ((Date.now() - started) / 1000);
-      return { perSecond, latencies, cpu: cpuMsPer(cpuBefore, cpuMsByTree(roots), orders) };
+      const cpu = cpuMsPer(cpuBefore, cpuMsByTree(roots), orders);
+      // The real server's Web UI server counts with the server, as the dev server's built-in UI does.
+      if (cpu['server-ui'] !== undefined) {
+        cpu.server = Math.round((cpu.server! + cpu['server-ui']) * 10) / 10;
+        delete cpu['server-ui'];
+      }
+      return { perSecond, latencies, cpu };
     };
     const plainRunning = plainWorker.run();
     try {
@@ -317,10 +328,9 @@ export async function measureSagaOverhead(
         const side = (xs: Batch[]): Side => {
           const all = xs.flatMap((x) => x.latencies).sort((a, b) => a - b);
           const cpuMs = Object.fromEntries(
-            Object.keys(roots).map((k) => [
-              k,
-              Math.round((xs.reduce((a, x) => a + x.cpu[k]!, 0) / xs.length) * 10) / 10,
-            ]),
+            Object.keys(roots)
+              .filter((k) => k !== 'server-ui')
+              .map((k) => [k, Math.round((xs.reduce((a, x) => a + x.cpu[k]!, 0) / xs.length) * 10) / 10]),
           );
           return {
             perSecond: Math.round((xs.reduce((a, x) => a + x.perSecond, 0) / xs.length) * 10) / 10,
