@@ -150,7 +150,7 @@ export function reportSagaCost(
     );
   const sp = o.likeSpread;
   say(
-    `- regression guard, report only: saga / like-for-like floor: CPU ${o.likeCpuRatio}× (rounds ${sp.cpu.min}–${sp.cpu.max}×), throughput ${o.likeRatio}× (rounds ${sp.throughput.min}–${sp.throughput.max}×), p50 ${o.likeP50Ratio}× (rounds ${sp.p50.min}–${sp.p50.max}×), one idle order ${ratio(o.idle.saga, o.idle.like)}×`,
+    `- regression guard, report only: saga / like-for-like floor: CPU ${o.likeCpuRatio}× (rounds ${sp.cpu.min}–${sp.cpu.max}×), throughput ${o.likeRatio}× (rounds ${sp.throughput.min}–${sp.throughput.max}×), p50 ${o.likeP50Ratio}× (rounds ${sp.p50.min}–${sp.p50.max}×), one idle order ${ratio(o.idle.saga, o.idle.like)}×\n`,
   );
 }
 
