@@ -1,5 +1,6 @@
 /**
- * The bench's command line (`npm run bench [-- --quick|--smoke] [-- --only <section>]`): the sections,
+ * The bench's command line (`npm run bench [-- --quick|--smoke] [-- --only <section>[,<section>…]]
+ * [-- --temporal server]`): the sections,
  * the sizes each kind of run gives them, and the fixed settings every run shares.
  */
 import { parseArgs } from 'node:util';
@@ -31,13 +32,18 @@ export const SECTIONS = [
 export type Section = (typeof SECTIONS)[number];
 
 export interface BenchOptions {
-  /** --only: the one section to run. */
-  only: Section | undefined;
+  /** --only: the sections to run (one, or several separated by commas); undefined: every section. */
+  only: Section[] | undefined;
+  /**
+   * --temporal server: the saga-overhead section runs again on the real Temporal server (on the bench's
+   * Postgres, as `npm start -- --temporal server` runs it), reported beside the dev server's, report only.
+   */
+  realServer: boolean;
   smoke: boolean;
   quick: boolean;
   /** The run's name in the report: full, quick or smoke. */
   kind: 'full' | 'quick' | 'smoke';
-  /** Whether the run includes `section` (all of them unless --only names another). */
+  /** Whether the run includes `section` (all of them unless --only names others). */
   wanted(section: Section): boolean;
   cellMs: number;
   commitSeconds: number;
@@ -59,7 +65,7 @@ export interface BenchOptions {
 
 /**
  * The options from the command line; undefined after --help (the usage is printed). An --only that names no
- * section ends the process with exit code 2.
+ * section, or a --temporal other than dev or server, ends the process with exit code 2.
  */
 export function benchOptions(): BenchOptions | undefined {
   const { values } = parseArgs({
@@ -67,31 +73,43 @@ export function benchOptions(): BenchOptions | undefined {
       quick: { type: 'boolean' },
       smoke: { type: 'boolean' },
       only: { type: 'string' },
+      temporal: { type: 'string' },
       help: { type: 'boolean' },
     },
   });
   if (values.help) {
-    say(`Usage: npm run bench [-- --quick|--smoke] [-- --only ${SECTIONS.join('|')}]`);
-    say('  quick: about 8 minutes; the full run about 11. --only runs one section and prints its targets;');
-    say("  it does not write bench/results/ (that is the full table's).");
+    say(`Usage: npm run bench [-- --quick|--smoke] [-- --only ${SECTIONS.join('|')}[,…]] [-- --temporal dev|server]`);
+    say('  quick: about 8 minutes; the full run about 11. --only runs the sections it names (commas between)');
+    say("  and prints their targets; it does not write bench/results/ (that is the full table's).");
+    say('  --temporal server: saga-overhead also runs on the real Temporal server on Postgres (built by');
+    say("  scripts/ensure-servers.sh server), its table report only; the targets stay the dev server's.");
     say('  smoke: every section at its smallest size (a few minutes), for CI: exit 1 when a section');
     say('  breaks or prints no table; its figures mean nothing and nothing is written.');
     return undefined;
   }
-  const only = values.only;
-  if (only !== undefined && !(SECTIONS as readonly string[]).includes(only)) {
-    process.stderr.write(`bench: --only must be one of ${SECTIONS.join(', ')}, not ${JSON.stringify(only)}\n`);
+  const only = values.only?.split(',').map((x) => x.trim());
+  const bad = only?.find((x) => !(SECTIONS as readonly string[]).includes(x));
+  if (only !== undefined && (bad !== undefined || only.length === 0)) {
+    process.stderr.write(
+      `bench: --only must name one or more of ${SECTIONS.join(', ')}, not ${JSON.stringify(bad ?? '')}\n`,
+    );
+    process.exit(2);
+  }
+  const temporal = values.temporal ?? 'dev';
+  if (temporal !== 'dev' && temporal !== 'server') {
+    process.stderr.write(`bench: --temporal must be dev or server, not ${JSON.stringify(temporal)}\n`);
     process.exit(2);
   }
   const smoke = !!values.smoke;
   const quick = !!values.quick;
   const size = <T>(full: T, q: T, s: T): T => (smoke ? s : quick ? q : full);
   return {
-    only: only as Section | undefined,
+    only: only as Section[] | undefined,
+    realServer: temporal === 'server',
     smoke,
     quick,
     kind: size('full', 'quick', 'smoke'),
-    wanted: (section) => only === undefined || only === section,
+    wanted: (section) => only === undefined || only.includes(section),
     cellMs: size(8_000, 2_500, 300),
     commitSeconds: size(10, 4, 1),
     sagaOrders: size(120, 30, 4),

@@ -13,7 +13,7 @@ import type { SagaOverheadResult } from './saga-overhead';
 import type { BurstResult, CellResult } from './strategies';
 import type { StorefrontResult } from './storefront';
 import { estimateSweep, type SweepBenchResult } from './sweep';
-import type { Target } from './targets';
+import { sagaCostTargets, type Target } from './targets';
 import type { TraceResult } from './trace';
 import { formatTimeTable } from './waterfall';
 
@@ -55,9 +55,15 @@ export function reportEngines(engines: EngineSide[] | string, opts: EnginesOptio
   say(enginesTable(sides, opts));
 }
 
+/** Which Temporal server a saga-overhead run measured, in words. */
+const serverWords = (o: SagaOverheadResult): string =>
+  o.temporal === 'dev'
+    ? 'dev server, history in a SQLite file as npm start keeps it'
+    : 'the real Temporal server on the bench’s Postgres, as npm start -- --temporal server runs it';
+
 export function reportSagaOverhead(o: SagaOverheadResult, orders: number, rounds: number, concurrency: number): void {
   say(
-    `\nSaga overhead (dev server, history in a SQLite file as npm start keeps it, ${orders} workflows × ${rounds} rounds, ${concurrency} in flight, rounds in ABBA order; the floors are the six essential steps as no-ops: all regular activities, and like for like, local or regular as the saga runs them):\n`,
+    `\nSaga overhead (${serverWords(o)}, ${orders} workflows × ${rounds} rounds, ${concurrency} in flight, rounds in ABBA order; the floors are the six essential steps as no-ops: all regular activities, all local activities (the cheapest floor), and like for like, local or regular as the saga runs them)${o.temporal === 'server' ? ' — report only' : ''}:\n`,
   );
   say('| workflow | per s | p50 ms | p99 ms | one order, idle stack (ms) | history events |');
   say('|---|---:|---:|---:|---:|---:|');
@@ -69,18 +75,20 @@ export function reportSagaOverhead(o: SagaOverheadResult, orders: number, rounds
     );
   row('full saga', o.saga, o.idle.saga, o.historyEvents.saga);
   row('essential-work floor (6 regular)', o.floor, o.idle.floor, o.historyEvents.floor);
+  row('cheapest floor (6 local)', o.cheap, o.idle.cheap, o.historyEvents.cheap);
   row('like-for-like floor', o.like, o.idle.like, o.historyEvents.like);
   rel('saga / essential-work floor', o.saga, o.floor, o.idle.saga, o.idle.floor);
   rel('saga / like-for-like floor', o.saga, o.like, o.idle.saga, o.idle.like);
   row('saga, no payload codec', o.plain, o.idle.plain, '');
   rel("codec's cost: with / without", o.saga, o.plain, o.idle.saga, o.idle.plain);
   say(
-    `\nSaga against the like-for-like floor, round by round: throughput ${o.likeSpread.throughput.min}–${o.likeSpread.throughput.max}×, p50 ${o.likeSpread.p50.min}–${o.likeSpread.p50.max}×`,
+    `\nSaga against the like-for-like floor, round by round: throughput ${o.likeSpread.throughput.min}–${o.likeSpread.throughput.max}×, p50 ${o.likeSpread.p50.min}–${o.likeSpread.p50.max}×, CPU ${o.likeSpread.cpu.min}–${o.likeSpread.cpu.max}×`,
   );
   say(
-    `\nThe saga's own cost, counted (promises: median of one workflow at a time, workflow code in a counting process of its own):\n`,
+    `cheapest floor's history: ${o.kinds.cheap.local} local activities, ${o.kinds.cheap.regular} regular, ${o.cost.cheap.timers} timers, ${o.cost.cheap.searchAttributeUpdates} search attribute updates`,
   );
-  for (const line of costTable(o.cost.saga, o.cost.like)) say(line);
+  say(`\nThe saga's own cost, counted from one history of each:\n`);
+  for (const line of costTable(o.cost.saga, o.cost.like, o.cost.cheap)) say(line);
   const procs = Object.keys(o.saga.cpuMs);
   say(
     '\nCPU per workflow by process, ms (during the rounds under load; worker = the bench process: worker and load generator):\n',
@@ -90,10 +98,60 @@ export function reportSagaOverhead(o: SagaOverheadResult, orders: number, rounds
   for (const [name, x] of [
     ['full saga', o.saga],
     ['essential-work floor (6 regular)', o.floor],
+    ['cheapest floor (6 local)', o.cheap],
     ['like-for-like floor', o.like],
     ['saga, no payload codec', o.plain],
   ] as const)
     say(`| ${name} | ${procs.map((p) => x.cpuMs[p]).join(' | ')} | ${x.cpuTotal} |`);
+}
+
+/**
+ * The saga's cost, side by side: the saga, the cheapest floor and the like-for-like floor (the
+ * saga-overhead section) beside plain Node, DBOS and Restate (the engines section), same run; then the
+ * saga-cost targets' lines, and the like-for-like ratio as a regression guard (report only) with the
+ * rounds' spread as its tolerance. A run on the real server (`reportOnly`) prints the same, its lines
+ * marked report only.
+ */
+export function reportSagaCost(
+  o: SagaOverheadResult,
+  engines: EngineSide[],
+  concurrency: number,
+  reportOnly = false,
+): void {
+  const procs = ['server', 'worker', 'provider', 'postgres'];
+  say(
+    `\nThe saga's cost, side by side (Temporal: ${serverWords(o)}; the engines on the same Postgres and provider; same run)${reportOnly ? ' — report only' : ''}:\n`,
+  );
+  say(
+    `| workflow | CPU-ms per order: ${procs.join(' | ')} | total | orders/s at ${concurrency} in flight | one order idle p50 ms |`,
+  );
+  say(`|---|${procs.map(() => '---:').join('|')}|---:|---:|---:|`);
+  const cell = (cpu: Record<string, number>, k: string): string => (cpu[k] === undefined ? '–' : String(cpu[k]));
+  const rows: [string, Record<string, number>, number, number, number][] = [
+    ['saga', o.saga.cpuMs, o.saga.cpuTotal, o.saga.perSecond, o.idle.saga],
+    ['cheapest floor (6 local no-ops)', o.cheap.cpuMs, o.cheap.cpuTotal, o.cheap.perSecond, o.idle.cheap],
+    ['like-for-like floor', o.like.cpuMs, o.like.cpuTotal, o.like.perSecond, o.idle.like],
+    ...engines.map((e): [string, Record<string, number>, number, number, number] => [
+      e.engine,
+      e.cpuMsPerOrder,
+      e.cpuTotal,
+      e.perSecond,
+      e.idle.p50,
+    ]),
+  ];
+  for (const [name, cpu, total, perSecond, idle] of rows)
+    say(`| ${name} | ${procs.map((p) => cell(cpu, p)).join(' | ')} | ${total} | ${perSecond} | ${idle} |`);
+  if (o.temporal === 'server')
+    say('(the real server keeps its history in the same Postgres: its writes are in the postgres column)');
+  say('');
+  for (const t of sagaCostTargets(o, engines))
+    say(
+      `- ${reportOnly ? `report only, ${t.pass ? 'met' : 'not met'}` : t.pass ? 'PASS' : 'FAIL'}: ${t.name}: ${t.detail}`,
+    );
+  const sp = o.likeSpread;
+  say(
+    `- regression guard, report only: saga / like-for-like floor: CPU ${o.likeCpuRatio}× (rounds ${sp.cpu.min}–${sp.cpu.max}×), throughput ${o.likeRatio}× (rounds ${sp.throughput.min}–${sp.throughput.max}×), p50 ${o.likeP50Ratio}× (rounds ${sp.p50.min}–${sp.p50.max}×), one idle order ${ratio(o.idle.saga, o.idle.like)}×\n`,
+  );
 }
 
 /** The contention matrix: a row per strategy and SKU level. */

@@ -5,11 +5,13 @@
  *   idle-latency   one order at a time on an idle stack (idle-latency.ts): the dev server's defaults,
  *                  then each latency setting of servers/latency.ts added in turn
  *   saga-overhead  the saga's overhead (saga-overhead.ts): the full saga against the essential-work
- *                  floor (the six steps as no-op activities) and the like-for-like floor (the same
- *                  steps local or regular as the saga runs them), dev server; the saga without the
- *                  payload codec; CPU per workflow by process
+ *                  floor (the six steps as no-op activities), the cheapest floor (the six as no-op
+ *                  local activities) and the like-for-like floor (the same steps local or regular as
+ *                  the saga runs them), dev server (and, with --temporal server, the real server too,
+ *                  report only); the saga without the payload codec; CPU per workflow by process
  *   engines        the saga's essential work on other engines (engines.ts): plain Node, DBOS and
- *                  Restate, on the same Postgres and provider (bench/engines/, installed on first use)
+ *                  Restate, on the same Postgres and provider (bench/engines/, installed on first use);
+ *                  with saga-overhead, the saga's cost side by side with the floors and the engines
  *   trace          one order traced end to end (trace.ts): where its milliseconds go, and the
  *                  waterfall of its spans (bench/results/latest-trace.svg)
  *   commit-path    the commit path (commit-path.ts): CAS against pgbench's single-row UPDATE, same
@@ -29,6 +31,7 @@
  * (report.ts) and targets (targets.ts), and writes the results files (bench/results/latest.json and
  * latest.svg, from a full run of every section).
  */
+import { spawnSync } from 'node:child_process';
 import { chmodSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -62,13 +65,14 @@ import {
   reportEngines,
   reportIdleLatency,
   reportLockQueue,
+  reportSagaCost,
   reportSagaOverhead,
   reportStorefront,
   reportSweep,
   reportTargets,
   reportTrace,
 } from './report';
-import { measureSagaOverhead } from './saga-overhead';
+import { measureSagaOverhead, type SagaOverheadResult } from './saga-overhead';
 import { measureStorefront, type StorefrontResult } from './storefront';
 import { measureSweep, type SweepBenchResult } from './sweep';
 import { targets } from './targets';
@@ -118,21 +122,31 @@ async function main(): Promise<void> {
     const idleLatency = wanted('idle-latency')
       ? await measureIdleLatency(pg.url, { orders: opts.idleOrders })
       : undefined;
-    const sagaOverhead = wanted('saga-overhead')
-      ? await measureSagaOverhead(
-          { url: pg.url, ...(pg.dataDir ? { dataDir: pg.dataDir } : {}) },
-          {
-            orders: opts.sagaOrders,
-            concurrency: opts.sagaConcurrency,
-            rounds: opts.sagaRounds,
-            idleOrders: opts.sagaIdleOrders,
-          },
-        )
-      : undefined;
+    const sagaOptions = {
+      orders: opts.sagaOrders,
+      concurrency: opts.sagaConcurrency,
+      rounds: opts.sagaRounds,
+      idleOrders: opts.sagaIdleOrders,
+    };
+    const pgSide = { url: pg.url, ...(pg.dataDir ? { dataDir: pg.dataDir } : {}) };
+    if (wanted('saga-overhead') && opts.realServer) {
+      // The real server's binaries, built once as npm start -- --temporal server builds them.
+      const built = spawnSync('bash', [path.join(ROOT, 'scripts', 'ensure-servers.sh'), 'server'], {
+        stdio: 'inherit',
+      });
+      if (built.status !== 0)
+        throw new Error('could not build the Temporal server (scripts/ensure-servers.sh server failed)');
+    }
+    const sagaOverhead = wanted('saga-overhead') ? await measureSagaOverhead(pgSide, sagaOptions) : undefined;
+    // --temporal server: the same section on the real Temporal server, report only.
+    const sagaOnServer: SagaOverheadResult | undefined =
+      wanted('saga-overhead') && opts.realServer
+        ? await measureSagaOverhead(pgSide, { ...sagaOptions, temporal: 'server' })
+        : undefined;
     let engines: EngineSide[] | string | undefined;
     if (wanted('engines')) {
       try {
-        engines = await measureEngines({ url: pg.url, ...(pg.dataDir ? { dataDir: pg.dataDir } : {}) }, opts.engines);
+        engines = await measureEngines(pgSide, opts.engines);
       } catch (err) {
         engines = (err as Error).message; // reported, and a failed target
       }
@@ -166,9 +180,14 @@ async function main(): Promise<void> {
       reportSagaOverhead(sagaOverhead, opts.sagaOrders, opts.sagaRounds, opts.sagaConcurrency);
       printed.add('saga-overhead');
     }
+    if (sagaOnServer) reportSagaOverhead(sagaOnServer, opts.sagaOrders, opts.sagaRounds, opts.sagaConcurrency);
     if (engines !== undefined) {
       reportEngines(engines, opts.engines, sagaOverhead);
       if (typeof engines !== 'string') printed.add('engines');
+    }
+    if (Array.isArray(engines)) {
+      if (sagaOverhead) reportSagaCost(sagaOverhead, engines, opts.sagaConcurrency);
+      if (sagaOnServer) reportSagaCost(sagaOnServer, engines, opts.sagaConcurrency, true);
     }
     if (trace) {
       // The waterfall is the trace section's own file: written by --only trace too.
@@ -210,7 +229,7 @@ async function main(): Promise<void> {
     mkdirSync(dir, { recursive: true });
     writeFileSync(
       path.join(dir, 'latest.json'),
-      `${JSON.stringify({ quick, machine, poolSize: POOL_SIZE, workers: WORKERS, logicMs: LOGIC_MS, lanes: LANES, cells, lockQueue, idleLatency, sagaOverhead, engines, trace, commitPath, sweep, storefront, targets: checks, at: new Date().toISOString() }, null, 2)}\n`,
+      `${JSON.stringify({ quick, machine, poolSize: POOL_SIZE, workers: WORKERS, logicMs: LOGIC_MS, lanes: LANES, cells, lockQueue, idleLatency, sagaOverhead, sagaOnServer, engines, trace, commitPath, sweep, storefront, targets: checks, at: new Date().toISOString() }, null, 2)}\n`,
     );
     writeFileSync(
       path.join(dir, 'latest.svg'),

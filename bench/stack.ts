@@ -83,7 +83,9 @@ export async function insertBenchProducts(db: Pool, prefix: string, count: numbe
 }
 
 /** What saga-overhead runs: the saga, or a floor of the essential work (bench/workflows.ts). */
-export type BenchWorkflow = 'saga' | 'floor' | 'like';
+export type BenchWorkflow = 'saga' | 'floor' | 'cheap' | 'like';
+
+const FLOOR_WORKFLOWS = { floor: 'noopSaga', cheap: 'noopSagaLocal', like: 'noopSagaLikeForLike' } as const;
 
 /**
  * One workflow of `kind` on `taskQueue`, start to result; returns its workflow ID. The `i`th saga
@@ -99,7 +101,7 @@ export async function runBenchWorkflow(
 ): Promise<string> {
   if (kind !== 'saga') {
     const workflowId = `bench-${kind}-${Date.now()}-${i}`;
-    await client.workflow.execute(kind === 'floor' ? 'noopSaga' : 'noopSagaLikeForLike', { taskQueue, workflowId });
+    await client.workflow.execute(FLOOR_WORKFLOWS[kind], { taskQueue, workflowId });
     return workflowId;
   }
   const order: OrderInput = {

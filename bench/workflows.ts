@@ -1,7 +1,8 @@
 /**
- * The saga-overhead section's workflows: the real saga, and two floors of the essential work only:
- * six no-op regular activities, and the same six steps of the kinds the saga runs them (local or
- * regular, `SAGA_STEP_KINDS`), so that the saga's ratio to it measures the saga's own work.
+ * The saga-overhead section's workflows: the real saga, and three floors of the essential work only:
+ * six no-op regular activities; six no-op local activities (the cheapest shape Temporal offers for the
+ * six steps); and the same six steps of the kinds the saga runs them (local or regular,
+ * `SAGA_STEP_KINDS`), so that the saga's ratio to it measures the saga's own work.
  */
 import { condition, defineSignal, proxyActivities, proxyLocalActivities, setHandler } from '@temporalio/workflow';
 
@@ -42,6 +43,15 @@ const local = proxyLocalActivities<{ noop(step: string): Promise<void> }>({ star
 /** The essential-work floor: one no-op regular activity per essential step, one after another. */
 export async function noopSaga(): Promise<string> {
   for (const step of ESSENTIAL_STEPS) await noop(step);
+  return 'done';
+}
+
+/**
+ * The cheapest floor: one no-op local activity per essential step, one after another, no timer and
+ * no search attributes: the least Temporal can do for the six steps (one workflow task, six markers).
+ */
+export async function noopSagaLocal(): Promise<string> {
+  for (const step of ESSENTIAL_STEPS) await local.noop(step);
   return 'done';
 }
 
