@@ -24,16 +24,16 @@ export const ESSENTIAL_STEPS = [
 /**
  * How the saga runs each essential step on its happy path (workflows/order-saga.ts and
  * workflows/authorization-protocol.ts; docs/saga.md, "Round trips"): local first, or a regular
- * activity. The hold and its capture are regular (`saga.act`, one request per attempt); the shipment
- * runs in the task that receives the hold's result, the confirmation in the one that receives the
- * capture's. The bench checks this against a completed saga's history.
+ * activity. The hold is the one regular activity (the round trip before the pivot); the reservation
+ * runs in the first task, the shipment, the capture and the confirmation in the task that receives
+ * the hold's result. The bench checks this against a completed saga's history.
  */
 export const SAGA_STEP_KINDS: Record<(typeof ESSENTIAL_STEPS)[number], 'local' | 'regular'> = {
   createOrder: 'local',
-  reserveInventory: 'regular',
+  reserveInventory: 'local',
   authorizePayment: 'regular',
   createShipment: 'local',
-  capturePayment: 'regular',
+  capturePayment: 'local',
   sendConfirmation: 'local',
 };
 

@@ -97,10 +97,10 @@ describe('replay of saved saga histories', () => {
   it('the recorded happy path: one round trip, five local activities in two workflow tasks', () => {
     // docs/saga.md and docs/decisions.md give these figures; scripts/check-docs.ts compares them with the fixture.
     expect(happyPathCounts()).toEqual({
-      events: 12,
-      workflowTasks: 1,
-      activities: [],
-      markers: 6,
+      events: 18,
+      workflowTasks: 2,
+      activities: ['authorizePayment'],
+      markers: 5,
       closedAs: 'EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED',
     });
   });
