@@ -25,6 +25,7 @@ import {
   benchDataConverter,
   benchWorkflowActivities,
   bundleBenchWorkflows,
+  EAGER_START,
   insertBenchProducts,
   runBenchWorkflow,
   startBenchProvider,
@@ -215,7 +216,12 @@ export async function measureSagaOverhead(
   // The dev server keeps its history in a SQLite file, as npm start keeps it (the engines beside it
   // sync every step too); the real server in Postgres.
   const env = temporal === 'dev' ? await devStack(dataConverter) : await realStack(url);
-  const client = new Client({ connection: env.connection, namespace: env.namespace, dataConverter });
+  // An eager start needs the client to share the worker's connection (bench/stack.ts, EAGER_START).
+  const client = new Client({
+    connection: EAGER_START ? env.nativeConnection : env.connection,
+    namespace: env.namespace,
+    dataConverter,
+  });
   const provider = await startBenchProvider(url);
   const db = createPool(url, { max: 20 });
   // Postgres's CPU only when the bench runs it (with DATABASE_URL it may be another machine's). With

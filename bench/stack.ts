@@ -85,6 +85,14 @@ export async function insertBenchProducts(db: Pool, prefix: string, count: numbe
 /** What saga-overhead runs: the saga, or a floor of the essential work (bench/workflows.ts). */
 export type BenchWorkflow = 'saga' | 'floor' | 'cheap' | 'like';
 
+/**
+ * `BENCH_EAGER_START=1`: every workflow of saga-overhead is started eagerly (the server hands its first
+ * workflow task back in the start's answer, to the worker of this process; the client then shares
+ * the worker's connection). Off by default: measured, it did not help (docs/benchmark.md).
+ */
+export const EAGER_START = process.env.BENCH_EAGER_START === '1';
+const eagerStart = (): { requestEagerStart?: true } => (EAGER_START ? { requestEagerStart: true } : {});
+
 const FLOOR_WORKFLOWS = { floor: 'noopSaga', cheap: 'noopSagaLocal', like: 'noopSagaLikeForLike' } as const;
 
 /**
@@ -101,7 +109,7 @@ export async function runBenchWorkflow(
 ): Promise<string> {
   if (kind !== 'saga') {
     const workflowId = `bench-${kind}-${Date.now()}-${i}`;
-    await client.workflow.execute(FLOOR_WORKFLOWS[kind], { taskQueue, workflowId });
+    await client.workflow.execute(FLOOR_WORKFLOWS[kind], { taskQueue, workflowId, ...eagerStart() });
     return workflowId;
   }
   const order: OrderInput = {
@@ -111,10 +119,10 @@ export async function runBenchWorkflow(
     paymentMethod: 'tok_visa',
     items: [{ sku: `${sku}-${i % 100}`, qty: 1, unitPriceCents: 100 }],
   };
-  const r = await client.workflow.execute<typeof orderSaga>(
-    'orderSaga',
-    sagaStartOptions(order, taskQueue, { searchAttributesAtStart: true }),
-  );
+  const r = await client.workflow.execute<typeof orderSaga>('orderSaga', {
+    ...sagaStartOptions(order, taskQueue, { searchAttributesAtStart: true }),
+    ...eagerStart(),
+  });
   if (r.status !== 'COMPLETED') throw new Error(`bench saga ended ${r.status}`);
   return workflowIdFor(order.orderId);
 }

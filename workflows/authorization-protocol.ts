@@ -212,10 +212,11 @@ export class AuthorizationProtocol implements MoneyPath {
         return r.status;
       } catch (err) {
         const type = failureType(err);
-        if (type === SagaFailureTypes.OrderSettled || type === ErrorTypes.NotOrderOwner) throw err;
         const row = conflictStatus(err);
-        // Captured already, or completed, by another run of this order: nothing more to take.
+        // Captured already, or completed (this run's own task lost after its commits and run again,
+        // or another run of this order): nothing more to take; the confirmation is idempotent.
         if (row === 'CAPTURED' || row === 'COMPLETED') return saga.seen(row);
+        if (type === SagaFailureTypes.OrderSettled || type === ErrorTypes.NotOrderOwner) throw err;
         if (type === ErrorTypes.CaptureRefused) why = `capture ${captureKey} refused: ${refusalCode(err)}`;
         else if (type === ErrorTypes.OrderStateConflict || type === ErrorTypes.OrderMismatch)
           why = `capture ${captureKey} not sent: ${failureMessage(err)}`;
