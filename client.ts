@@ -1,15 +1,15 @@
 /**
  * The order saga's command line: the entry over cli/, one file per command (its options, checks and
  * help next to its code), all sharing one context built once per run (cli/context.ts). The database
- * is reached only through lib/order-store.ts. `bin/client --help` lists the commands (bin/client
+ * is reached only through orders/order-store.ts. `bin/client --help` lists the commands (bin/client
  * runs this file's build, scripts/build-cli.ts; `npx tsx client.ts` runs the sources).
  * Exit codes: 0 success (place: the order COMPLETED), 1 the order ended otherwise or the command
  * failed, 2 invalid input (nothing started, nothing written), 3 duplicate order ID.
  */
 import { Command, CommanderError } from '@commander-js/extra-typings';
 import type { Client } from '@temporalio/client';
-import { readConfig, type AppConfig } from './lib/config';
-import { TemporalProfileError } from './lib/temporal-connection';
+import { readConfig, type AppConfig } from './ops/config';
+import { TemporalProfileError } from './ops/temporal-connection';
 import { startTracing } from './platform/tracing';
 import { register as apiKeys } from './cli/api-keys';
 import { register as cancel } from './cli/cancel';
@@ -32,7 +32,7 @@ import { register as views } from './cli/views';
 // What other programs and the tests take from the command line.
 export { CliError, EXIT };
 export { loadOrder } from './cli/place';
-export { RECONCILE_SCHEDULE_ID, SWEEP_SCHEDULE_ID } from './lib/schedules';
+export { RECONCILE_SCHEDULE_ID, SWEEP_SCHEDULE_ID } from './ops/schedules';
 
 /** The commands, in the order --help lists them. */
 const COMMANDS = [

@@ -3,7 +3,7 @@
  * inventory lanes (task queues `orders-inventory-lane-<n>`, one task at a time each), plus the
  * inventory metrics endpoint. The one place that builds the Postgres pool and the provider client.
  *   DATABASE_URL=… npx tsx worker.ts      (npm start runs it for you)
- * Run alone, it is one build of the Worker Deployment `order-saga` (BUILD_ID, else lib/deployments.ts
+ * Run alone, it is one build of the Worker Deployment `order-saga` (BUILD_ID, else ops/deployments.ts
  * makes one from the package version and the commit), its sagas PINNED to it; it receives new sagas
  * once its version is made current (npm start does that; docs/versioning.md), or, with
  * WORKER_MAKE_CURRENT=true (docker compose), makes it current itself once it polls.
@@ -22,10 +22,10 @@ import { InventoryMetrics, type SkuStats } from './activities/inventory-metrics'
 import { SweeperStats } from './activities/sweeper';
 import { createPool, WARM_CONNECTIONS } from './db/pool';
 import { laneTaskQueue } from './domain/lanes';
-import { readConfig, readWorkerSettings, type AppConfig } from './lib/config';
-import { startEventRelay } from './lib/event-relay';
-import { TemporalProfileError } from './lib/temporal-connection';
-import { DEPLOYMENT_NAME, makeVersionCurrent, orderTaskQueues, resolveBuildId, versionName } from './lib/deployments';
+import { readConfig, readWorkerSettings, type AppConfig } from './ops/config';
+import { startEventRelay } from './ops/event-relay';
+import { TemporalProfileError } from './ops/temporal-connection';
+import { DEPLOYMENT_NAME, makeVersionCurrent, orderTaskQueues, resolveBuildId, versionName } from './ops/deployments';
 import { databaseAnswers, healthRoutes, type Readiness } from './platform/health';
 import { jsonApp, jsonServer, rawPath } from './platform/http';
 import { dataConverterFor, requirePayloadKeys } from './platform/payload-codec';
@@ -346,7 +346,7 @@ async function main(): Promise<void> {
     ...(versioning ? { versioning } : {}),
   });
   const server = await startMetricsServer(w.metrics, own.metricsPort, own.metricsHost, w.sweeperStats, workersReady(w));
-  // The order events' relay, one per worker process (lib/event-relay.ts), when an endpoint is set.
+  // The order events' relay, one per worker process (ops/event-relay.ts), when an endpoint is set.
   const relay = own.orderEvents
     ? startEventRelay(
         w.db,

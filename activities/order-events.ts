@@ -1,7 +1,7 @@
 /**
  * The order's events (migrations/0016_order_events.sql): what each status change tells the world, and
  * the refunds' events (the compensation's, and each refund after the shipment). Each is written in the same statement or transaction as the write that makes it
- * true, numbered per order (orders.event_seq); lib/event-relay.ts delivers them.
+ * true, numbered per order (orders.event_seq); ops/event-relay.ts delivers them.
  */
 import type { Pool, PoolClient } from 'pg';
 import { withTransaction } from '../db/pool';

@@ -273,7 +273,7 @@ export function sweeperActivities({
     // The run's saga config (its second argument) is the one thing it knew beyond the row.
     at.step = "decode its last run's start payload (the saga config)";
     const config = desc ? await startConfig(s.client, workflowId, desc.runId) : undefined;
-    // Not workflows/saga-start.ts's sagaStartOptions: activities/ lies below workflows/, and a restart
+    // Not orders/saga-start.ts's sagaStartOptions: activities/ lies below workflows/, and a restart
     // differs from a placement on purpose: the closed run's ID again (ALLOW_DUPLICATE), its config,
     // a summary and details that say why; the new run sets its search attributes itself. A cancel
     // recorded on the row stands, and a resolve recorded for the escalation the row is in and not yet

@@ -23,10 +23,10 @@ import {
   type OrderInput,
 } from '../domain/order';
 import { parseWith, record } from '../domain/validation';
-import { verifyApiKey } from '../lib/api-keys';
-import { orderStore } from '../lib/order-store';
-import { placeOrder } from '../lib/place-order';
-import { sendRequest } from '../lib/saga-requests';
+import { verifyApiKey } from '../orders/api-keys';
+import { orderStore } from '../orders/order-store';
+import { placeOrder } from '../orders/place-order';
+import { sendRequest } from '../orders/saga-requests';
 import { databaseAnswers, healthRoutes } from '../platform/health';
 import { HttpError, jsonApp, jsonBody, readJson, type JsonEnv } from '../platform/http';
 import type { Acceptance } from '../workflows/messages';

@@ -7,7 +7,7 @@ import type http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { Client, Connection } from '@temporalio/client';
 import { createPool } from '../db/pool';
-import { readApiSettings, readConfig, type ApiSettings, type AppConfig } from '../lib/config';
+import { readApiSettings, readConfig, type ApiSettings, type AppConfig } from '../ops/config';
 import { jsonServer } from '../platform/http';
 import { dataConverterFor, requirePayloadKeys } from '../platform/payload-codec';
 import { activeTracing, startTracing } from '../platform/tracing';

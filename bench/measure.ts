@@ -4,9 +4,9 @@
  * redrawn in place on a terminal). The percentile and the loops are the load generator's own, so the
  * bench and `client.ts load` count alike.
  */
-import { percentile } from '../lib/load';
+import { percentile } from '../orders/load';
 
-export { concurrentLoops, percentile } from '../lib/load';
+export { concurrentLoops, percentile } from '../orders/load';
 
 /** One line of the report, on stdout. */
 export const say = (s: string): void => void process.stdout.write(`${s}\n`);

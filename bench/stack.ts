@@ -11,14 +11,14 @@ import { bundleWorkflowCode } from '@temporalio/worker';
 import type { Pool } from 'pg';
 import { createActivities, type OrderActivities } from '../activities';
 import { workflowIdFor, type OrderInput } from '../domain/order';
-import { readConfig } from '../lib/config';
+import { readConfig } from '../ops/config';
 import { dataConverterFor, parseKeyList } from '../platform/payload-codec';
 import { startProviderProcess } from '../platform/processes';
 import type { Tracing } from '../platform/tracing';
 import { createProviderClient } from '../provider/client';
 import { createOrderWorkers } from '../worker';
 import type { orderSaga } from '../workflows';
-import { sagaStartOptions } from '../workflows/saga-start';
+import { sagaStartOptions } from '../orders/saga-start';
 
 /** The bench provider's payment API key (its admin key is another). */
 export const BENCH_PROVIDER_KEY = 'bench-key';

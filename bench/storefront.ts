@@ -1,8 +1,8 @@
 /**
  * The storefront's edges: `POST /v1/orders` to its early answer (the orders API, api/app.ts, served
  * over HTTP on loopback with a key of its own) beside `client.ts place`'s early answer (the same
- * Update-with-Start, lib/place-order.ts, as the command measures it), one order at a time on an idle
- * stack, alternating; and the order events one relay delivers per second (lib/event-relay.ts) to a
+ * Update-with-Start, orders/place-order.ts, as the command measures it), one order at a time on an idle
+ * stack, alternating; and the order events one relay delivers per second (ops/event-relay.ts) to a
  * receiver on loopback that checks each signature (scripts/chaos/receiver.ts). Its own dev server,
  * provider and worker (the production worker, in this process); Postgres is the bench's.
  */
@@ -11,9 +11,9 @@ import { performance } from 'node:perf_hooks';
 import { createApiApp } from '../api/app';
 import { createPool } from '../db/pool';
 import type { OrderInput } from '../domain/order';
-import { createApiKey } from '../lib/api-keys';
-import { startEventRelay } from '../lib/event-relay';
-import { placeOrder } from '../lib/place-order';
+import { createApiKey } from '../orders/api-keys';
+import { startEventRelay } from '../ops/event-relay';
+import { placeOrder } from '../orders/place-order';
 import { jsonServer } from '../platform/http';
 import { stopProcess } from '../platform/processes';
 import { startReceiver } from '../scripts/chaos/receiver';

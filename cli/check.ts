@@ -1,12 +1,12 @@
 /**
  * `check`: the invariant checker over the database, the provider's ledger and Temporal's visibility,
- * through the read-only role; then the machinery that keeps orders moving (lib/machinery.ts).
+ * through the read-only role; then the machinery that keeps orders moving (ops/machinery.ts).
  */
 import path from 'node:path';
 import type { Command } from '@commander-js/extra-typings';
 import { EVENTS_GRACE_MS, formatReport, RULES, temporalLookup } from '../db/invariants';
-import { checkMachinery, formatMachinery, unreachableReport, type MachineryReport } from '../lib/machinery';
-import { APP_SCHEDULES } from '../lib/schedules';
+import { checkMachinery, formatMachinery, unreachableReport, type MachineryReport } from '../ops/machinery';
+import { APP_SCHEDULES } from '../ops/schedules';
 import { requirePayloadKeys } from '../platform/payload-codec';
 import { DEFAULT_SAGA_CONFIG } from '../workflows/order-saga';
 import { EXIT, type CliContext } from './context';

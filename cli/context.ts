@@ -6,8 +6,8 @@
 import { Client, Connection } from '@temporalio/client';
 import { dataConverterFor, requirePayloadKeys } from '../platform/payload-codec';
 import { activeTracing } from '../platform/tracing';
-import { listUrl, runUrl, type AppConfig } from '../lib/config';
-import { openOrderStore, type OrderStore, type StoreRole } from '../lib/order-store';
+import { listUrl, runUrl, type AppConfig } from '../ops/config';
+import { openOrderStore, type OrderStore, type StoreRole } from '../orders/order-store';
 import { createProviderClient, type AuthorizationClient, type ProviderClient } from '../provider/client';
 
 export const EXIT = { ok: 0, notCompleted: 1, invalid: 2, duplicate: 3 } as const;

@@ -3,7 +3,7 @@
  * role); `--dead`: every dead-lettered event; `--resend`: an order's dead-lettered events sent again.
  */
 import type { Command } from '@commander-js/extra-typings';
-import type { OrderEventRow } from '../lib/order-store';
+import type { OrderEventRow } from '../orders/order-store';
 import { CliError, EXIT, type CliContext } from './context';
 import { idArg, jsonOption, positiveInt } from './options';
 

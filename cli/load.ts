@@ -8,7 +8,7 @@ import {
   runLoad,
   workerProcesses,
   type LoadOptions,
-} from '../lib/load';
+} from '../orders/load';
 import { CliError, EXIT, type CliContext } from './context';
 import { jsonOption, number, whole } from './options';
 import { band, fetchStats, pct } from './stats';
@@ -99,7 +99,7 @@ export function register(cli: Command, ctx: CliContext): void {
     .description(
       `Places N orders (1 line, 1 unit each) with C in flight, a share of them on K hot SKUs and the rest on 50 cold ones, on products the run creates (LOAD-<run>-…, so it needs DATABASE_URL). Shows a progress bar on a terminal, then orders/s, p50/p99 saga latency, statuses, the abort rate and the worker processes polling the task queue.`,
     )
-    // Their ranges are the load options' schema's (lib/load.ts), checked before anything is reached.
+    // Their ranges are the load options' schema's (orders/load.ts), checked before anything is reached.
     .requiredOption('--orders <N>', 'how many orders', number)
     .option('--concurrency <C>', 'orders in flight', number, 10)
     .option('--hot-skus <K>', 'how many hot SKUs', number, 1)

@@ -21,7 +21,7 @@ export function cents(text: string): number {
   return n;
 }
 
-/** Text to a number; what range it must be in is the schema's to say (lib/load.ts for load's options). */
+/** Text to a number; what range it must be in is the schema's to say (orders/load.ts for load's options). */
 export function number(text: string): number {
   const n = Number(text);
   if (text.trim() === '' || !Number.isFinite(n)) throw new InvalidArgumentError('Expected a number.');

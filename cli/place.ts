@@ -7,9 +7,9 @@ import type { Command } from '@commander-js/extra-typings';
 import { WorkflowFailedError } from '@temporalio/client';
 import { ErrorTypes } from '../domain/failures';
 import { OrderValidationError, parseOrder, workflowIdFor, type OrderInput, type OrderResult } from '../domain/order';
-import { orderOutcome } from '../lib/order-outcome';
-import type { OrderStore } from '../lib/order-store';
-import { placeOrder } from '../lib/place-order';
+import { orderOutcome } from '../orders/order-outcome';
+import type { OrderStore } from '../orders/order-store';
+import { placeOrder } from '../orders/place-order';
 import { CliError, EXIT, type CliContext, type Out } from './context';
 import { jsonOption, waitOption } from './options';
 
@@ -92,7 +92,7 @@ async function place(
   const client = await ctx.temporal();
   const workflowId = workflowIdFor(order.orderId);
   const sent = Date.now();
-  // Update-with-Start (lib/place-order.ts): one call starts the saga and returns its early answer.
+  // Update-with-Start (orders/place-order.ts): one call starts the saga and returns its early answer.
   const placed = await placeOrder(client, order, cfg.taskQueue, opts.waitSeconds * 1000);
   if (placed.kind === 'duplicate')
     throw new CliError(`duplicate order: orderId: ${order.orderId} already has workflow ${workflowId}`, EXIT.duplicate);

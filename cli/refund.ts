@@ -7,7 +7,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Option, type Command } from '@commander-js/extra-typings';
 import { chargeKeyFor, formatMoney, holdKeysFor, isRefundable, orderRefundKeyFor } from '../domain/order';
-import type { OrderRefundRow, OrderStore, RefundableOrder } from '../lib/order-store';
+import type { OrderRefundRow, OrderStore, RefundableOrder } from '../orders/order-store';
 import type { RefundRequest } from '../provider/api';
 import { ProviderHttpError, type AuthorizationClient, type ProviderClient } from '../provider/client';
 import { CliError, EXIT, type CliContext } from './context';

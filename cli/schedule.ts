@@ -1,7 +1,7 @@
 /** `schedule reconcile` and `schedule sweep`: create (or update) one of the application's Temporal Schedules. */
 import type { Command } from '@commander-js/extra-typings';
 import { WorkflowNames } from '../domain/names';
-import { RECONCILE_SCHEDULE_ID, SWEEP_SCHEDULE_ID, upsertSchedule } from '../lib/schedules';
+import { RECONCILE_SCHEDULE_ID, SWEEP_SCHEDULE_ID, upsertSchedule } from '../ops/schedules';
 import { EXIT, type CliContext } from './context';
 import { durationMs, interval, jsonOption, positiveInt } from './options';
 

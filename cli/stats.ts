@@ -4,7 +4,7 @@
  */
 import type { Command } from '@commander-js/extra-typings';
 import { ABORT_RATE_CRITICAL, ABORT_RATE_HEALTHY, type SkuStats } from '../activities/inventory-metrics';
-import type { AppConfig } from '../lib/config';
+import type { AppConfig } from '../ops/config';
 import { CliError, EXIT, type CliContext } from './context';
 import { jsonOption } from './options';
 

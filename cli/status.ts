@@ -5,7 +5,7 @@
 import type { Command } from '@commander-js/extra-typings';
 import { WorkflowNotFoundError } from '@temporalio/client';
 import { isTerminal, workflowIdFor } from '../domain/order';
-import { closedRunState } from '../lib/closed-run';
+import { closedRunState } from '../orders/closed-run';
 import { stateQuery, type SagaState } from '../workflows/messages';
 import { CliError, EXIT, type CliContext } from './context';
 import { jsonOption, orderIdArgument } from './options';

@@ -1,6 +1,6 @@
 /** `sweeps`: what the sweeper did, newest first, or the open orders it found stalled; read through the read-only role. */
 import type { Command } from '@commander-js/extra-typings';
-import type { SweeperActionRow } from '../lib/order-store';
+import type { SweeperActionRow } from '../orders/order-store';
 import { EXIT, type CliContext } from './context';
 import { idArg, jsonOption, positiveInt } from './options';
 

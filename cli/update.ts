@@ -9,7 +9,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { QueryNotRegisteredError, ServiceError, WorkflowNotFoundError } from '@temporalio/client';
 import { isConnectionError } from '../db/pool';
 import { workflowIdFor } from '../domain/order';
-import { sendRequest, type SagaRequest } from '../lib/saga-requests';
+import { sendRequest, type SagaRequest } from '../orders/saga-requests';
 import { OrderStatusKey } from '../workflows/search-attributes';
 import { CliError, EXIT, type CliContext } from './context';
 import { noOrder, printState } from './status';

@@ -2,7 +2,7 @@
 import type { Command } from '@commander-js/extra-typings';
 import { WorkflowNames } from '../domain/names';
 import { workflowIdFor } from '../domain/order';
-import { operatorViews } from '../lib/config';
+import { operatorViews } from '../ops/config';
 import { EXIT, type CliContext } from './context';
 import { idArg, jsonOption } from './options';
 

@@ -3,7 +3,7 @@
  * the sweeper's restart and the message definitions (workflows/messages.ts) import them from here.
  */
 
-/** Workflow types: the names of the functions workflows/index.ts exports (workflows/saga-start.ts checks it). */
+/** Workflow types: the names of the functions workflows/index.ts exports (orders/saga-start.ts checks it). */
 export const WorkflowNames = {
   orderSaga: 'orderSaga',
   sweeper: 'sweeperWorkflow',

@@ -1,5 +1,5 @@
 /**
- * The order events' signature (lib/event-relay.ts signs; a receiver checks), in the form Stripe's
+ * The order events' signature (ops/event-relay.ts signs; a receiver checks), in the form Stripe's
  * webhooks use: a header `Order-Saga-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256>`, the HMAC
  * keyed with the endpoint's secret over `<t>.<raw body>`. A receiver recomputes it over the raw body
  * it got, compares in constant time, and refuses a timestamp older than its tolerance (a replay).

@@ -1,6 +1,6 @@
 /**
- * The provider's settings, read from its environment in one place. The provider sits below lib/ in
- * the layers, so it reads its own variables here rather than through lib/config.ts.
+ * The provider's settings, read from its environment in one place. The provider sits below ops/ in
+ * the layers, so it reads its own variables here rather than through ops/config.ts.
  */
 import {
   DEFAULT_AUTH_EXPIRY_MS,

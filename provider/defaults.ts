@@ -1,6 +1,6 @@
 /**
  * The payment provider's loopback defaults, in a module that imports nothing, so the processes that
- * talk to the provider (lib/config.ts) read them without loading the provider's server.
+ * talk to the provider (ops/config.ts) read them without loading the provider's server.
  */
 
 /** Development keys, for loopback use only. Set PROVIDER_API_KEY(S) / PROVIDER_ADMIN_KEY(S) anywhere else. */

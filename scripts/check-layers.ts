@@ -26,17 +26,18 @@ import ts from 'typescript';
  *  - provider/: the payment provider (its ledger on db/, its routes and entry, its HTTP client and wire types).
  *  - activities/: the saga's side effects, on db/ and the provider's client.
  *  - workflows/: deterministic code; it knows the activities only by type (rule workflow-bundle in TYPE_ONLY).
- *    Beside it, what callers need of the saga: its messages, search attributes and start options.
- *  - lib/: what operates the system from outside: configuration, the client's data access and load,
- *    deployments, schedules, the codec server. It starts workflows and reads their messages, so it
- *    sits above them.
+ *    Beside it, what callers need of the saga: its messages and search attributes.
+ *  - ops/: what operates the system: configuration, the Temporal connection, Worker Versioning, the
+ *    Schedules and their check, the outbox relay, the cluster check, the codec server.
  *  - servers/: what starts and stops the local servers: embedded Postgres, the Temporal dev server
  *    (with the saga's search attributes), the real Temporal server and its Web UI server. On db/
- *    (pool, roles), platform/ and the search attributes of workflows/; beside lib/, neither imports
- *    the other.
+ *    (pool, roles), ops/, platform/ and the search attributes of workflows/; beside ops/.
+ *  - orders/: what client.ts and the API use to place, follow and change orders: the saga's start
+ *    options, placing, cancel and resolve, the order store, API keys, outcomes, a closed run's state,
+ *    the load. It starts workflows and reads their messages, so it sits above them, and on ops/.
  *  - entry points: worker.ts, client.ts, cli/, api/, scripts/, bench/. Programs that put the layers together;
  *    cli/ holds client.ts's commands (client.ts imports them, never the other way round); api/ is the
- *    orders API's process (what it shares with client.ts, such as placing an order, is in lib/).
+ *    orders API's process (what it shares with client.ts, such as placing an order, is in orders/).
  *  - test/: may import anything; nothing imports it.
  */
 const LAYERS: readonly (readonly string[])[] = [
@@ -46,7 +47,8 @@ const LAYERS: readonly (readonly string[])[] = [
   ['provider'],
   ['activities'],
   ['workflows'],
-  ['lib', 'servers'],
+  ['ops', 'servers'],
+  ['orders'],
   ['worker.ts', 'client.ts', 'cli', 'api', 'scripts', 'bench'],
   ['test'],
 ];

@@ -6,8 +6,8 @@
  * allowed to call it from a browser (comma-separated; default TEMPORAL_UI_URL's origin);
  * CODEC_SERVER_HOST (127.0.0.1) and CODEC_SERVER_PORT (8234).
  */
-import { DEFAULT_PORTS, readConfig } from '../lib/config';
-import { startCodecServer } from '../lib/codec-server';
+import { DEFAULT_PORTS, readConfig } from '../ops/config';
+import { startCodecServer } from '../ops/codec-server';
 import { EncryptionCodec, requirePayloadKeys } from '../platform/payload-codec';
 
 async function main(): Promise<void> {

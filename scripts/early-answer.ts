@@ -11,8 +11,8 @@ import { parseArgs } from 'node:util';
 import { runCli } from '../client';
 import { createPool } from '../db/pool';
 import { parseWith, wholeNumber } from '../domain/validation';
-import { readConfig } from '../lib/config';
-import { percentile, progressBar } from '../lib/load';
+import { readConfig } from '../ops/config';
+import { percentile, progressBar } from '../orders/load';
 
 async function main(): Promise<number> {
   const { values } = parseArgs({ options: { orders: { type: 'string' }, help: { type: 'boolean' } } });

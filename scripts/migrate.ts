@@ -2,14 +2,14 @@
  * `npm run migrate`: as the owner (DATABASE_URL), applies the numbered migrations (application and
  * provider schemas) and, when APP_ROLE_PASSWORD, PROVIDER_ROLE_PASSWORD and READER_ROLE_PASSWORD are
  * set, creates the three roles (db/roles.ts) with those passwords and grants their privileges. When
- * TEMPORAL_ADDRESS or a connection profile (lib/temporal-connection.ts) names a server, it also
+ * TEMPORAL_ADDRESS or a connection profile (ops/temporal-connection.ts) names a server, it also
  * creates the namespace (if missing) and the saga's search attributes there.
  * npm start does all of it by itself; this is for an existing Postgres and server (docker compose).
  */
 import { migrateAll } from '../db/migrate';
 import { createPool } from '../db/pool';
 import { grantRoles, passwordsFromEnv, ROLE_PASSWORD_VARS, ROLES, rolesExist, setUpRoles } from '../db/roles';
-import { readConfig } from '../lib/config';
+import { readConfig } from '../ops/config';
 import { prepareNamespace } from '../servers/temporal-server';
 
 async function main(): Promise<void> {

@@ -5,13 +5,13 @@
  *      (db/roles.ts);
  *   2. Temporal dev server with its Web UI on :8233, its state kept in .data/temporal.db, with the
  *      saga's search attributes registered; unless TEMPORAL_ADDRESS or a connection profile names a
- *      server (lib/temporal-connection.ts), which is checked first (lib/cluster-check.ts);
+ *      server (ops/temporal-connection.ts), which is checked first (ops/cluster-check.ts);
  *   3. the payment provider and the worker, as child processes; the workflows bundled once here, quietly
  *      (the bundler's module statistics are not for this screen; its errors are), and loaded by every
  *      worker process from .data/workflow-bundle.js (WORKFLOW_BUNDLE) instead of each bundling again;
- *   4. the workers' build (BUILD_ID, else lib/deployments.ts makes one) made the current version of
+ *   4. the workers' build (BUILD_ID, else ops/deployments.ts makes one) made the current version of
  *      the Worker Deployment `order-saga` once they poll: new sagas go to it, each pinned to it;
- *   5. both Schedules of lib/schedules.ts, created or updated: `sweep` (SWEEP_EVERY, 1m) and
+ *   5. both Schedules of ops/schedules.ts, created or updated: `sweep` (SWEEP_EVERY, 1m) and
  *      `reconcile` (RECONCILE_EVERY, 1h);
  *   6. the orders API (api/server.ts) on 127.0.0.1:8080 (API_PORT, API_HOST), with a development key
  *      for storefront `dev` kept in .data/api-key (made once, mode 0600; a key the database no longer
@@ -27,11 +27,11 @@ import { Client, Connection } from '@temporalio/client';
 import { bundleWorkflowCode, DefaultLogger } from '@temporalio/worker';
 import { createPool } from '../db/pool';
 import { passwordsFromEnv, prepareDatabase, ROLES } from '../db/roles';
-import { createApiKey, verifyApiKey } from '../lib/api-keys';
-import { DEFAULT_PORTS, listUrl, loopbackUrl, operatorViews, readConfig, RUNTIME_FILE } from '../lib/config';
-import { checkExternalTemporal } from '../lib/cluster-check';
-import { startCodecServer } from '../lib/codec-server';
-import { SHAREABLE_PROFILE_VARIABLES, type TemporalProfile } from '../lib/temporal-connection';
+import { createApiKey, verifyApiKey } from '../orders/api-keys';
+import { DEFAULT_PORTS, listUrl, loopbackUrl, operatorViews, readConfig, RUNTIME_FILE } from '../ops/config';
+import { checkExternalTemporal } from '../ops/cluster-check';
+import { startCodecServer } from '../ops/codec-server';
+import { SHAREABLE_PROFILE_VARIABLES, type TemporalProfile } from '../ops/temporal-connection';
 import {
   DEFAULT_KEY_FILE,
   dataConverterFor,
@@ -42,7 +42,7 @@ import {
 } from '../platform/payload-codec';
 import { startTsProcess, stopProcess } from '../platform/processes';
 import { tracingWorkflowModules } from '../platform/tracing';
-import { APP_SCHEDULES, upsertSchedule } from '../lib/schedules';
+import { APP_SCHEDULES, upsertSchedule } from '../ops/schedules';
 import {
   DEPLOYMENT_NAME,
   makeVersionCurrent,
@@ -51,7 +51,7 @@ import {
   orderTaskQueues,
   resolveBuildId,
   versionName,
-} from '../lib/deployments';
+} from '../ops/deployments';
 import { ensurePostgres } from '../servers/postgres';
 import { devServerExecutable, startDevServer } from '../servers/temporal-dev';
 import { startRealTemporal } from '../servers/temporal-server';
@@ -119,7 +119,7 @@ async function devApiKey(appUrl: string): Promise<{ made: boolean }> {
 }
 
 /**
- * The Temporal connection profile (lib/temporal-connection.ts), before anything starts or is written:
+ * The Temporal connection profile (ops/temporal-connection.ts), before anything starts or is written:
  * one that cannot be used exits 2, naming the setting.
  */
 function temporalProfileOrExit(env: NodeJS.ProcessEnv): TemporalProfile {

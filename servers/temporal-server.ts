@@ -15,10 +15,10 @@ import { promisify } from 'node:util';
 import { Connection } from '@temporalio/client';
 import { msToTs } from '@temporalio/common/lib/time';
 import { createPool, withTransaction } from '../db/pool';
-import type { ConnectionSettings } from '../lib/temporal-connection';
+import type { ConnectionSettings } from '../ops/temporal-connection';
 import { ensureLoginRole } from '../db/roles';
 import { CACHE_DIR } from './cache';
-import { checkCluster, ClusterNotReady } from '../lib/cluster-check';
+import { checkCluster, ClusterNotReady } from '../ops/cluster-check';
 import { busyPorts, startProcess, stopProcess } from '../platform/processes';
 
 const ROOT = path.resolve(__dirname, '..');

@@ -4,7 +4,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { RateLimiter } from '../api/rate-limit';
-import { readApiSettings } from '../lib/config';
+import { readApiSettings } from '../ops/config';
 
 describe('readApiSettings', () => {
   it('has loopback defaults and no CORS origin', () => {

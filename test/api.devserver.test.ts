@@ -14,7 +14,7 @@ import { MAX_BODY_BYTES, REPLAY_HEADER } from '../api/app';
 import { CHECKS_BY_HAND } from '../api/openapi';
 import { apiStore } from '../api/store';
 import { parseOrder, type OrderInput } from '../domain/order';
-import { createApiKey } from '../lib/api-keys';
+import { createApiKey } from '../orders/api-keys';
 import { startTsProcess, stopProcess } from '../platform/processes';
 import { admin, cfg, cli, db, env, orderFile, useE2eEnv } from './support/e2e-env';
 import { createProduct, makeOrder, uid } from './support/helpers';

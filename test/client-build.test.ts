@@ -48,7 +48,7 @@ describe('bin/client', () => {
     // A source's recorded time that is not its own: the next run builds again.
     if (binClient('--help').code !== 0) throw new Error('bin/client --help failed');
     const before = sources();
-    expect(Object.keys(before)).toEqual(expect.arrayContaining(['client.ts', 'cli/status.ts', 'lib/config.ts']));
+    expect(Object.keys(before)).toEqual(expect.arrayContaining(['client.ts', 'cli/status.ts', 'ops/config.ts']));
     writeFileSync(SOURCES, JSON.stringify({ sources: { ...before, 'client.ts': 0 } }));
 
     const help = binClient('--help');

@@ -8,7 +8,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { runCli } from '../client';
-import { DEFAULT_PORTS, readConfig } from '../lib/config';
+import { DEFAULT_PORTS, readConfig } from '../ops/config';
 import { DEV_PROVIDER_API_KEY as DEFAULTS_KEY, PROVIDER_PORT } from '../provider/defaults';
 
 const cfg = { ...readConfig({ TEMPORAL_ADDRESS: '127.0.0.1:1', WORKER_METRICS_URL: 'http://127.0.0.1:1' }) };

@@ -1,5 +1,5 @@
 /**
- * `client.ts status` of a closed run reads the saga's state from the server (lib/closed-run.ts: the
+ * `client.ts status` of a closed run reads the saga's state from the server (orders/closed-run.ts: the
  * run's description, result and history), because a closed run pinned to a drained build has no
  * worker left to answer its `state` query. Here, while the worker is still up, that answer must equal
  * the query's, field for field, on the paths that close a saga: completed after a lost authorization
@@ -9,10 +9,10 @@ import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { runCli } from '../client';
 import { workflowIdFor } from '../domain/order';
-import { readConfig, type AppConfig } from '../lib/config';
-import { orderOutcome } from '../lib/order-outcome';
+import { readConfig, type AppConfig } from '../ops/config';
+import { orderOutcome } from '../orders/order-outcome';
 import { createOrderWorkers, type OrderWorkers } from '../worker';
-import { request } from '../lib/saga-requests';
+import { request } from '../orders/saga-requests';
 import { orderSaga, stateQuery } from '../workflows';
 import { createProduct, makeOrder, testAdmin, testPool, uid } from './support/helpers';
 import { bundleWorkflows, startDevServer } from './support/temporal-env';

@@ -1,5 +1,5 @@
 /**
- * npm start's check of a Temporal it did not start (lib/cluster-check.ts), against a stand-in that
+ * npm start's check of a Temporal it did not start (ops/cluster-check.ts), against a stand-in that
  * answers as Temporal Cloud does (no operator calls): what is missing is named with the commands an
  * operator runs, and nothing is changed; what the server allows is added. The real server's side is
  * in test/mtls.server.test.ts.
@@ -7,7 +7,7 @@
 import type { Connection } from '@temporalio/client';
 import { temporal } from '@temporalio/proto';
 import { describe, expect, it } from 'vitest';
-import { checkCluster, ClusterNotReady } from '../lib/cluster-check';
+import { checkCluster, ClusterNotReady } from '../ops/cluster-check';
 
 const KEYWORD = temporal.api.enums.v1.IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD;
 const INT = temporal.api.enums.v1.IndexedValueType.INDEXED_VALUE_TYPE_INT;

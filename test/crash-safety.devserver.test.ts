@@ -3,7 +3,7 @@
  * effect committed and before its activity completed; a fresh worker picks the saga up from its
  * history. Exactly one hold and one capture, and the stock moves exactly once.
  */
-import { orderOutcome } from '../lib/order-outcome';
+import { orderOutcome } from '../orders/order-outcome';
 import type { ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync } from 'node:fs';
 import os from 'node:os';
@@ -17,10 +17,10 @@ import type { Pool } from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
 import { createActivities, type OrderActivities } from '../activities';
 import { workflowIdFor, type OrderInput } from '../domain/order';
-import { readConfig } from '../lib/config';
+import { readConfig } from '../ops/config';
 import { startTsProcess, stopProcess } from '../platform/processes';
 import { createOrderWorkers } from '../worker';
-import { request } from '../lib/saga-requests';
+import { request } from '../orders/saga-requests';
 import { orderSaga, stateQuery } from '../workflows';
 import { bundleWorkflows, dataConverter, startE2eServer } from './support/temporal-env';
 import {

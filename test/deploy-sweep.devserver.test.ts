@@ -1,7 +1,7 @@
 /**
  * A deploy in the middle of a sweep, on the real Temporal dev server, with versioned in-process workers
  * of two builds (today's workflows in both) and the `sweep` Schedule as npm start makes it
- * (lib/schedules.ts, here every 3 s and scoped to the test's order):
+ * (ops/schedules.ts, here every 3 s and scoped to the test's order):
  *   build A is current, and its sweep activity is held in flight (it heartbeats until its worker stops);
  *   build B starts and is made current, A's workers stop (the sweep's run is not pinned to A: it
  *   auto-upgrades); then an order placed on B is terminated in the middle of its authorization, and only the
@@ -16,8 +16,8 @@ import { createActivities } from '../activities';
 import { SweeperStats } from '../activities/sweeper';
 import { WorkflowNames } from '../domain/names';
 import { workflowIdFor } from '../domain/order';
-import { DEPLOYMENT_NAME, makeVersionCurrent, orderTaskQueues, runVersion } from '../lib/deployments';
-import { upsertSchedule } from '../lib/schedules';
+import { DEPLOYMENT_NAME, makeVersionCurrent, orderTaskQueues, runVersion } from '../ops/deployments';
+import { upsertSchedule } from '../ops/schedules';
 import { deploymentOptions } from '../worker';
 import { orderSaga } from '../workflows';
 import {

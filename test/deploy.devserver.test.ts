@@ -5,7 +5,7 @@
  *   commit before the authorization era, a worker process of its own tree) and is current; build B
  *   (this tree, in-process workers) starts beside it, its workers polling but getting nothing;
  *   A runs an order whose charge the provider holds up, and meanwhile B is made current
- *   (lib/deployments.ts, as npm start does once its workers poll);
+ *   (ops/deployments.ts, as npm start does once its workers poll);
  *   a new order runs on B: authorized, shipped, captured; A's order finishes on A, charged (every
  *   workflow task of it, also those after B became current), and A's history does not replay on B's
  *   code: why every saga is pinned.
@@ -23,7 +23,7 @@ import type { Pool } from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { runCli } from '../client';
 import { workflowIdFor, type OrderInput } from '../domain/order';
-import { readConfig, type AppConfig } from '../lib/config';
+import { readConfig, type AppConfig } from '../ops/config';
 import {
   DEPLOYMENT_NAME,
   describeVersion,
@@ -33,8 +33,8 @@ import {
   resolveBuildId,
   runVersion,
   versionName,
-} from '../lib/deployments';
-import { orderOutcome } from '../lib/order-outcome';
+} from '../ops/deployments';
+import { orderOutcome } from '../orders/order-outcome';
 import { createOrderWorkers, type OrderWorkers } from '../worker';
 import { DEFAULT_SAGA_CONFIG, orderSaga, stateQuery, type SagaState } from '../workflows';
 import { createProduct, holds, ledger, makeOrder, testAdmin, testPool, uid } from './support/helpers';

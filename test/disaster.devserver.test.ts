@@ -31,8 +31,8 @@ import { createActivities, type OrderActivities } from '../activities';
 import type { SweepReport } from '../activities/sweeper';
 import { ErrorTypes } from '../domain/failures';
 import { workflowIdFor, type OrderInput } from '../domain/order';
-import { orderStore } from '../lib/order-store';
-import { sendRequest } from '../lib/saga-requests';
+import { orderStore } from '../orders/order-store';
+import { sendRequest } from '../orders/saga-requests';
 import { answerQuery, cancelSignal, orderSaga, resolveSignal, stateQuery, sweeperWorkflow } from '../workflows';
 import type { ResolveAction } from '../workflows/messages';
 import {

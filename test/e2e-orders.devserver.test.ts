@@ -10,7 +10,7 @@ import { WorkflowNotFoundError } from '@temporalio/client';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { describe, expect, it } from 'vitest';
 import { workflowIdFor } from '../domain/order';
-import { orderOutcome } from '../lib/order-outcome';
+import { orderOutcome } from '../orders/order-outcome';
 import { OrderStatusKey, TotalCentsKey } from '../workflows/search-attributes';
 import { runCli } from '../client';
 import { createProduct, holds, ledger, makeOrder, orderRow, productRow, uid } from './support/helpers';

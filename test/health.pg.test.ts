@@ -11,7 +11,7 @@ import type { AddressInfo } from 'node:net';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { InventoryMetrics } from '../activities/inventory-metrics';
-import { startCodecServer } from '../lib/codec-server';
+import { startCodecServer } from '../ops/codec-server';
 import { databaseAnswers, READY_WITHIN_MS } from '../platform/health';
 import { EncryptionCodec, parseKeyList } from '../platform/payload-codec';
 import { startProviderProcess, stopProcess } from '../platform/processes';

@@ -20,7 +20,7 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { LANE_LEASE, maxOverlap } from '../activities/lane-lock';
 import { laneFor, laneTaskQueue } from '../domain/lanes';
 import { workflowIdFor } from '../domain/order';
-import { orderOutcome } from '../lib/order-outcome';
+import { orderOutcome } from '../orders/order-outcome';
 import { startTsProcess, startWorkerProcess, stopProcess } from '../platform/processes';
 import { DEFAULT_SAGA_CONFIG, orderSaga } from '../workflows';
 import { bundleWorkflows, startE2eServer } from './support/temporal-env';

@@ -3,7 +3,7 @@ import type { Client } from '@temporalio/client';
 import { msToTs } from '@temporalio/common/lib/time';
 import { temporal } from '@temporalio/proto';
 import { describe, expect, it } from 'vitest';
-import { awaitWorkerProcesses, workerProcesses } from '../lib/load';
+import { awaitWorkerProcesses, workerProcesses } from '../orders/load';
 
 const { TaskQueueType } = temporal.api.enums.v1;
 const ago = (ms: number) => msToTs(Date.now() - ms);

@@ -1,5 +1,5 @@
 /**
- * `client.ts check`'s machinery verdicts without a server (lib/machinery.ts): a Schedule's presence,
+ * `client.ts check`'s machinery verdicts without a server (ops/machinery.ts): a Schedule's presence,
  * pause, target and last run against three of its intervals; the current build's pollers; the open
  * orders' payloads; and which payloads of an event are sealed. Every time is given, none is read.
  */
@@ -15,7 +15,7 @@ import {
   sealedPayloads,
   workerVerdict,
   type ScheduleFacts,
-} from '../lib/machinery';
+} from '../ops/machinery';
 import { EncryptionCodec, parseKeyList } from '../platform/payload-codec';
 
 const NOW = Date.parse('2026-01-10T12:00:00Z');

@@ -1,6 +1,6 @@
 /**
  * The order events (activities/order-events.ts, activities/order-lock.ts) and their relay
- * (lib/event-relay.ts) against the real Postgres, in a database of the file's own (a relay takes every
+ * (ops/event-relay.ts) against the real Postgres, in a database of the file's own (a relay takes every
  * due event), and a real receiver over HTTP (test/support/event-receiver.ts) that checks each
  * signature: events written with the write that makes them true, numbered per order; delivered signed,
  * in order per order, at least once, by several relays at once; retried, dead-lettered and told; and a
@@ -11,8 +11,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { recordRefunded } from '../activities/order-events';
 import { checkInvariants, RULES } from '../db/invariants';
 import { transition } from '../activities/order-lock';
-import { readOrderEventsEndpoint } from '../lib/config';
-import { DUE_EVENTS_SQL, startEventRelay, type OrderEventBody } from '../lib/event-relay';
+import { readOrderEventsEndpoint } from '../ops/config';
+import { DUE_EVENTS_SQL, startEventRelay, type OrderEventBody } from '../ops/event-relay';
 import { startTsProcess, stopProcess } from '../platform/processes';
 import { signatureProblem, signBody } from '../platform/webhook-signature';
 import { startReceiver } from '../scripts/chaos/receiver';

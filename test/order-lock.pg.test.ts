@@ -11,7 +11,7 @@ import { createActivities, type OrderActivities } from '../activities';
 import type { ReserveLogic } from '../activities/inventory';
 import { loadOrder } from '../client';
 import { chargeKeyFor, refundKeyFor } from '../domain/order';
-import { orderStore } from '../lib/order-store';
+import { orderStore } from '../orders/order-store';
 import { parseSagaConfig } from '../workflows/order-saga';
 import {
   createProduct,

@@ -9,7 +9,7 @@ import path from 'node:path';
 import { defaultPayloadConverter, type Payload } from '@temporalio/common';
 import { temporal } from '@temporalio/proto';
 import { afterAll, describe, expect, it } from 'vitest';
-import { startCodecServer } from '../lib/codec-server';
+import { startCodecServer } from '../ops/codec-server';
 import {
   COMPRESS_FROM,
   ENCRYPTED_ENCODING,

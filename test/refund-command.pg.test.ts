@@ -14,7 +14,7 @@ import { createActivities, type OrderActivities } from '../activities';
 import { runCli } from '../client';
 import { RULES, type CheckReport } from '../db/invariants';
 import { authorizeKeyFor, captureKeyFor, chargeKeyFor, orderRefundKeyFor, type OrderInput } from '../domain/order';
-import { readConfig } from '../lib/config';
+import { readConfig } from '../ops/config';
 import { createProduct, makeOrder, runActivity, testAdmin, testPool, testProvider, uid } from './support/helpers';
 
 let db: Pool;

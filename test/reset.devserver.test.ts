@@ -7,7 +7,7 @@
  * unrefunded charge. The orders are of the charge era (rows as the older build wrote them), run by this
  * build's charge path; the soak resets open and closed runs of the authorization era.
  */
-import { orderOutcome } from '../lib/order-outcome';
+import { orderOutcome } from '../orders/order-outcome';
 import { randomUUID } from 'node:crypto';
 import { ApplicationFailure } from '@temporalio/common';
 import { temporal } from '@temporalio/proto';
@@ -18,7 +18,7 @@ import { createActivities, type OrderActivities } from '../activities';
 import { ErrorTypes } from '../domain/failures';
 import { workflowIdFor, type OrderInput, type OrderResult } from '../domain/order';
 import { checkInvariants, temporalLookup } from '../db/invariants';
-import { request } from '../lib/saga-requests';
+import { request } from '../orders/saga-requests';
 import { orderSaga, stateQuery } from '../workflows';
 import { failWhileIn, withFaults } from './support/activity-faults';
 import { useSagaTestEnv } from './support/saga-test-env';

@@ -15,8 +15,8 @@ import type { Pool } from 'pg';
 import { describe, expect, it } from 'vitest';
 import { createActivities, type OrderActivities } from '../activities';
 import { workflowIdFor, type OrderInput, type OrderResult } from '../domain/order';
-import { orderOutcome } from '../lib/order-outcome';
-import { request } from '../lib/saga-requests';
+import { orderOutcome } from '../orders/order-outcome';
+import { request } from '../orders/saga-requests';
 import { orderSaga, stateQuery } from '../workflows';
 import {
   createProduct,

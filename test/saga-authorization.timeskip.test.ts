@@ -8,7 +8,7 @@ import type { Pool } from 'pg';
 import { describe, expect, it } from 'vitest';
 import { checkInvariants } from '../db/invariants';
 import { authorizeKeyFor, captureKeyFor, reauthorizeKeyFor, recaptureKeyFor } from '../domain/order';
-import { request } from '../lib/saga-requests';
+import { request } from '../orders/saga-requests';
 import { stateQuery } from '../workflows';
 import { holds, ledger, productRow, reservations } from './support/helpers';
 import {

@@ -5,14 +5,14 @@
  * process (its fault switches set over its admin API). Every test checks the order row, the stock and
  * the provider's ledger, not only the result. The file ends by replaying every history it produced.
  */
-import { orderOutcome } from '../lib/order-outcome';
+import { orderOutcome } from '../orders/order-outcome';
 import type { History } from '@temporalio/common/lib/proto-utils';
 import { Worker } from '@temporalio/worker';
 import { describe, expect, it } from 'vitest';
 import type { OrderActivities } from '../activities';
 import { workflowIdFor } from '../domain/order';
 import { orderSaga } from '../workflows';
-import { request, RequestRefusedError, sendRequest } from '../lib/saga-requests';
+import { request, RequestRefusedError, sendRequest } from '../orders/saga-requests';
 import { dataConverter } from './support/temporal-env';
 import { ledger, orderRow, productRow, reservations, uid } from './support/helpers';
 import {

@@ -12,7 +12,7 @@ import { describe, expect, it } from 'vitest';
 import { checkInvariants } from '../db/invariants';
 import { stateQuery } from '../workflows';
 import { NeedsAttentionKey, OrderStatusKey } from '../workflows/search-attributes';
-import { RequestRefusedError } from '../lib/saga-requests';
+import { RequestRefusedError } from '../orders/saga-requests';
 import { ledger, orderRow, productRow, reservations } from './support/helpers';
 import {
   admin,

@@ -2,7 +2,7 @@
  * The order saga on the real Java time-skipping server, with real activities, a real Postgres and the
  * real provider process.
  */
-import { orderOutcome } from '../lib/order-outcome';
+import { orderOutcome } from '../orders/order-outcome';
 import type { WorkflowFailedError } from '@temporalio/client';
 import { ApplicationFailure, ApplicationFailureCategory } from '@temporalio/common';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';

@@ -16,7 +16,7 @@ import { MockActivityEnvironment } from '@temporalio/testing';
 import type { Pool } from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SweeperStats, sweeperActivities, type SweepReport } from '../activities/sweeper';
-import { orderStore } from '../lib/order-store';
+import { orderStore } from '../orders/order-store';
 import { testPool, uid } from './support/helpers';
 
 let db: Pool;

@@ -16,8 +16,8 @@ import { describe, expect, it } from 'vitest';
 import { createActivities } from '../activities';
 import { SweeperStats, type SweepOptions, type SweepReport } from '../activities/sweeper';
 import { workflowIdFor, type OrderInput } from '../domain/order';
-import { orderStore } from '../lib/order-store';
-import { sendRequest } from '../lib/saga-requests';
+import { orderStore } from '../orders/order-store';
+import { sendRequest } from '../orders/saga-requests';
 import { orderSaga, stateQuery, sweeperWorkflow } from '../workflows';
 import {
   asChargeEra,

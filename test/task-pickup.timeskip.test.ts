@@ -12,7 +12,7 @@ import type { Pool } from 'pg';
 import { describe, expect, it } from 'vitest';
 import { createActivities } from '../activities';
 import { workflowIdFor } from '../domain/order';
-import { orderOutcome } from '../lib/order-outcome';
+import { orderOutcome } from '../orders/order-outcome';
 import { PICKUP_BOUND_MS } from '../workflows/saga-activities';
 import { orderSaga } from '../workflows';
 import { createProduct, holds, makeOrder, testProvider, uid } from './support/helpers';

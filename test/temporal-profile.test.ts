@@ -1,5 +1,5 @@
 /**
- * The Temporal connection profile (lib/temporal-connection.ts) without a server: plain address and
+ * The Temporal connection profile (ops/temporal-connection.ts) without a server: plain address and
  * namespace as before; a profile file's TLS and API key; each unusable profile refused naming the
  * setting, by the loader, by client.ts (exit 2) and by the worker (before it connects); and an API key
  * or a key's content never in a message, a summary or a serialized configuration.
@@ -9,9 +9,9 @@ import os from 'node:os';
 import path from 'node:path';
 import { inspect } from 'node:util';
 import { afterAll, describe, expect, it } from 'vitest';
-import { addSearchAttributesCommands } from '../lib/cluster-check';
-import { readConfig } from '../lib/config';
-import { loadTemporalProfile, SHAREABLE_PROFILE_VARIABLES, TemporalProfileError } from '../lib/temporal-connection';
+import { addSearchAttributesCommands } from '../ops/cluster-check';
+import { readConfig } from '../ops/config';
+import { loadTemporalProfile, SHAREABLE_PROFILE_VARIABLES, TemporalProfileError } from '../ops/temporal-connection';
 import { runProcess } from '../platform/processes';
 import { makeTestCerts } from './support/certs';
 

@@ -5,7 +5,7 @@ import { neverPinned } from './machinery-versioning';
 
 const { sweepOrders } = proxyActivities<OrderActivities>({
   // Every wait is bounded: taken by a worker within a minute (else the run fails and the Schedule's
-  // next run starts), a sweep within 5 min, and the run itself by the Schedule's bound (lib/schedules.ts).
+  // next run starts), a sweep within 5 min, and the run itself by the Schedule's bound (ops/schedules.ts).
   scheduleToStartTimeout: '1m',
   startToCloseTimeout: '5m',
   // It heartbeats per order: a worker that dies mid-sweep is noticed within this, and another goes on.

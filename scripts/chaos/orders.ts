@@ -8,7 +8,7 @@
  */
 import type { Pool } from 'pg';
 import type { OrderInput } from '../../domain/order';
-import { unitHash } from '../../lib/load';
+import { unitHash } from '../../orders/load';
 
 /** What a person does to an order besides placing it. Operators resolve every order that escalates. */
 export const MEDDLES = [

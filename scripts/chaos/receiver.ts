@@ -7,7 +7,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { SIGNATURE_HEADER, signatureProblem } from '../../platform/webhook-signature';
-import type { OrderEventBody } from '../../lib/event-relay';
+import type { OrderEventBody } from '../../ops/event-relay';
 
 export type ReceiverMode = 'ok' | 'fail' | 'stall' | 'down';
 

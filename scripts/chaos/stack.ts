@@ -17,7 +17,7 @@ import { bundleWorkflowCode, DefaultLogger } from '@temporalio/worker';
 import type { Pool } from 'pg';
 import { createPool } from '../../db/pool';
 import { prepareDatabase, type RoleUrls } from '../../db/roles';
-import { createApiKey } from '../../lib/api-keys';
+import { createApiKey } from '../../orders/api-keys';
 import {
   freePort,
   startProviderProcess,
@@ -32,8 +32,8 @@ import {
   orderTaskQueues,
   resolveBuildId,
   versionName,
-} from '../../lib/deployments';
-import { existingServerOptions } from '../../lib/temporal-connection';
+} from '../../ops/deployments';
+import { existingServerOptions } from '../../ops/temporal-connection';
 import { DEFAULT_SAGA_CONFIG } from '../../workflows/order-saga';
 import { dataConverterFor, FAILURE_CONVERTER_PATH, parseKeyList } from '../../platform/payload-codec';
 import { createProviderAdmin, type ProviderAdmin } from '../../provider/client';

@@ -16,7 +16,7 @@ import { createActivities } from '../../activities';
 import { DEFAULT_SAGA_CONFIG } from '../../workflows/saga-config';
 import { laneTaskQueue } from '../../domain/lanes';
 import { createPool } from '../../db/pool';
-import { readConfig } from '../../lib/config';
+import { readConfig } from '../../ops/config';
 import { dataConverterFor, requirePayloadKeys } from '../../platform/payload-codec';
 import { createProviderClient } from '../../provider/client';
 

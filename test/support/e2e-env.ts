@@ -12,7 +12,7 @@ import path from 'node:path';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import type { Pool } from 'pg';
 import { afterAll, beforeAll, inject } from 'vitest';
-import { readConfig, type AppConfig } from '../../lib/config';
+import { readConfig, type AppConfig } from '../../ops/config';
 import { createOrderWorkers, type OrderWorkers } from '../../worker';
 import { freePort, runProcess, startWorkerProcess, stopProcess } from '../../platform/processes';
 import { bundleWorkflows, startE2eServer } from './temporal-env';

@@ -1,10 +1,10 @@
 /**
- * One order-event relay as a process of its own (lib/event-relay.ts), for the test that kills it in
+ * One order-event relay as a process of its own (ops/event-relay.ts), for the test that kills it in
  * the middle of a delivery: DATABASE_URL, ORDER_EVENTS_WEBHOOK_URL and ORDER_EVENTS_WEBHOOK_SECRET.
  */
 import { createPool } from '../../db/pool';
-import { readOrderEventsEndpoint } from '../../lib/config';
-import { startEventRelay } from '../../lib/event-relay';
+import { readOrderEventsEndpoint } from '../../ops/config';
+import { startEventRelay } from '../../ops/event-relay';
 
 const endpoint = readOrderEventsEndpoint(process.env);
 if (!endpoint) throw new Error('ORDER_EVENTS_WEBHOOK_URL is not set');

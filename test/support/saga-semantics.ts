@@ -6,7 +6,7 @@
  * the file kept and, with UPDATE_FIXTURES=1, saves them as test/fixtures/histories/<name>.json (the
  * fixtures of test/replay.test.ts).
  */
-import { orderOutcome } from '../../lib/order-outcome';
+import { orderOutcome } from '../../orders/order-outcome';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import type { WorkflowHandle } from '@temporalio/client';
@@ -20,7 +20,7 @@ import { createActivities, type OrderActivities } from '../../activities';
 import { workflowIdFor, type OrderInput, type OrderResult, type PaymentFlow } from '../../domain/order';
 import type { AuthorizationClient, ProviderClient } from '../../provider/client';
 import { orderSaga, stateQuery, type ResolveRequest, type SagaConfig, type SagaState } from '../../workflows';
-import { request } from '../../lib/saga-requests';
+import { request } from '../../orders/saga-requests';
 import { EncryptionCodec, requirePayloadKeys } from '../../platform/payload-codec';
 import { withFaults } from './activity-faults';
 import { useSagaTestEnv } from './saga-test-env';

@@ -10,8 +10,8 @@ import {
   startTimeSkippingServer,
   type DevServerOptions,
 } from '../../servers/temporal-dev';
-import { startCodecServer } from '../../lib/codec-server';
-import { existingServerOptions } from '../../lib/temporal-connection';
+import { startCodecServer } from '../../ops/codec-server';
+import { existingServerOptions } from '../../ops/temporal-connection';
 import {
   dataConverterFor,
   EncryptionCodec,

@@ -19,10 +19,10 @@ import { WorkflowIdReusePolicy } from '@temporalio/common';
 import { runCli } from '../../../client';
 import { isConnectionError } from '../../../db/pool';
 import { isTerminal, orderIdOf, type OrderInput, type OrderStatus } from '../../../domain/order';
-import type { AppConfig } from '../../../lib/config';
+import type { AppConfig } from '../../../ops/config';
 import type { SagaConfig } from '../../../workflows/order-saga';
 import type { SagaState } from '../../../workflows/messages';
-import { ORDER_SAGA, sagaStartOptions } from '../../../workflows/saga-start';
+import { ORDER_SAGA, sagaStartOptions } from '../../../orders/saga-start';
 import type { ChaosStack } from '../stack';
 
 export interface Tally {

@@ -3,7 +3,7 @@
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import { WorkflowNames } from '../../../domain/names';
-import { SWEEP_SCHEDULE_ID, upsertSchedule } from '../../../lib/schedules';
+import { SWEEP_SCHEDULE_ID, upsertSchedule } from '../../../ops/schedules';
 import type { PeopleBase } from './base';
 
 /**

@@ -3,7 +3,7 @@
  * orders to place, the provider's fault rules for them, and the people who will meddle.
  */
 import { randomUUID } from 'node:crypto';
-import { readConfig } from '../../../lib/config';
+import { readConfig } from '../../../ops/config';
 import { faultRules } from '../faults';
 import { makeOrders, stockCatalogue, type ChaosOrder } from '../orders';
 import { SAGA_CONFIG, type SoakOptions } from '../options';

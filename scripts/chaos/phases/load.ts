@@ -5,7 +5,7 @@
  * order is placed or `maxMinutes` after the soak's start; then the kills and the faults stop. The
  * operators and the sweeper go on: the settle phase stops them.
  */
-import { concurrentLoops, progressBar } from '../../../lib/load';
+import { concurrentLoops, progressBar } from '../../../orders/load';
 import { FAULT_TARGETS } from '../../../provider/faults';
 import type { ChaosOrder } from '../orders';
 import type { SoakOptions } from '../options';

@@ -13,7 +13,7 @@ import {
 import { chmodSync, mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { historyToJSON } from '@temporalio/common/lib/proto-utils';
-import { percentile, progressBar } from '../../../lib/load';
+import { percentile, progressBar } from '../../../orders/load';
 import { FAULT_TARGETS } from '../../../provider/faults';
 import { auditOrders, readHistories, whyOpen, type HistoryFacts } from '../audit';
 import { auditEvents, eventsLine, type EventsAudit } from '../events';

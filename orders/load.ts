@@ -11,7 +11,7 @@ import * as v from 'valibot';
 import type { SkuStats } from '../activities/inventory-metrics';
 import { parseWith, record, wholeNumber } from '../domain/validation';
 import type { OrderInput, OrderResult } from '../domain/order';
-import { ORDER_SAGA, sagaStartOptions } from '../workflows/saga-start';
+import { ORDER_SAGA, sagaStartOptions } from './saga-start';
 import { orderOutcome } from './order-outcome';
 import type { OrderStore } from './order-store';
 

@@ -15,7 +15,7 @@ import { WorkflowIdConflictPolicy, WorkflowIdReusePolicy } from '@temporalio/com
 import type { OrderInput } from '../domain/order';
 import { acceptedUpdate, type Acceptance } from '../workflows/messages';
 import type { SagaConfig } from '../workflows/saga-config';
-import { ORDER_SAGA, sagaStartOptions } from '../workflows/saga-start';
+import { ORDER_SAGA, sagaStartOptions } from './saga-start';
 
 /** What the start came to, each a value the caller turns into its own answer. */
 export type Placement =

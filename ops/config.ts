@@ -2,9 +2,9 @@
  * The environment variables of the worker and of the programs that talk to the system (client.ts,
  * npm start, the soak, the bench, the codec server), with their loopback defaults: AppConfig, which
  * they all read, and WorkerSettings, the worker's own. Read elsewhere, each beside the code that uses
- * it: the provider's settings (provider/config.ts: the provider sits below lib/ and does not import
- * it), the build ID (BUILD_ID, lib/deployments.ts), where the connection profile's file is
- * (lib/temporal-connection.ts), tracing and the payload keys (platform/, cli/keys.ts), and the
+ * it: the provider's settings (provider/config.ts: the provider sits below ops/ and does not import
+ * it), the build ID (BUILD_ID, ops/deployments.ts), where the connection profile's file is
+ * (ops/temporal-connection.ts), tracing and the payload keys (platform/, cli/keys.ts), and the
  * programs' own options (scripts/start.ts, scripts/codec-server.ts, the bench's sections).
  */
 import { existsSync, readFileSync } from 'node:fs';
@@ -55,7 +55,7 @@ function runtimeDefaults(): NodeJS.ProcessEnv {
 }
 
 export interface AppConfig {
-  /** The connection profile (lib/temporal-connection.ts): every connection to Temporal is made with it. */
+  /** The connection profile (ops/temporal-connection.ts): every connection to Temporal is made with it. */
   temporal: TemporalProfile;
   /** The profile's address and namespace. */
   temporalAddress: string;
@@ -123,7 +123,7 @@ export interface WorkerSettings {
   logLevel: (typeof LOG_LEVELS)[number];
   /** WORKFLOW_BUNDLE: a prebuilt workflow bundle (bundleWorkflowCode), so a restart does not bundle again. */
   workflowBundle: string | undefined;
-  /** A Worker Deployment version, unless WORKER_VERSIONING=off (BUILD_ID names the build: lib/deployments.ts). */
+  /** A Worker Deployment version, unless WORKER_VERSIONING=off (BUILD_ID names the build: ops/deployments.ts). */
   versioned: boolean;
   /** WORKER_METRICS_PORT: where the worker serves its inventory metrics, /healthz and /readyz. */
   metricsPort: number;
@@ -133,7 +133,7 @@ export interface WorkerSettings {
   makeCurrent: boolean;
   /**
    * ORDER_EVENTS_WEBHOOK_URL and ORDER_EVENTS_WEBHOOK_SECRET: where the worker's relay delivers the
-   * order events, and the secret it signs them with (lib/event-relay.ts); none: events are kept, not sent.
+   * order events, and the secret it signs them with (ops/event-relay.ts); none: events are kept, not sent.
    */
   orderEvents: { url: string; secret: string } | undefined;
   /** ORDER_EVENTS_MAX_ATTEMPTS: tries before an event is dead-lettered (20 by default, about 2 h). */

@@ -11,10 +11,10 @@
 import type { WorkflowStartOptions } from '@temporalio/client';
 import { WorkflowNames } from '../domain/names';
 import { orderSummary, workflowIdFor, type OrderInput } from '../domain/order';
-import type * as workflows from './index';
-import type { orderSaga } from './order-saga';
-import type { SagaConfig } from './saga-config';
-import { newOrderSearchAttributes } from './search-attributes';
+import type * as workflows from '../workflows/index';
+import type { orderSaga } from '../workflows/order-saga';
+import type { SagaConfig } from '../workflows/saga-config';
+import { newOrderSearchAttributes } from '../workflows/search-attributes';
 
 /**
  * The saga's workflow type. `satisfies` has tsc check that every workflow type in domain/names.ts is

@@ -13,7 +13,7 @@ import { checkInvariants, type CheckReport, type WorkflowLookup } from '../db/in
 import { createApiKey, listApiKeys, revokeApiKey, type ApiKeyRow } from './api-keys';
 import { createPool, withTransaction } from '../db/pool';
 import { TERMINAL_STATUSES, type OrderInput, type OrderStatus, type PaymentFlow } from '../domain/order';
-import type { AppConfig } from './config';
+import type { AppConfig } from '../ops/config';
 
 /** Which database role a store connects as. */
 export type StoreRole = 'app' | 'reader';
@@ -175,7 +175,7 @@ export interface OrderStore {
   }): Promise<CheckReport>;
   /** The IDs of the orders that are not terminal, oldest first. */
   openOrderIds(): Promise<string[]>;
-  /** The orders API's keys (lib/api-keys.ts): make one for a storefront (the only copy of its secret), list, revoke. */
+  /** The orders API's keys (orders/api-keys.ts): make one for a storefront (the only copy of its secret), list, revoke. */
   createApiKey(storefront: string): Promise<{ keyId: string; key: string }>;
   listApiKeys(): Promise<ApiKeyRow[]>;
   revokeApiKey(keyId: string): Promise<boolean>;

@@ -1,7 +1,7 @@
 /**
  * Is the machinery that keeps orders moving in place? What `client.ts check` asks Temporal, beside the
  * invariants over the data:
- *  - each of the application's Schedules (lib/schedules.ts) exists, is not paused, starts its workflow
+ *  - each of the application's Schedules (ops/schedules.ts) exists, is not paused, starts its workflow
  *    on the saga's task queue, and its last finished run completed within three of its intervals;
  *  - a worker polls the build new sagas go to (the Worker Deployment's current version, or unversioned
  *    workers when no version is current) on the saga's task queue;
