@@ -4,7 +4,7 @@
  */
 import type { Command } from '@commander-js/extra-typings';
 import { WorkflowNotFoundError } from '@temporalio/client';
-import { isTerminal, workflowIdFor } from '../domain/order';
+import { isTerminal, workflowIdFor, type OrderStatus } from '../domain/order';
 import { closedRunState } from '../orders/closed-run';
 import { stateQuery, type SagaState } from '../workflows/messages';
 import { CliError, EXIT, type CliContext } from './context';
@@ -49,16 +49,29 @@ async function status(orderId: string, opts: { json?: boolean }, ctx: CliContext
     const handle = client.workflow.getHandle(workflowIdFor(orderId));
     const described = await handle.describe();
     // An open run's workers answer its query; a closed one may be pinned to a build already drained
-    // and removed, so its state comes from the server (description, result, history) instead.
+    // and removed, so its state comes from the order row (its status and reason, where the row can be
+    // read) and the server (the steps and compensations, from the history) instead.
     const state =
       described.status.name === 'RUNNING'
         ? await handle.query(stateQuery)
-        : await closedRunState(client, orderId, described);
+        : await closedRunState(client, orderId, described, await rowOf(orderId, ctx));
     printState(ctx, !!opts.json, state);
     return EXIT.ok;
   } catch (err) {
     if (err instanceof WorkflowNotFoundError) return rowOnly(orderId, !!opts.json, ctx);
     throw err;
+  }
+}
+
+/** The order's row (status, reason) when the order store can be opened here, else undefined. */
+async function rowOf(orderId: string, ctx: CliContext): Promise<{ status: OrderStatus; reason?: string } | undefined> {
+  const store = ctx.openStore('reader');
+  if (!store) return undefined;
+  try {
+    const row = await store.orderRow(orderId);
+    return row ? { status: row.status, ...(row.reason ? { reason: row.reason } : {}) } : undefined;
+  } finally {
+    await store.close();
   }
 }
 
@@ -93,7 +106,7 @@ export function register(cli: Command, ctx: CliContext): void {
     .command('status')
     .summary("the saga's state and its Web UI link")
     .description(
-      `The saga's status, current step, steps done, compensation stack, unknowns and attempts (its "state" query; for a closed run, read from its history and result, so no worker of its build is needed), and its Web UI URL. When Temporal has no run of the order (its history deleted or lost), the order row's status, and any cancel recorded on it. Exit code 1 when there is no such order.`,
+      `The saga's status, current step, steps done, compensation stack, unknowns and attempts (its "state" query; for a closed run, its status and reason from the order row and the rest from its history, so no worker of its build is needed), and its Web UI URL. When Temporal has no run of the order (its history deleted or lost), the order row's status, and any cancel recorded on it. Exit code 1 when there is no such order.`,
     )
     .argument(...orderIdArgument)
     .addOption(jsonOption())

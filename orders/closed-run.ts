@@ -1,9 +1,9 @@
 /**
  * The `state` of a saga whose run has closed, without asking its workers: a closed run pinned to a
- * build that has been drained and removed has nobody left to answer a query. Everything comes from
- * the server: the run's description (its OrderStatus search attribute, which the saga keeps equal to
- * the status it reports), its result (the reason) and its history (which steps ran, which finished,
- * which compensations ran). Same shape as the `state` query, so `client.ts status` prints the same.
+ * build that has been drained and removed has nobody left to answer a query. The order's status and
+ * reason come from its row when the caller can read it; else from the run's description (its
+ * OrderStatus search attribute, set at the end) and its result. Which steps ran, which finished and
+ * which compensations ran come from its history: the row does not know them. Same shape as the `state` query, so `client.ts status` prints the same.
  */
 import type { Client, WorkflowExecutionDescription } from '@temporalio/client';
 import { defaultPayloadConverter, type LoadedDataConverter } from '@temporalio/common';
@@ -226,6 +226,8 @@ export async function closedRunState(
   client: Client,
   orderId: string,
   described: WorkflowExecutionDescription,
+  /** The order row's status and reason, when the caller can read the row: they come from it. */
+  row?: { status: OrderStatus; reason?: string },
 ): Promise<SagaState> {
   const handle = client.workflow.getHandle(described.workflowId, described.runId);
   const history = await handle.fetchHistory();
@@ -238,10 +240,12 @@ export async function closedRunState(
   }
   const mirrored = described.typedSearchAttributes.get(OrderStatusKey);
   const fromOutcome = outcome?.status === 'ALREADY_SETTLED' ? outcome.orderStatus : outcome?.status;
-  const status = isStatus(mirrored) ? mirrored : isStatus(fromOutcome) ? fromOutcome : undefined;
+  // The row knows the order's status and reason; without it, the run's last search attribute or outcome.
+  const status = row?.status ?? (isStatus(mirrored) ? mirrored : isStatus(fromOutcome) ? fromOutcome : undefined);
+  const reason = row ? row.reason : outcome?.reason;
   return stateFromHistory(orderId, history.events ?? [], {
     ...(status ? { status } : {}),
-    ...(outcome?.reason ? { reason: outcome.reason } : {}),
+    ...(reason ? { reason } : {}),
     settledElsewhere: outcome?.status === 'ALREADY_SETTLED',
     hasResult: outcome !== undefined,
   });
