@@ -156,7 +156,7 @@ describe('end to end on the dev server', () => {
         expect(run).toContain('13.00 USD');
         expect(run).toContain('releaseInventory'); // the compensation, in the timeline and in the details
         expect(run).toContain('compensate: release'); // the activity's summary, as a person reads it
-        expect(run).toContain('authorize 13.00 USD (key'); // a local step: its marker, with its summary
+        expect(run).toMatch(/reserve \d+×\S+ \(CAS\)/); // a local step: its marker, with its summary
         await page.screenshot({ path: path.join(artifacts, 'web-ui-run.png'), fullPage: true });
 
         // A run that needs attention: what to check, and the exact command that settles it.
