@@ -6,6 +6,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { Pool, PoolClient } from 'pg';
 import { backoffMs, DEFAULT_CAS } from '../activities/inventory';
 import { InventoryMetrics } from '../activities/inventory-metrics';
+import { LaneGroup, type Outcome } from '../activities/lane-group';
 import { withTransaction } from '../db/pool';
 import { concurrentLoops, percentile } from './measure';
 
@@ -46,17 +47,44 @@ async function resetStock(db: Pool, skus: number): Promise<void> {
   await db.query('VACUUM ANALYZE bench.stock');
 }
 
-/** One lane: runs submitted commits one at a time (the serial lane, in process). */
-class SerialLane {
-  private tail: Promise<unknown> = Promise.resolve();
-  run<T>(fn: () => Promise<T>): Promise<T> {
-    const next = this.tail.then(fn, fn);
-    this.tail = next.catch(() => undefined);
-    return next;
-  }
+/**
+ * One serial lane, in process, as the saga's lane does it (activities/lane-group.ts, the same code): one
+ * round at a time, each taking every reservation waiting for the lane into one short transaction (a
+ * group commit) — the rows locked in primary-key order, then each reservation under a savepoint of its
+ * own, all or nothing. (The saga's round also takes the lane's advisory lock, for other processes;
+ * here there is one.)
+ */
+function serialLane(db: Pool): LaneGroup<number, boolean> {
+  return new LaneGroup<number, boolean>((round) =>
+    withTransaction(db, async (c) => {
+      const ids = round.take();
+      const { rows } = await c.query<{ id: number; stock: string }>({
+        name: 'bench-lane-lock',
+        text: 'SELECT id, stock FROM bench.stock WHERE id = ANY($1::int[]) ORDER BY id FOR UPDATE',
+        values: [[...new Set(ids)].sort((a, b) => a - b)],
+      });
+      // The stock as the transaction sees it, as each reservation takes its unit: none is taken twice.
+      const stock = new Map(rows.map((r) => [r.id, Number(r.stock)]));
+      const out: Outcome<boolean>[] = [];
+      for (const id of ids) {
+        if (stock.get(id)! < 1) {
+          out.push({ ok: true, value: false }); // out of stock: refused, the others go on
+          continue;
+        }
+        // The reservation under a savepoint of its own; its three statements in one round trip (the id
+        // is an integer of ours, not text from outside).
+        await c.query(
+          `SAVEPOINT lane_reservation; UPDATE bench.stock SET stock = stock - 1, version = version + 1 WHERE id = ${Math.trunc(id)}; RELEASE SAVEPOINT lane_reservation`,
+        );
+        stock.set(id, stock.get(id)! - 1);
+        out.push({ ok: true, value: true });
+      }
+      return out;
+    }),
+  );
 }
 
-/** The lane's commit: a short SELECT … FOR UPDATE transaction with no business logic inside. */
+/** The short FOR UPDATE commit: SELECT … FOR UPDATE and the write, with no business logic inside. */
 async function lockedCommit(db: Pool, id: number): Promise<boolean> {
   return withTransaction(db, async (c: PoolClient) => {
     const { rows } = await c.query<{ stock: string }>({
@@ -161,9 +189,9 @@ function operation(
       // The production router: per-key recent abort rate; over the threshold, or out of attempts, the
       // commit goes to a serial lane. The logic always runs in the task's own worker, outside locks.
       const metrics = new InventoryMetrics();
-      const laneOf = Array.from({ length: lanes }, () => new SerialLane());
+      const laneOf = Array.from({ length: lanes }, () => serialLane(db));
       const toLane = async (id: number): Promise<boolean> => {
-        const ok = await laneOf[id % lanes]!.run(() => lockedCommit(db, id));
+        const ok = await laneOf[id % lanes]!.submit(id);
         counters.laneCommits++;
         metrics.recordLaneCommit([String(id)]);
         return ok;
