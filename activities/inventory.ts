@@ -306,7 +306,7 @@ export async function reserveGroup(
 ): Promise<Outcome<ReserveResult>[]> {
   const out: (Outcome<ReserveResult> | undefined)[] = group.map(() => undefined);
   const undos = group.map(() => new UndoLog());
-  const logic = await Promise.allSettled(group.map((r, i) => io.logic?.(r.req, r.snapshot, undos[i]!)));
+  const logic = await Promise.allSettled(group.map(async (r, i) => io.logic?.(r.req, r.snapshot, undos[i]!)));
   logic.forEach((l, i) => {
     if (l.status === 'rejected') out[i] = { ok: false, error: l.reason };
   });

@@ -60,7 +60,7 @@ export class LaneGroup<T, R> {
   /** The item's answer from the round that takes it. */
   submit(item: T, task: GroupTask = {}): Promise<R> {
     return new Promise<R>((resolve, reject) => {
-      if (task.signal?.aborted) return reject(task.signal.reason);
+      if (task.signal?.aborted) return reject(task.signal.reason as Error);
       const entry: Entry<T, R> = {
         item,
         task,
@@ -69,7 +69,7 @@ export class LaneGroup<T, R> {
         settle: (o) => {
           task.signal?.removeEventListener('abort', onAbort);
           if (o.ok) resolve(o.value);
-          else reject(o.error);
+          else reject(o.error instanceof Error ? o.error : new Error(String(o.error)));
         },
       };
       // Cancelled while waiting: it leaves the queue at once. Taken: its round's transaction is short,
@@ -78,7 +78,7 @@ export class LaneGroup<T, R> {
         entry.cancelled = true;
         if (!entry.taken) {
           this.waiting = this.waiting.filter((e) => e !== entry);
-          entry.settle({ ok: false, error: task.signal!.reason });
+          entry.settle({ ok: false, error: task.signal!.reason as Error });
         }
         this.checkAbandoned();
       };

@@ -1,10 +1,11 @@
 /**
- * One task at a time per serial lane, across every worker process. Each process runs a lane's task
- * queue one task at a time; with N processes that alone would be N at once. So a lane task first takes
- * the lane's Postgres advisory lock, on a connection of its own (the lane's session), does its work on
- * that session, and holds the lock until it is done. If the process holding it dies, Postgres ends its
- * session and the lane is free at once (a dead host: within about 25 s, by TCP keepalive); the task
- * itself is retried by Temporal (its heartbeat stops), and its commit is idempotent.
+ * One transaction at a time per serial lane, across every worker process. Each process runs a lane's
+ * rounds one at a time (a round: every reservation waiting for the lane, in one transaction; see
+ * lane-group.ts); with N processes that alone would be N at once. So a round first takes the lane's
+ * Postgres advisory lock, on a connection of its own (the lane's session), does its work on that
+ * session, and holds the lock until it is done. If the process holding it dies, Postgres ends its
+ * session and the lane is free at once (a dead host: within about 25 s, by TCP keepalive); the tasks
+ * are retried by Temporal (their heartbeat stops), and the commit is idempotent.
  *
  * A process that is stopped (SIGSTOP, docker pause) or stuck in its event loop keeps its session: its
  * kernel still answers the keepalives. So the holder proves it is alive: while it holds the lane it
@@ -155,8 +156,9 @@ export async function withLaneLock<T>(
       // per order the holding served, each with the holding's start and end.
       await c
         .query({
-          text: `INSERT INTO lane_tasks (lane, order_id, worker, started_at, ended_at)
-                 SELECT $1, o, $3, $4, clock_timestamp() FROM unnest($2::text[]) o`,
+          text: `WITH t AS (SELECT clock_timestamp() AS ended)
+                 INSERT INTO lane_tasks (lane, order_id, worker, started_at, ended_at)
+                 SELECT $1, o, $3, $4, t.ended FROM unnest($2::text[]) o, t`,
           values: [lane, orderIds(), WORKER, started],
         })
         .catch((err: Error) => io.log?.('lane task not recorded', { lane, orderId: orderId(), error: err.message }));
