@@ -137,9 +137,12 @@ async function commitReservation(
   req: ReserveRequest,
   items: ReserveRequest['items'],
   writeStock: () => Promise<SnapshotRow[]>,
+  /** The reserving run, when the transaction is not its own activity's (the lane's group commit). */
+  runId?: string | null,
 ): Promise<void> {
   // Another execution of this same reserve committed first (the order is RESERVED): undo ours, report theirs.
-  if (!(await transition(c, req.orderId, 'RESERVED')).changed) throw new AlreadyReserved();
+  if (!(await transition(c, req.orderId, 'RESERVED', runId === undefined ? {} : { runId })).changed)
+    throw new AlreadyReserved();
   const snapshot = await writeStock();
   const quota = await holdPurchaseQuota(c, req, snapshot);
   for (const item of items) {
@@ -266,6 +269,11 @@ export interface LaneReservation {
   /** The request's items in primary-key (SKU) order. */
   items: ReserveRequest['items'];
   snapshot: SnapshotRow[];
+  /**
+   * The run reserving: the round runs in one task's async context, so each reservation names its own
+   * run for the order row's ownership (null: none).
+   */
+  runId: string | null;
 }
 
 /**
@@ -273,7 +281,11 @@ export interface LaneReservation {
  * row's gate (a retried task whose reservation is done finds it here and waits for nothing), then the
  * snapshot and its stock check (a SKU already out of stock is refused without queueing).
  */
-export async function prepareSerial(db: Pool, req: ReserveRequest): Promise<LaneReservation | ReserveResult> {
+export async function prepareSerial(
+  db: Pool,
+  req: ReserveRequest,
+  runId: string | null = null,
+): Promise<LaneReservation | ReserveResult> {
   const items = sortItems(req.items);
   const gate = await reserveGate(db, req.orderId);
   if (gate !== 'reserve') return { outcome: 'already-reserved', path: 'lane', attempts: 0, conflicts: 0, status: gate };
@@ -282,7 +294,7 @@ export async function prepareSerial(db: Pool, req: ReserveRequest): Promise<Lane
     items.map((i) => i.sku),
   );
   checkStock(items, snapshot);
-  return { req, items, snapshot };
+  return { req, items, snapshot, runId };
 }
 
 /** The savepoint each reservation of a group commit runs under. */
@@ -325,21 +337,27 @@ export async function reserveGroup(
         // The stock as this transaction sees it, kept up to date as each reservation commits.
         const stock = new Map((await readSnapshot(c, skus, true)).map((r) => [r.sku, { ...r }]));
         for (const i of live) {
-          const { req, items } = group[i]!;
+          const { req, items, runId } = group[i]!;
           await c.query(`SAVEPOINT ${SAVEPOINT}`);
           try {
-            await commitReservation(c, req, items, async () => {
-              const rows = items.flatMap((it) => stock.get(it.sku) ?? []);
-              checkStock(items, rows);
-              for (const item of items) {
-                await c.query({
-                  name: 'lane-take-stock',
-                  text: 'UPDATE products SET stock = stock - $2, version = version + 1 WHERE sku = $1',
-                  values: [item.sku, item.qty],
-                });
-              }
-              return rows;
-            });
+            await commitReservation(
+              c,
+              req,
+              items,
+              async () => {
+                const rows = items.flatMap((it) => stock.get(it.sku) ?? []);
+                checkStock(items, rows);
+                for (const item of items) {
+                  await c.query({
+                    name: 'lane-take-stock',
+                    text: 'UPDATE products SET stock = stock - $2, version = version + 1 WHERE sku = $1',
+                    values: [item.sku, item.qty],
+                  });
+                }
+                return rows;
+              },
+              runId,
+            );
             await c.query(`RELEASE SAVEPOINT ${SAVEPOINT}`);
             for (const item of items) stock.get(item.sku)!.stock -= item.qty;
             out[i] = {
@@ -483,7 +501,7 @@ export function inventoryActivities(deps: InventoryDeps) {
       const ctx = Context.current();
       const lane = ctx.info.taskQueue;
       ctx.heartbeat({ lane: true });
-      const prepared = await prepareSerial(deps.db, req);
+      const prepared = await prepareSerial(deps.db, req, ctx.info.workflowExecution?.runId ?? null);
       const result =
         'outcome' in prepared
           ? prepared

@@ -46,7 +46,8 @@ const status = async (id: string): Promise<string> =>
 
 /** The requests, prepared as the lane's task prepares them, committed by one group on one session. */
 async function group(reqs: ReserveRequest[], metrics?: InventoryMetrics) {
-  const prepared = (await Promise.all(reqs.map((r) => prepareSerial(db, r)))) as LaneReservation[];
+  // Each reservation's own run (the round runs in one task's context: the order row must not take its run).
+  const prepared = (await Promise.all(reqs.map((r) => prepareSerial(db, r, `run-${r.orderId}`)))) as LaneReservation[];
   const c = await db.connect();
   try {
     return await reserveGroup(c, prepared, { metrics });
@@ -101,6 +102,11 @@ describe('the lane group commit', () => {
     expect(await reservations(db, ids[2]!)).toEqual([]); // rolled back to its savepoint: nothing of it left
     expect(await status(ids[2]!)).toBe('PENDING');
     expect(await status(ids[1]!)).toBe('RESERVED');
+    const { rows: owners } = await db.query<{ order_id: string; owner_run_id: string | null }>({
+      text: 'SELECT order_id, owner_run_id FROM orders WHERE order_id = ANY($1::text[])',
+      values: [[ids[0], ids[1], ids[3]]],
+    });
+    for (const o of owners) expect(o.owner_run_id).toBe(`run-${o.order_id}`); // each its own run
     expect(await reservations(db, ids[3]!)).toEqual([
       { sku: q.sku, qty: 2, status: 'HELD' },
       { sku: r.sku, qty: 1, status: 'HELD' },
@@ -122,7 +128,7 @@ describe('the lane group commit', () => {
     // A retried task later: its gate finds the reservation and it never waits for the lane.
     expect(await prepareSerial(db, req)).toMatchObject({ outcome: 'already-reserved', status: 'RESERVED' });
     // And one that got past its gate before the first committed: the commit finds the rows and reports them.
-    const late = { req, items: req.items, snapshot: [] } as LaneReservation;
+    const late: LaneReservation = { req, items: req.items, snapshot: [], runId: null };
     const c = await db.connect();
     try {
       expect(await reserveGroup(c, [late], {})).toEqual([

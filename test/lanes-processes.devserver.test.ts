@@ -160,7 +160,7 @@ afterAll(async () => {
 });
 
 describe('serial lanes across worker processes', () => {
-  it(`${WORKERS} worker processes, two hot SKUs pinned to the lanes: each lane runs one task at a time, nothing dropped`, async () => {
+  it(`${WORKERS} worker processes, two hot SKUs pinned to the lanes: each lane runs one transaction at a time, nothing dropped`, async () => {
     const lanes = DEFAULT_SAGA_CONFIG.inventoryLanes;
     const hot: Record<number, { sku: string; priceCents: number }> = {};
     while (Object.keys(hot).length < lanes) {
@@ -211,7 +211,9 @@ describe('serial lanes across worker processes', () => {
       report.push(
         `lane ${n}: ${mine.length} tasks in ${held.length} transactions by ${byWorker} worker processes, max overlap ${maxOverlap(held)}`,
       );
-      expect(mine.length).toBeGreaterThanOrEqual(PER_SKU);
+      // Every order reserved went through the lane; one refused for stock may be refused before it
+      // queues (its own snapshot found none left), and then it holds no lane.
+      expect(mine.length).toBeGreaterThanOrEqual(STOCK);
       expect(maxOverlap(held)).toBe(1);
     }
     expect(new Set(rows.map((r) => r.worker)).size).toBeGreaterThanOrEqual(2);
@@ -251,7 +253,7 @@ describe('serial lanes across worker processes', () => {
     for (const o of [first, second]) expect((await reservations(db, o.orderId)).map((r) => r.status)).toEqual(['SOLD']);
     expect(tasks.map((t) => t.worker)).not.toContain(holderWorker);
     expect(tasks.map((t) => t.order_id).sort()).toEqual([first.orderId, second.orderId].sort());
-    expect(maxOverlap(tasks)).toBe(1);
+    expect(maxOverlap(laneHoldings(tasks))).toBe(1); // the orders may share one round
     console.log(
       `frozen lane holder: stopped at ${stoppedAt.toISOString()}; lease expired ${taken[0]!.expired_at.toISOString()}; ` +
         `taken over ${(taken[0]!.at.getTime() - stoppedAt.getTime()) / 1000} s after SIGSTOP (database clock); ` +
@@ -285,7 +287,7 @@ describe('serial lanes across worker processes', () => {
     for (const o of [first, second]) expect((await reservations(db, o.orderId)).map((r) => r.status)).toEqual(['SOLD']);
     expect(tasks.map((t) => t.worker)).not.toContain(holderWorker);
     expect(tasks.map((t) => t.order_id).sort()).toEqual([first.orderId, second.orderId].sort());
-    expect(maxOverlap(tasks)).toBe(1);
+    expect(maxOverlap(laneHoldings(tasks))).toBe(1); // the orders may share one round
     console.log(
       `stuck lane holder: lease expired ${taken[0]!.expired_at.toISOString()}, taken over ${taken[0]!.at.toISOString()}; ` +
         `both orders decided ${(Date.now() - t0) / 1000} s after the second started`,
