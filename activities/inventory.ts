@@ -37,7 +37,7 @@ export const DEFAULT_CAS: CasOptions = {
   maxMs: 250,
   jitterMs: 25,
   abortRateThreshold: ABORT_RATE_CRITICAL,
-  laneAfterConflicts: 2,
+  laneAfterConflicts: 1,
 };
 
 export function backoffMs(

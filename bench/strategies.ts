@@ -52,36 +52,44 @@ async function resetStock(db: Pool, skus: number): Promise<void> {
  * round at a time, each taking every reservation waiting for the lane into one short transaction (a
  * group commit) — the rows locked in primary-key order, then each reservation under a savepoint of its
  * own, all or nothing. (The saga's round also takes the lane's advisory lock, for other processes;
- * here there is one.)
+ * here there is one. And it sends its statements one at a time, a few per reservation; here BEGIN goes
+ * with the locking SELECT, each reservation's three statements go together, and the last carries the
+ * COMMIT: the same transaction in fewer round trips.)
  */
 function serialLane(db: Pool): LaneGroup<number, boolean> {
-  return new LaneGroup<number, boolean>((round) =>
-    withTransaction(db, async (c) => {
-      const ids = round.take();
-      const { rows } = await c.query<{ id: number; stock: string }>({
-        name: 'bench-lane-lock',
-        text: 'SELECT id, stock FROM bench.stock WHERE id = ANY($1::int[]) ORDER BY id FOR UPDATE',
-        values: [[...new Set(ids)].sort((a, b) => a - b)],
-      });
+  return new LaneGroup<number, boolean>(async (round) => {
+    const ids = round.take().map((id) => Math.trunc(id)); // integers of ours: safe to send as literals
+    const c = await db.connect();
+    try {
+      // BEGIN and the rows locked in primary-key order, in one round trip.
+      const [, locked] = (await c.query(
+        `BEGIN; SELECT id, stock FROM bench.stock WHERE id IN (${[...new Set(ids)].sort((a, b) => a - b).join(', ')}) ORDER BY id FOR UPDATE`,
+      )) as unknown as [unknown, { rows: { id: number; stock: string }[] }];
       // The stock as the transaction sees it, as each reservation takes its unit: none is taken twice.
-      const stock = new Map(rows.map((r) => [r.id, Number(r.stock)]));
-      const out: Outcome<boolean>[] = [];
-      for (const id of ids) {
-        if (stock.get(id)! < 1) {
-          out.push({ ok: true, value: false }); // out of stock: refused, the others go on
-          continue;
-        }
-        // The reservation under a savepoint of its own; its three statements in one round trip (the id
-        // is an integer of ours, not text from outside).
-        await c.query(
-          `SAVEPOINT lane_reservation; UPDATE bench.stock SET stock = stock - 1, version = version + 1 WHERE id = ${Math.trunc(id)}; RELEASE SAVEPOINT lane_reservation`,
+      const stock = new Map(locked.rows.map((r) => [r.id, Number(r.stock)]));
+      const taking = ids.map((id) => {
+        const ok = stock.get(id)! >= 1; // out of stock: refused, the others go on
+        if (ok) stock.set(id, stock.get(id)! - 1);
+        return ok;
+      });
+      // Each reservation under a savepoint of its own, one round trip each; the last one carries the COMMIT.
+      const statements = ids
+        .filter((_, i) => taking[i])
+        .map(
+          (id) =>
+            `SAVEPOINT lane_reservation; UPDATE bench.stock SET stock = stock - 1, version = version + 1 WHERE id = ${id}; RELEASE SAVEPOINT lane_reservation`,
         );
-        stock.set(id, stock.get(id)! - 1);
-        out.push({ ok: true, value: true });
-      }
-      return out;
-    }),
-  );
+      if (statements.length === 0) statements.push('COMMIT');
+      else statements[statements.length - 1] += '; COMMIT';
+      for (const sql of statements) await c.query(sql);
+      return taking.map((value): Outcome<boolean> => ({ ok: true, value }));
+    } catch (err) {
+      await c.query('ROLLBACK').catch(() => undefined);
+      throw err;
+    } finally {
+      c.release();
+    }
+  });
 }
 
 /** The short FOR UPDATE commit: SELECT … FOR UPDATE and the write, with no business logic inside. */
