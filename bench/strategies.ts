@@ -3,7 +3,7 @@
  * (no Temporal), on a real Postgres. Each task carries `logicMs` of simulated business logic.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { Pool, PoolClient } from 'pg';
+import type { Pool } from 'pg';
 import { backoffMs, DEFAULT_CAS } from '../activities/inventory';
 import { InventoryMetrics } from '../activities/inventory-metrics';
 import { LaneGroup, type Outcome } from '../activities/lane-group';
@@ -51,38 +51,33 @@ async function resetStock(db: Pool, skus: number): Promise<void> {
  * One serial lane, in process, as the saga's lane does it (activities/lane-group.ts, the same code): one
  * round at a time, each taking every reservation waiting for the lane into one short transaction (a
  * group commit) — the rows locked in primary-key order, then each reservation under a savepoint of its
- * own, all or nothing. (The saga's round also takes the lane's advisory lock, for other processes;
- * here there is one. And it sends its statements one at a time, a few per reservation; here BEGIN goes
- * with the locking SELECT, each reservation's three statements go together, and the last carries the
- * COMMIT: the same transaction in fewer round trips.)
+ * own, all or nothing (its update guarded by the stock: none left, it takes nothing and is refused).
+ * (The saga's round also takes the lane's advisory lock, for other processes; here there is one.)
+ *
+ * Round trips: every strategy here sends what it can together, as one multi-statement query — the
+ * round sends its whole transaction in one (its ids are integers of ours, sent as literals), and the
+ * short FOR UPDATE sends BEGIN with its locking SELECT, and its UPDATE with the COMMIT. The saga's
+ * round sends its statements one at a time, a few per reservation.
  */
 function serialLane(db: Pool): LaneGroup<number, boolean> {
   return new LaneGroup<number, boolean>(async (round) => {
-    const ids = round.take().map((id) => Math.trunc(id)); // integers of ours: safe to send as literals
+    const ids = round.take().map((id) => Math.trunc(id));
+    const keys = [...new Set(ids)].sort((a, b) => a - b).join(', ');
+    const sql = [
+      'BEGIN',
+      `SELECT id FROM bench.stock WHERE id IN (${keys}) ORDER BY id FOR UPDATE`,
+      ...ids.map(
+        (id) =>
+          `SAVEPOINT lane_reservation; UPDATE bench.stock SET stock = stock - 1, version = version + 1 WHERE id = ${id} AND stock >= 1; RELEASE SAVEPOINT lane_reservation`,
+      ),
+      'COMMIT',
+    ].join('; ');
     const c = await db.connect();
     try {
-      // BEGIN and the rows locked in primary-key order, in one round trip.
-      const [, locked] = (await c.query(
-        `BEGIN; SELECT id, stock FROM bench.stock WHERE id IN (${[...new Set(ids)].sort((a, b) => a - b).join(', ')}) ORDER BY id FOR UPDATE`,
-      )) as unknown as [unknown, { rows: { id: number; stock: string }[] }];
-      // The stock as the transaction sees it, as each reservation takes its unit: none is taken twice.
-      const stock = new Map(locked.rows.map((r) => [r.id, Number(r.stock)]));
-      const taking = ids.map((id) => {
-        const ok = stock.get(id)! >= 1; // out of stock: refused, the others go on
-        if (ok) stock.set(id, stock.get(id)! - 1);
-        return ok;
-      });
-      // Each reservation under a savepoint of its own, one round trip each; the last one carries the COMMIT.
-      const statements = ids
-        .filter((_, i) => taking[i])
-        .map(
-          (id) =>
-            `SAVEPOINT lane_reservation; UPDATE bench.stock SET stock = stock - 1, version = version + 1 WHERE id = ${id}; RELEASE SAVEPOINT lane_reservation`,
-        );
-      if (statements.length === 0) statements.push('COMMIT');
-      else statements[statements.length - 1] += '; COMMIT';
-      for (const sql of statements) await c.query(sql);
-      return taking.map((value): Outcome<boolean> => ({ ok: true, value }));
+      const results = (await c.query(sql)) as unknown as { command: string; rowCount: number | null }[];
+      // Each reservation's UPDATE, in order: one row taken, or none left for it.
+      const updates = results.filter((r) => r.command === 'UPDATE');
+      return ids.map((_, i): Outcome<boolean> => ({ ok: true, value: updates[i]!.rowCount === 1 }));
     } catch (err) {
       await c.query('ROLLBACK').catch(() => undefined);
       throw err;
@@ -94,20 +89,26 @@ function serialLane(db: Pool): LaneGroup<number, boolean> {
 
 /** The short FOR UPDATE commit: SELECT … FOR UPDATE and the write, with no business logic inside. */
 async function lockedCommit(db: Pool, id: number): Promise<boolean> {
-  return withTransaction(db, async (c: PoolClient) => {
-    const { rows } = await c.query<{ stock: string }>({
-      name: 'bench-q1',
-      text: 'SELECT stock FROM bench.stock WHERE id = $1 FOR UPDATE',
-      values: [id],
-    });
-    if (Number(rows[0]!.stock) < 1) return false;
-    await c.query({
-      name: 'bench-lock-update',
-      text: 'UPDATE bench.stock SET stock = stock - 1, version = version + 1 WHERE id = $1',
-      values: [id],
-    });
+  const c = await db.connect();
+  try {
+    // BEGIN with the locking SELECT, and the UPDATE with the COMMIT: two round trips (id: an integer of ours).
+    const [, locked] = (await c.query(
+      `BEGIN; SELECT stock FROM bench.stock WHERE id = ${Math.trunc(id)} FOR UPDATE`,
+    )) as unknown as [unknown, { rows: { stock: string }[] }];
+    if (Number(locked.rows[0]!.stock) < 1) {
+      await c.query('COMMIT');
+      return false;
+    }
+    await c.query(
+      `UPDATE bench.stock SET stock = stock - 1, version = version + 1 WHERE id = ${Math.trunc(id)}; COMMIT`,
+    );
     return true;
-  });
+  } catch (err) {
+    await c.query('ROLLBACK').catch(() => undefined);
+    throw err;
+  } finally {
+    c.release();
+  }
 }
 
 interface Counters {
