@@ -1,7 +1,7 @@
 /**
  * The worker: the order saga's workflows and activities on the `orders` task queue, plus the serial
- * inventory lanes (task queues `orders-inventory-lane-<n>`, one task at a time each), plus the
- * inventory metrics endpoint. The one place that builds the Postgres pool and the provider client.
+ * inventory lanes (task queues `orders-inventory-lane-<n>`, one transaction at a time each, many
+ * reservations per transaction), plus the inventory metrics endpoint. The one place that builds the Postgres pool and the provider client.
  *   DATABASE_URL=… npx tsx worker.ts      (npm start runs it for you)
  * Run alone, it is one build of the Worker Deployment `order-saga` (BUILD_ID, else ops/deployments.ts
  * makes one from the package version and the commit), its sagas PINNED to it; it receives new sagas
@@ -19,6 +19,7 @@ import type { Pool } from 'pg';
 import { Counter, Gauge, Registry } from 'prom-client';
 import { createActivities } from './activities';
 import { InventoryMetrics, type SkuStats } from './activities/inventory-metrics';
+import { LANE_GROUP_MAX } from './activities/lane-group';
 import { SweeperStats } from './activities/sweeper';
 import { createPool, WARM_CONNECTIONS } from './db/pool';
 import { laneTaskQueue } from './domain/lanes';
@@ -157,7 +158,9 @@ export async function createOrderWorkers(
         taskQueue: laneTaskQueue(cfg.taskQueue, n),
         activities: { reserveInventorySerial: activities.reserveInventorySerial },
         ...(traced ? { interceptors: { activity: traced.interceptors?.activity ?? [] } } : {}),
-        maxConcurrentActivityTaskExecutions: 1, // the lane: one task at a time
+        // The lane holds several tasks at once, but commits one transaction at a time (across every
+        // worker process: the lane's lock): each round takes every task waiting, in one transaction.
+        maxConcurrentActivityTaskExecutions: LANE_GROUP_MAX,
       }),
     );
   }

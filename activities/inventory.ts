@@ -6,6 +6,7 @@ import { ErrorTypes } from '../domain/failures';
 import { businessFailure } from './errors';
 import { ABORT_RATE_CRITICAL, InventoryMetrics } from './inventory-metrics';
 import { readOrder, rowConflict, stateConflict, transition } from './order-lock';
+import { LaneGroup, type Outcome } from './lane-group';
 import { withLaneLock } from './lane-lock';
 import { holdPurchaseQuota } from './purchase-policy';
 import type { ReserveRequest, SnapshotRow } from './reserve-types';
@@ -36,7 +37,7 @@ export const DEFAULT_CAS: CasOptions = {
   maxMs: 250,
   jitterMs: 25,
   abortRateThreshold: ABORT_RATE_CRITICAL,
-  laneAfterConflicts: 2,
+  laneAfterConflicts: 1,
 };
 
 export function backoffMs(
@@ -136,9 +137,12 @@ async function commitReservation(
   req: ReserveRequest,
   items: ReserveRequest['items'],
   writeStock: () => Promise<SnapshotRow[]>,
+  /** The reserving run, when the transaction is not its own activity's (the lane's group commit). */
+  runId?: string | null,
 ): Promise<void> {
   // Another execution of this same reserve committed first (the order is RESERVED): undo ours, report theirs.
-  if (!(await transition(c, req.orderId, 'RESERVED')).changed) throw new AlreadyReserved();
+  if (!(await transition(c, req.orderId, 'RESERVED', runId === undefined ? {} : { runId })).changed)
+    throw new AlreadyReserved();
   const snapshot = await writeStock();
   const quota = await holdPurchaseQuota(c, req, snapshot);
   for (const item of items) {
@@ -259,50 +263,135 @@ export async function reserveOptimistic(
   });
 }
 
+/** A reservation waiting for its lane: checked against a snapshot, its logic not yet run. */
+export interface LaneReservation {
+  req: ReserveRequest;
+  /** The request's items in primary-key (SKU) order. */
+  items: ReserveRequest['items'];
+  snapshot: SnapshotRow[];
+  /**
+   * The run reserving: the round runs in one task's async context, so each reservation names its own
+   * run for the order row's ownership (null: none).
+   */
+  runId: string | null;
+}
+
 /**
- * The serial lane's reservation: the logic first (outside any transaction), then one short
- * transaction that locks the rows with SELECT … FOR UPDATE in primary-key order, checks and writes.
- * No business logic runs while the locks are held. One lane runs one of these at a time, on the lane's
- * session (withLaneLock): a holder whose session is ended for a lapsed lease commits nothing.
+ * The serial lane's first step, on the task's own connection before it waits for the lane: the order
+ * row's gate (a retried task whose reservation is done finds it here and waits for nothing), then the
+ * snapshot and its stock check (a SKU already out of stock is refused without queueing).
  */
-export async function reserveSerial(
-  db: PoolClient,
+export async function prepareSerial(
+  db: Pool,
   req: ReserveRequest,
-  io: Pick<ReserveIo, 'logic' | 'metrics' | 'heartbeat'>,
-): Promise<ReserveResult> {
+  runId: string | null = null,
+): Promise<LaneReservation | ReserveResult> {
   const items = sortItems(req.items);
-  const skus = items.map((i) => i.sku);
-  io.heartbeat({ lane: true });
   const gate = await reserveGate(db, req.orderId);
   if (gate !== 'reserve') return { outcome: 'already-reserved', path: 'lane', attempts: 0, conflicts: 0, status: gate };
-  const undo = new UndoLog();
+  const snapshot = await readSnapshot(
+    db,
+    items.map((i) => i.sku),
+  );
+  checkStock(items, snapshot);
+  return { req, items, snapshot, runId };
+}
+
+/** The savepoint each reservation of a group commit runs under. */
+const SAVEPOINT = 'lane_reservation';
+
+/**
+ * The serial lane's group commit, on the lane's session (withLaneLock: a holder whose session is ended
+ * for a lapsed lease commits nothing). First each reservation's logic, all at once, outside any
+ * transaction (no business logic runs while the locks are held); then one short transaction: the order
+ * rows of the group locked in primary-key order (orders before stock, as every writer of an order
+ * does), then its product rows in primary-key order, then each reservation under a savepoint of its
+ * own — all or nothing: one's business failure (out of stock, over its purchase limit) is rolled back
+ * to its savepoint and the others commit. Idempotent by the order and the reservation rows: a
+ * reservation already done (a retried task, or the same order twice in one group) reports the first.
+ * The answers come back in the group's order.
+ */
+export async function reserveGroup(
+  c: PoolClient,
+  group: LaneReservation[],
+  io: Pick<ReserveIo, 'logic' | 'metrics'>,
+): Promise<Outcome<ReserveResult>[]> {
+  const out: (Outcome<ReserveResult> | undefined)[] = group.map(() => undefined);
+  const undos = group.map(() => new UndoLog());
+  const logic = await Promise.allSettled(group.map(async (r, i) => io.logic?.(r.req, r.snapshot, undos[i]!)));
+  logic.forEach((l, i) => {
+    if (l.status === 'rejected') out[i] = { ok: false, error: l.reason };
+  });
+  const live = group.map((_, i) => i).filter((i) => !out[i]);
+  const already: number[] = [];
   try {
-    const snapshot = await readSnapshot(db, skus);
-    checkStock(items, snapshot);
-    await io.logic?.(req, snapshot, undo);
-    await onSession(db, (c) =>
-      commitReservation(c, req, items, async () => {
-        const locked = await readSnapshot(c, skus, true);
-        checkStock(items, locked);
-        for (const item of items) {
-          await c.query({
-            text: 'UPDATE products SET stock = stock - $2, version = version + 1 WHERE sku = $1',
-            values: [item.sku, item.qty],
-          });
+    if (live.length > 0) {
+      await onSession(c, async () => {
+        const orderIds = [...new Set(live.map((i) => group[i]!.req.orderId))].sort();
+        await c.query({
+          name: 'lane-lock-orders',
+          text: 'SELECT 1 FROM orders WHERE order_id = ANY($1::text[]) ORDER BY order_id FOR UPDATE',
+          values: [orderIds],
+        });
+        const skus = [...new Set(live.flatMap((i) => group[i]!.items.map((it) => it.sku)))].sort();
+        // The stock as this transaction sees it, kept up to date as each reservation commits.
+        const stock = new Map((await readSnapshot(c, skus, true)).map((r) => [r.sku, { ...r }]));
+        for (const i of live) {
+          const { req, items, runId } = group[i]!;
+          await c.query(`SAVEPOINT ${SAVEPOINT}`);
+          try {
+            await commitReservation(
+              c,
+              req,
+              items,
+              async () => {
+                const rows = items.flatMap((it) => stock.get(it.sku) ?? []);
+                checkStock(items, rows);
+                for (const item of items) {
+                  await c.query({
+                    name: 'lane-take-stock',
+                    text: 'UPDATE products SET stock = stock - $2, version = version + 1 WHERE sku = $1',
+                    values: [item.sku, item.qty],
+                  });
+                }
+                return rows;
+              },
+              runId,
+            );
+            await c.query(`RELEASE SAVEPOINT ${SAVEPOINT}`);
+            for (const item of items) stock.get(item.sku)!.stock -= item.qty;
+            out[i] = {
+              ok: true,
+              value: { outcome: 'reserved', path: 'lane', attempts: 1, conflicts: 0, status: 'RESERVED' },
+            };
+          } catch (err) {
+            // Its statements undone, the transaction goes on for the others (if this fails, the session is lost).
+            await c.query(`ROLLBACK TO SAVEPOINT ${SAVEPOINT}; RELEASE SAVEPOINT ${SAVEPOINT}`);
+            if (err instanceof AlreadyReserved) already.push(i);
+            else out[i] = { ok: false, error: err };
+          }
         }
-        return locked;
-      }),
-    );
-    io.metrics?.recordLaneCommit(skus);
-    return { outcome: 'reserved', path: 'lane', attempts: 1, conflicts: 0, status: 'RESERVED' };
-  } catch (err) {
-    await undo.rollback();
-    if (err instanceof AlreadyReserved) {
-      const status = await confirmReserved(db, req.orderId);
-      return { outcome: 'already-reserved', path: 'lane', attempts: 1, conflicts: 0, status };
+      });
     }
-    throw err;
+  } catch (err) {
+    // The transaction itself failed (its session lost, say): nothing of it committed, every task fails.
+    for (const i of live) out[i] = { ok: false, error: err };
   }
+  for (const i of already) {
+    if (out[i]) continue;
+    try {
+      const status = await confirmReserved(c, group[i]!.req.orderId);
+      out[i] = { ok: true, value: { outcome: 'already-reserved', path: 'lane', attempts: 1, conflicts: 0, status } };
+    } catch (err) {
+      out[i] = { ok: false, error: err };
+    }
+  }
+  // What each reservation's logic did is undone unless its own commit stands.
+  for (const [i, o] of out.entries()) {
+    if (o?.ok && o.value.outcome === 'reserved') io.metrics?.recordLaneCommit(group[i]!.items.map((it) => it.sku));
+    else await undos[i]!.rollback();
+  }
+  return out.map((o) => o ?? { ok: false, error: new Error('no answer from the lane') });
 }
 
 /** BEGIN … COMMIT on one connection the caller holds (the lane's session), rolled back on any error. */
@@ -366,6 +455,30 @@ export interface InventoryDeps {
 export function inventoryActivities(deps: InventoryDeps) {
   const opts: CasOptions = { ...DEFAULT_CAS, ...deps.cas };
   const logic = deps.reserveLogic;
+  /** This process's lanes, by task queue: one group commit each. */
+  const groups = new Map<string, LaneGroup<LaneReservation, ReserveResult>>();
+  const laneGroup = (lane: string): LaneGroup<LaneReservation, ReserveResult> => {
+    let g = groups.get(lane);
+    if (!g) {
+      g = new LaneGroup((round) =>
+        withLaneLock(
+          deps.db,
+          lane,
+          () => round.pending().map((r) => r.req.orderId),
+          {
+            heartbeat: round.heartbeat,
+            signal: round.signal,
+            log: (m: string, f: Record<string, unknown>) => {
+              log.warn(m, f);
+            },
+          },
+          (session) => reserveGroup(session, round.take(), { logic, metrics: deps.metrics }),
+        ),
+      );
+      groups.set(lane, g);
+    }
+    return g;
+  };
   return {
     async reserveInventory(req: ReserveRequest): Promise<ReserveResult> {
       const ctx = Context.current();
@@ -379,20 +492,23 @@ export function inventoryActivities(deps: InventoryDeps) {
       return result;
     },
 
-    /** Runs on a serial lane's task queue: one task at a time per lane, across every worker process. */
+    /**
+     * Runs on a serial lane's task queue. The lane's worker holds several tasks at once; they wait for
+     * the lane's next round, which commits every reservation waiting in one transaction (one
+     * transaction at a time per lane, across every worker process: reserveGroup, LaneGroup).
+     */
     async reserveInventorySerial(req: ReserveRequest): Promise<ReserveResult> {
       const ctx = Context.current();
       const lane = ctx.info.taskQueue;
-      const io = {
-        heartbeat: () => ctx.heartbeat({ waiting: lane }),
-        signal: ctx.cancellationSignal,
-        log: (m: string, f: Record<string, unknown>) => {
-          log.warn(m, f);
-        },
-      };
-      const result = await withLaneLock(deps.db, lane, req.orderId, io, (session) =>
-        reserveSerial(session, req, { logic, metrics: deps.metrics, heartbeat: (d) => ctx.heartbeat(d) }),
-      );
+      ctx.heartbeat({ lane: true });
+      const prepared = await prepareSerial(deps.db, req, ctx.info.workflowExecution?.runId ?? null);
+      const result =
+        'outcome' in prepared
+          ? prepared
+          : await laneGroup(lane).submit(prepared, {
+              heartbeat: () => ctx.heartbeat({ waiting: lane }),
+              signal: ctx.cancellationSignal,
+            });
       log.info('inventory reserved by the serial lane', { orderId: req.orderId, ...result });
       return result;
     },

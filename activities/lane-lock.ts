@@ -1,10 +1,11 @@
 /**
- * One task at a time per serial lane, across every worker process. Each process runs a lane's task
- * queue one task at a time; with N processes that alone would be N at once. So a lane task first takes
- * the lane's Postgres advisory lock, on a connection of its own (the lane's session), does its work on
- * that session, and holds the lock until it is done. If the process holding it dies, Postgres ends its
- * session and the lane is free at once (a dead host: within about 25 s, by TCP keepalive); the task
- * itself is retried by Temporal (its heartbeat stops), and its commit is idempotent.
+ * One transaction at a time per serial lane, across every worker process. Each process runs a lane's
+ * rounds one at a time (a round: every reservation waiting for the lane, in one transaction; see
+ * lane-group.ts); with N processes that alone would be N at once. So a round first takes the lane's
+ * Postgres advisory lock, on a connection of its own (the lane's session), does its work on that
+ * session, and holds the lock until it is done. If the process holding it dies, Postgres ends its
+ * session and the lane is free at once (a dead host: within about 25 s, by TCP keepalive); the tasks
+ * are retried by Temporal (their heartbeat stops), and the commit is idempotent.
  *
  * A process that is stopped (SIGSTOP, docker pause) or stuck in its event loop keeps its session: its
  * kernel still answers the keepalives. So the holder proves it is alive: while it holds the lane it
@@ -56,12 +57,13 @@ interface Takeover {
 
 /**
  * Runs fn holding the lane, on the lane's session (`session`: fn's statements run there, so ending the
- * session of a holder that stopped also rolls back what it had in flight).
+ * session of a holder that stopped also rolls back what it had in flight). `orders`: the order, or the
+ * orders of a group commit (asked again when the holding is recorded, one lane_tasks row each).
  */
 export async function withLaneLock<T>(
   db: Pool,
   lane: string,
-  orderId: string,
+  orders: string | (() => string[]),
   io: LaneIo,
   fn: (session: PoolClient) => Promise<T>,
   lease: LaneLease = LANE_LEASE,
@@ -84,6 +86,8 @@ export async function withLaneLock<T>(
   const renewerLost = (): void => void (renewerBroken = true);
   renewer.on('error', renewerLost);
   const key = `lane:${lane}`;
+  const orderIds = (): string[] => (typeof orders === 'string' ? [orders] : orders());
+  const orderId = (): string => orderIds().join(',');
   try {
     // If this worker's host dies, Postgres finds out within about 25 s (not the kernel's two hours)
     // and ends the session, which frees the lane. And wait for the lock in steps, heartbeating in
@@ -113,7 +117,7 @@ export async function withLaneLock<T>(
       } catch (err) {
         if ((err as { code?: string }).code !== '55P03') throw err; // lock_not_available: still queued
         io.heartbeat();
-        await endStaleHolder(c, lane, key, orderId, io);
+        await endStaleHolder(c, lane, key, orderId(), io);
       }
     }
     await c.query('RESET lock_timeout'); // fn's statements, and the pool's later users, wait as long as they must
@@ -136,10 +140,10 @@ export async function withLaneLock<T>(
           (r) => {
             if (r.rowCount === 0) {
               broken = true; // another task took the lane over: this session must not go back to the pool
-              io.log?.('lane lease lost: another task took the lane over', { lane, orderId });
+              io.log?.('lane lease lost: another task took the lane over', { lane, orderId: orderId() });
             }
           },
-          (err: Error) => io.log?.('lane lease not renewed', { lane, orderId, error: err.message }),
+          (err: Error) => io.log?.('lane lease not renewed', { lane, orderId: orderId(), error: err.message }),
         )
         .finally(() => (renewing = undefined));
     }, lease.renewMs);
@@ -148,13 +152,16 @@ export async function withLaneLock<T>(
     } finally {
       clearInterval(renew);
       await renewing;
-      // The record must not replace the task's own outcome: a failure to write it is only logged.
+      // The record must not replace the task's own outcome: a failure to write it is only logged. One row
+      // per order the holding served, each with the holding's start and end.
       await c
         .query({
-          text: 'INSERT INTO lane_tasks (lane, order_id, worker, started_at, ended_at) VALUES ($1, $2, $3, $4, clock_timestamp())',
-          values: [lane, orderId, WORKER, started],
+          text: `WITH t AS (SELECT clock_timestamp() AS ended)
+                 INSERT INTO lane_tasks (lane, order_id, worker, started_at, ended_at)
+                 SELECT $1, o, $3, $4, t.ended FROM unnest($2::text[]) o, t`,
+          values: [lane, orderIds(), WORKER, started],
         })
-        .catch((err: Error) => io.log?.('lane task not recorded', { lane, orderId, error: err.message }));
+        .catch((err: Error) => io.log?.('lane task not recorded', { lane, orderId: orderId(), error: err.message }));
       await c
         .query({
           text: `WITH gone AS (DELETE FROM lane_leases WHERE lane = $1 AND holder_pid = pg_backend_pid())
@@ -217,8 +224,18 @@ async function endStaleHolder(c: PoolClient, lane: string, key: string, orderId:
 }
 
 /**
- * The most tasks of one lane that ran at the same time, from lane_tasks rows (a sweep over their
- * starts and ends; an end at the same instant as a start counts first).
+ * The lane's holdings from lane_tasks rows: the rows of one group commit (one per order it took) share
+ * their worker, start and end, and are one holding.
+ */
+export function laneHoldings<R extends { worker: string; started_at: Date; ended_at: Date }>(rows: R[]): R[] {
+  const seen = new Map<string, R>();
+  for (const r of rows) seen.set(`${r.worker} ${r.started_at.toISOString()} ${r.ended_at.toISOString()}`, r);
+  return [...seen.values()];
+}
+
+/**
+ * The most tasks (or holdings) of one lane that ran at the same time, from lane_tasks rows (a sweep over
+ * their starts and ends; an end at the same instant as a start counts first).
  */
 export function maxOverlap(rows: { started_at: Date; ended_at: Date }[]): number {
   const events = rows.flatMap((r) => [

@@ -208,13 +208,14 @@ export async function transition(
   to: OrderStatus,
   opts: {
     reason?: string;
-    runId?: string;
+    /** The run making the change; by default the calling activity's (null: none, ownership untouched). */
+    runId?: string | null;
     step?: string;
     /** Added to the event's data (the tracking number of a shipment made in the same transaction). */
     eventData?: Record<string, unknown>;
   } = {},
 ): Promise<TransitionResult> {
-  const runId = opts.runId ?? callerRunId() ?? null;
+  const runId = opts.runId !== undefined ? opts.runId : (callerRunId() ?? null);
   const res = await db.query<{ n: number }>({
     name: 'order-transition',
     // An escalation records what it is about (`step`), for a run that takes the order over. CHARGED

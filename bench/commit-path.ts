@@ -9,7 +9,7 @@ import os from 'node:os';
 import path from 'node:path';
 import type { Pool } from 'pg';
 import { progress, ratio } from './measure';
-import { casCommitThroughput } from './strategies';
+import { casCommitThroughput, setupBenchTable } from './strategies';
 
 export interface CommitPathResult {
   /** The CAS commit path's transactions per second. */
@@ -41,6 +41,7 @@ export async function measureCommitPath(
   opts: { clients: number; seconds: number },
 ): Promise<CommitPathResult> {
   const { clients, seconds } = opts;
+  await setupBenchTable(db); // its own table, also when it runs alone (--only commit-path)
   progress('commit path: CAS…');
   const cas = await casCommitThroughput(db, { clients, keys: 1000, durationMs: seconds * 1000 });
   const pgbench = findPgbench();

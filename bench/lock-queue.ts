@@ -7,7 +7,7 @@
  */
 import { createPool } from '../db/pool';
 import { progress } from './measure';
-import { runBurst, type BurstResult } from './strategies';
+import { runBurst, setupBenchTable, type BurstResult } from './strategies';
 
 export interface LockQueueCase {
   requests: number;
@@ -30,6 +30,7 @@ export async function measureLockQueue(
   // A connection per request: the row lock is the only queue, as the arithmetic assumes.
   const db = createPool(url, { max: Math.max(...cases.map((c) => c.requests)) + lanes });
   try {
+    await setupBenchTable(db); // its own table, also when it runs alone (--only lock-queue)
     const out: BurstResult[] = [];
     for (const c of cases) {
       for (const strategy of ['for-update-logic-in-tx', 'adaptive'] as const) {

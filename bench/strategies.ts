@@ -3,9 +3,10 @@
  * (no Temporal), on a real Postgres. Each task carries `logicMs` of simulated business logic.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { Pool, PoolClient } from 'pg';
+import type { Pool } from 'pg';
 import { backoffMs, DEFAULT_CAS } from '../activities/inventory';
 import { InventoryMetrics } from '../activities/inventory-metrics';
+import { LaneGroup, type Outcome } from '../activities/lane-group';
 import { withTransaction } from '../db/pool';
 import { concurrentLoops, percentile } from './measure';
 
@@ -46,32 +47,68 @@ async function resetStock(db: Pool, skus: number): Promise<void> {
   await db.query('VACUUM ANALYZE bench.stock');
 }
 
-/** One lane: runs submitted commits one at a time (the serial lane, in process). */
-class SerialLane {
-  private tail: Promise<unknown> = Promise.resolve();
-  run<T>(fn: () => Promise<T>): Promise<T> {
-    const next = this.tail.then(fn, fn);
-    this.tail = next.catch(() => undefined);
-    return next;
-  }
+/**
+ * One serial lane, in process, as the saga's lane does it (activities/lane-group.ts, the same code): one
+ * round at a time, each taking every reservation waiting for the lane into one short transaction (a
+ * group commit) — the rows locked in primary-key order, then each reservation under a savepoint of its
+ * own, all or nothing (its update guarded by the stock: none left, it takes nothing and is refused).
+ * (The saga's round also takes the lane's advisory lock, for other processes; here there is one.)
+ *
+ * Round trips: every strategy here sends what it can together, as one multi-statement query — the
+ * round sends its whole transaction in one (its ids are integers of ours, sent as literals), and the
+ * short FOR UPDATE sends BEGIN with its locking SELECT, and its UPDATE with the COMMIT. The saga's
+ * round sends its statements one at a time, a few per reservation.
+ */
+function serialLane(db: Pool): LaneGroup<number, boolean> {
+  return new LaneGroup<number, boolean>(async (round) => {
+    const ids = round.take().map((id) => Math.trunc(id));
+    const keys = [...new Set(ids)].sort((a, b) => a - b).join(', ');
+    const sql = [
+      'BEGIN',
+      `SELECT id FROM bench.stock WHERE id IN (${keys}) ORDER BY id FOR UPDATE`,
+      ...ids.map(
+        (id) =>
+          `SAVEPOINT lane_reservation; UPDATE bench.stock SET stock = stock - 1, version = version + 1 WHERE id = ${id} AND stock >= 1; RELEASE SAVEPOINT lane_reservation`,
+      ),
+      'COMMIT',
+    ].join('; ');
+    const c = await db.connect();
+    try {
+      const results = (await c.query(sql)) as unknown as { command: string; rowCount: number | null }[];
+      // Each reservation's UPDATE, in order: one row taken, or none left for it.
+      const updates = results.filter((r) => r.command === 'UPDATE');
+      return ids.map((_, i): Outcome<boolean> => ({ ok: true, value: updates[i]!.rowCount === 1 }));
+    } catch (err) {
+      await c.query('ROLLBACK').catch(() => undefined);
+      throw err;
+    } finally {
+      c.release();
+    }
+  });
 }
 
-/** The lane's commit: a short SELECT … FOR UPDATE transaction with no business logic inside. */
+/** The short FOR UPDATE commit: SELECT … FOR UPDATE and the write, with no business logic inside. */
 async function lockedCommit(db: Pool, id: number): Promise<boolean> {
-  return withTransaction(db, async (c: PoolClient) => {
-    const { rows } = await c.query<{ stock: string }>({
-      name: 'bench-q1',
-      text: 'SELECT stock FROM bench.stock WHERE id = $1 FOR UPDATE',
-      values: [id],
-    });
-    if (Number(rows[0]!.stock) < 1) return false;
-    await c.query({
-      name: 'bench-lock-update',
-      text: 'UPDATE bench.stock SET stock = stock - 1, version = version + 1 WHERE id = $1',
-      values: [id],
-    });
+  const c = await db.connect();
+  try {
+    // BEGIN with the locking SELECT, and the UPDATE with the COMMIT: two round trips (id: an integer of ours).
+    const [, locked] = (await c.query(
+      `BEGIN; SELECT stock FROM bench.stock WHERE id = ${Math.trunc(id)} FOR UPDATE`,
+    )) as unknown as [unknown, { rows: { stock: string }[] }];
+    if (Number(locked.rows[0]!.stock) < 1) {
+      await c.query('COMMIT');
+      return false;
+    }
+    await c.query(
+      `UPDATE bench.stock SET stock = stock - 1, version = version + 1 WHERE id = ${Math.trunc(id)}; COMMIT`,
+    );
     return true;
-  });
+  } catch (err) {
+    await c.query('ROLLBACK').catch(() => undefined);
+    throw err;
+  } finally {
+    c.release();
+  }
 }
 
 interface Counters {
@@ -161,9 +198,9 @@ function operation(
       // The production router: per-key recent abort rate; over the threshold, or out of attempts, the
       // commit goes to a serial lane. The logic always runs in the task's own worker, outside locks.
       const metrics = new InventoryMetrics();
-      const laneOf = Array.from({ length: lanes }, () => new SerialLane());
+      const laneOf = Array.from({ length: lanes }, () => serialLane(db));
       const toLane = async (id: number): Promise<boolean> => {
-        const ok = await laneOf[id % lanes]!.run(() => lockedCommit(db, id));
+        const ok = await laneOf[id % lanes]!.submit(id);
         counters.laneCommits++;
         metrics.recordLaneCommit([String(id)]);
         return ok;

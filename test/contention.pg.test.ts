@@ -112,11 +112,11 @@ describe('conflict backoff', () => {
       customerId: 'c',
       items: [{ sku: p.sku, qty: 1 }],
     });
-    expect(DEFAULT_CAS.laneAfterConflicts).toBe(2);
-    expect(r).toMatchObject({ outcome: 'route-to-lane', attempts: 2, conflicts: 2 });
+    expect(DEFAULT_CAS.laneAfterConflicts).toBe(1);
+    expect(r).toMatchObject({ outcome: 'route-to-lane', attempts: 1, conflicts: 1 });
     expect((await productRow(db, p.sku)).stock).toBe(50); // nothing taken: the lane takes it
     expect(await reservations(db, id)).toEqual([]);
-    expect(metrics.snapshot()[0]).toMatchObject({ sku: p.sku, attempts: 2, aborts: 2, commits: 0, fallbacks: 1 });
+    expect(metrics.snapshot()[0]).toMatchObject({ sku: p.sku, attempts: 1, aborts: 1, commits: 0, fallbacks: 1 });
   });
 });
 
