@@ -259,7 +259,10 @@ export async function measureSagaOverhead(
       taskQueue: plainQueue,
       workflowBundle: await bundleBenchWorkflows(),
     });
-    const plainClient = new Client({ connection: env.connection, namespace: env.namespace });
+    const plainClient = new Client({
+      connection: EAGER_START ? env.nativeConnection : env.connection,
+      namespace: env.namespace,
+    });
     const sku = `BENCH-SAGA-${Date.now()}`;
     await insertBenchProducts(db, sku, 100);
     let seq = 0;

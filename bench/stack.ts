@@ -86,11 +86,13 @@ export async function insertBenchProducts(db: Pool, prefix: string, count: numbe
 export type BenchWorkflow = 'saga' | 'floor' | 'cheap' | 'like';
 
 /**
- * `BENCH_EAGER_START=1`: every workflow of saga-overhead is started eagerly (the server hands its first
- * workflow task back in the start's answer, to the worker of this process; the client then shares
- * the worker's connection). Off by default: measured, it did not help (docs/benchmark.md).
+ * Every workflow of saga-overhead is started eagerly: the server hands its first workflow task back in
+ * the start's answer, to the worker of this process (the client shares the worker's connection), one
+ * poll fewer per order. The bench's load is the one place where one process both starts orders and
+ * hosts their worker. `BENCH_EAGER_START=0` starts them as client.ts does, to measure the difference
+ * (docs/benchmark.md).
  */
-export const EAGER_START = process.env.BENCH_EAGER_START === '1';
+export const EAGER_START = process.env.BENCH_EAGER_START !== '0';
 const eagerStart = (): { requestEagerStart?: true } => (EAGER_START ? { requestEagerStart: true } : {});
 
 const FLOOR_WORKFLOWS = { floor: 'noopSaga', cheap: 'noopSagaLocal', like: 'noopSagaLikeForLike' } as const;
