@@ -387,7 +387,7 @@ class OrderSaga {
           if (conflictStatus(err) === 'NEEDS_ATTENTION') {
             const left = await this.recovery.answerLeft(escalationIn(err));
             if (escalatedForward(left.status)) {
-              byHand = saga.byHand === name;
+              byHand ||= saga.byHand === name; // a mark-resolved this run was given stays
               if (byHand && !recordsByHand) return;
               continue;
             }

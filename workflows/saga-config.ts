@@ -11,7 +11,7 @@ const ms = () => v.optional(wholeNumber(1, YEAR));
 /** Every knob is optional in the input; durations are whole milliseconds. */
 const SagaConfigSchema = record(
   {
-    /** Global saga deadline, an in-workflow timer. */
+    /** Global saga deadline, read from the workflow clock (no timer on the happy path). */
     deadlineMs: ms(),
     /** How long an UNKNOWN charge is inquired about before it escalates to NEEDS_ATTENTION. */
     unknownEscalationMs: ms(),

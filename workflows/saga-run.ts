@@ -215,7 +215,7 @@ export class SagaRun {
 
   /** A row that refused NEEDS_ATTENTION: the run is in the needs-attention view all the same. */
   showNeedsAttention(): void {
-    this.flush();
+    this.flush(true); // the status it stands in, beside the flag
     upsertSearchAttributes([{ key: NeedsAttentionKey, value: true }]);
     this.attentionForced = true;
   }
