@@ -39,7 +39,9 @@ export function register(cli: Command, ctx: CliContext): void {
   cli
     .command('list')
     .summary("orders by status, from Temporal's visibility store")
-    .description("Lists orders (up to 1000) from Temporal's visibility store, by the OrderStatus search attribute.")
+    .description(
+      "Lists orders (up to 1000) from Temporal's visibility store, by the OrderStatus search attribute. A running saga updates it only where a person looks (UNKNOWN_PAYMENT, NEEDS_ATTENTION, COMPENSATING, and its end): a running order in between shows PENDING, so --status RESERVED, AUTHORIZED, SHIPPED or CAPTURED finds closed orders only; `status <orderId>` follows every step.",
+    )
     .addOption(new Option('--status <STATUS>', 'only orders with this status').choices(ORDER_STATUSES))
     .addOption(jsonOption())
     .action(async (opts) => ctx.done(await list(opts, ctx)));
