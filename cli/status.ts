@@ -3,9 +3,10 @@
  * and resolve print it alike) and the error for an order that has no workflow.
  */
 import type { Command } from '@commander-js/extra-typings';
-import { WorkflowNotFoundError } from '@temporalio/client';
-import { isTerminal, workflowIdFor, type OrderStatus } from '../domain/order';
+import { WorkflowNotFoundError, type WorkflowExecutionDescription, type WorkflowHandle } from '@temporalio/client';
+import { awaitingFrom, isTerminal, workflowIdFor, type OrderStatus } from '../domain/order';
 import { closedRunState } from '../orders/closed-run';
+import type { OrderRowView } from '../orders/order-store';
 import { stateQuery, type SagaState } from '../workflows/messages';
 import { CliError, EXIT, type CliContext } from './context';
 import { jsonOption, orderIdArgument } from './options';
@@ -53,8 +54,8 @@ async function status(orderId: string, opts: { json?: boolean }, ctx: CliContext
     // read) and the server (the steps and compensations, from the history) instead.
     const state =
       described.status.name === 'RUNNING'
-        ? await handle.query(stateQuery)
-        : await closedRunState(client, orderId, described, await rowOf(orderId, ctx));
+        ? await liveState(handle, orderId, described, ctx)
+        : await closedRunState(client, orderId, described, await rowStatus(orderId, ctx));
     printState(ctx, !!opts.json, state);
     return EXIT.ok;
   } catch (err) {
@@ -63,15 +64,59 @@ async function status(orderId: string, opts: { json?: boolean }, ctx: CliContext
   }
 }
 
-/** The order's row (status, reason) when the order store can be opened here, else undefined. */
-async function rowOf(orderId: string, ctx: CliContext): Promise<{ status: OrderStatus; reason?: string } | undefined> {
+/** The row's status and reason, for a closed run's state. */
+async function rowStatus(
+  orderId: string,
+  ctx: CliContext,
+): Promise<{ status: OrderStatus; reason?: string } | undefined> {
+  const row = await rowOf(orderId, ctx);
+  return row ? { status: row.status, ...(row.reason ? { reason: row.reason } : {}) } : undefined;
+}
+
+/** The order's row when the order store can be opened here, else undefined. */
+async function rowOf(orderId: string, ctx: CliContext): Promise<OrderRowView | undefined> {
   const store = ctx.openStore('reader');
   if (!store) return undefined;
   try {
-    const row = await store.orderRow(orderId);
-    return row ? { status: row.status, ...(row.reason ? { reason: row.reason } : {}) } : undefined;
+    return await store.orderRow(orderId);
   } finally {
     await store.close();
+  }
+}
+
+/**
+ * A running saga's `state` query. When no worker answers it (the run is pinned to a build whose
+ * workers are gone, after a deploy, while it waits for a person), the same state is read as for a
+ * closed run, from the row and the history, with what the row says a person is awaited for: a
+ * resolve can still be sent (the sweeper moves the run once its task waits, and the row carries the
+ * resolve to it).
+ */
+async function liveState(
+  handle: WorkflowHandle,
+  orderId: string,
+  described: WorkflowExecutionDescription,
+  ctx: CliContext,
+): Promise<SagaState> {
+  try {
+    return await handle.query(stateQuery);
+  } catch (err) {
+    if (!(err instanceof Error) || !/no poller|worker may be down|deadline exceeded/i.test(err.message)) throw err;
+    const row = await rowOf(orderId, ctx);
+    if (!row) throw err;
+    ctx.io.err(
+      `no worker of the run's build answers its state query (${err.message}); read from the order row and the history`,
+    );
+    const state = await closedRunState(await ctx.temporal(), orderId, described, {
+      status: row.status,
+      ...(row.reason ? { reason: row.reason } : {}),
+    });
+    if (row.status !== 'NEEDS_ATTENTION') return state;
+    const awaiting = awaitingFrom(row.attentionFrom, row.attentionStep);
+    const step =
+      awaiting === 'compensation' && row.attentionStep
+        ? `compensate:${row.attentionStep}`
+        : (row.attentionStep ?? state.step);
+    return { ...state, awaiting, step };
   }
 }
 

@@ -53,6 +53,9 @@ export interface OrderRowView {
   orderId: string;
   status: OrderStatus;
   reason: string | null;
+  /** With NEEDS_ATTENTION: the status it escalated from, and what the escalation is about. */
+  attentionFrom?: OrderStatus;
+  attentionStep?: string;
   cancel?: { requestId: string; reason: string };
   updatedAt: string;
 }
@@ -306,9 +309,12 @@ export function orderStore(db: Pool): OrderStore {
         reason: string | null;
         cancel_request_id: string | null;
         cancel_reason: string | null;
+        attention_from: OrderStatus | null;
+        attention_step: string | null;
         updated_at: Date;
       }>({
-        text: 'SELECT status, reason, cancel_request_id, cancel_reason, updated_at FROM orders WHERE order_id = $1',
+        text: `SELECT status, reason, cancel_request_id, cancel_reason, attention_from, attention_step, updated_at
+               FROM orders WHERE order_id = $1`,
         values: [orderId],
       });
       const r = rows[0];
@@ -317,6 +323,8 @@ export function orderStore(db: Pool): OrderStore {
         orderId,
         status: r.status,
         reason: r.reason,
+        ...(r.status === 'NEEDS_ATTENTION' && r.attention_from ? { attentionFrom: r.attention_from } : {}),
+        ...(r.status === 'NEEDS_ATTENTION' && r.attention_step ? { attentionStep: r.attention_step } : {}),
         ...(r.cancel_request_id ? { cancel: { requestId: r.cancel_request_id, reason: r.cancel_reason ?? '' } } : {}),
         updatedAt: r.updated_at.toISOString(),
       };
