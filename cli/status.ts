@@ -84,6 +84,20 @@ async function rowOf(orderId: string, ctx: CliContext): Promise<OrderRowView | u
   }
 }
 
+/** The query failed because no worker polls the run's task queue for its build (the error or its cause says so). */
+function noWorkerAnswers(err: unknown): boolean {
+  for (let e: unknown = err; e instanceof Error; e = (e as { cause?: unknown }).cause) {
+    const details = (e as { details?: unknown }).details;
+    if (
+      /no poller|worker may be down|deadline.exceeded|before a worker could process/i.test(
+        `${e.message} ${typeof details === 'string' ? details : ''}`,
+      )
+    )
+      return true;
+  }
+  return false;
+}
+
 /**
  * A running saga's `state` query. When no worker answers it (the run is pinned to a build whose
  * workers are gone, after a deploy, while it waits for a person), the same state is read as for a
@@ -100,12 +114,10 @@ async function liveState(
   try {
     return await handle.query(stateQuery);
   } catch (err) {
-    if (!(err instanceof Error) || !/no poller|worker may be down|deadline exceeded/i.test(err.message)) throw err;
+    if (!noWorkerAnswers(err)) throw err;
     const row = await rowOf(orderId, ctx);
     if (!row) throw err;
-    ctx.io.err(
-      `no worker of the run's build answers its state query (${err.message}); read from the order row and the history`,
-    );
+    ctx.io.err("no worker of the run's build answers its state query: read from the order row and the history");
     const state = await closedRunState(await ctx.temporal(), orderId, described, {
       status: row.status,
       ...(row.reason ? { reason: row.reason } : {}),
