@@ -233,10 +233,13 @@ export async function closedRunState(
   const history = await handle.fetchHistory();
   await openPayloads(client.options.loadedDataConverter, history.events ?? []);
   let outcome: Awaited<ReturnType<typeof orderOutcome>> | undefined;
-  try {
-    outcome = await orderOutcome(handle); // the run has closed: this answers at once
-  } catch {
-    outcome = undefined; // terminated, timed out, or failed without an outcome
+  // A running saga no worker answers (cli/status.ts) has no outcome yet: waiting for one would block.
+  if (described.status.name !== 'RUNNING') {
+    try {
+      outcome = await orderOutcome(handle); // the run has closed: this answers at once
+    } catch {
+      outcome = undefined; // terminated, timed out, or failed without an outcome
+    }
   }
   const mirrored = described.typedSearchAttributes.get(OrderStatusKey);
   const fromOutcome = outcome?.status === 'ALREADY_SETTLED' ? outcome.orderStatus : outcome?.status;

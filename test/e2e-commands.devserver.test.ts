@@ -9,7 +9,8 @@ import { describe, expect, it } from 'vitest';
 import { workflowIdFor } from '../domain/order';
 import { runProcess } from '../platform/processes';
 import { devServerExecutable } from '../servers/temporal-dev';
-import { createProduct, makeOrder, uid } from './support/helpers';
+import { createActivities } from '../activities';
+import { createProduct, makeOrder, runActivity, testProvider, uid } from './support/helpers';
 import { cli, db, env, orderFile, server, useE2eEnv } from './support/e2e-env';
 
 /** The Temporal CLI (`temporal workflow show … --output json`), as someone without the key runs it. */
@@ -95,6 +96,38 @@ describe('end to end on the dev server', () => {
     const badStatus = await cli(['list', '--status', 'DONE']);
     expect(badStatus.code).toBe(2);
   });
+
+  it('status of a running saga no worker answers (its build gone) reads the row and the history, with what the row awaits', async () => {
+    const p = await createProduct(db, { stock: 3, priceCents: 450 });
+    const order = makeOrder([{ sku: p.sku, qty: 1, unitPriceCents: p.priceCents }]);
+    const acts = createActivities({ db, provider: testProvider() });
+    await runActivity(acts.createOrder, order);
+    await runActivity(acts.setOrderStatus, { orderId: order.orderId, status: 'COMPENSATING', reason: 'declined' });
+    expect(
+      await runActivity(acts.setOrderStatus, {
+        orderId: order.orderId,
+        status: 'NEEDS_ATTENTION',
+        reason: 'the release failed for good',
+        step: 'releaseInventory',
+      }),
+    ).toBe('NEEDS_ATTENTION');
+    // Its run waits on a task queue nobody polls (as a run pinned to a drained build): no worker answers.
+    await env.client.workflow.start('orderSaga', {
+      taskQueue: `nobody-polls-${uid()}`,
+      workflowId: workflowIdFor(order.orderId),
+      args: [order],
+    });
+    const r = await cli(['status', order.orderId, '--json']);
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stderr).toMatch(/no worker of the run's build answers its state query/);
+    expect(JSON.parse(r.stdout)).toMatchObject({
+      orderId: order.orderId,
+      status: 'NEEDS_ATTENTION',
+      reason: 'the release failed for good',
+      awaiting: 'compensation',
+      step: 'compensate:releaseInventory',
+    });
+  }, 90_000);
 
   it('the reconcile Schedule is created idempotently, runs the checks, records findings, and never compensates', async () => {
     const first = await cli(['schedule', 'reconcile', '--every', '1h', '--json']);
