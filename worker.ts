@@ -26,6 +26,7 @@ import { laneTaskQueue } from './domain/lanes';
 import { readConfig, readWorkerSettings, type AppConfig } from './ops/config';
 import { startEventRelay } from './ops/event-relay';
 import { TemporalProfileError } from './ops/temporal-connection';
+import { PRELOAD_MODULES, WORKFLOWS_PATH } from './ops/workflow-bundle';
 import { DEPLOYMENT_NAME, makeVersionCurrent, orderTaskQueues, resolveBuildId, versionName } from './ops/deployments';
 import { databaseAnswers, healthRoutes, type Readiness } from './platform/health';
 import { jsonApp, jsonServer, rawPath } from './platform/http';
@@ -144,7 +145,7 @@ export async function createOrderWorkers(
     dataConverter,
     ...(extra.workflowBundle
       ? { workflowBundle: extra.workflowBundle }
-      : { workflowsPath: require.resolve('./workflows') }),
+      : { workflowsPath: WORKFLOWS_PATH, bundlerOptions: { preloadModules: PRELOAD_MODULES } }),
     activities,
   });
   const lanes: Worker[] = [];

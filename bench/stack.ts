@@ -12,6 +12,7 @@ import type { Pool } from 'pg';
 import { createActivities, type OrderActivities } from '../activities';
 import { workflowIdFor, type OrderInput } from '../domain/order';
 import { readConfig } from '../ops/config';
+import { PRELOAD_MODULES } from '../ops/workflow-bundle';
 import { dataConverterFor, parseKeyList } from '../platform/payload-codec';
 import { startProviderProcess } from '../platform/processes';
 import type { Tracing } from '../platform/tracing';
@@ -71,6 +72,7 @@ export const bundleBenchWorkflows = (failureConverterPath?: string): ReturnType<
     workflowsPath: path.join(__dirname, 'workflows.ts'),
     logger: quiet,
     ...(failureConverterPath ? { failureConverterPath } : {}),
+    preloadModules: PRELOAD_MODULES,
   });
 
 /** `count` products `<prefix>-0` … with a million units each and a price of 100; returns the prefix. */

@@ -37,12 +37,12 @@ import {
   dataConverterFor,
   EncryptionCodec,
   ensureKeyFile,
-  FAILURE_CONVERTER_PATH,
   requirePayloadKeys,
 } from '../platform/payload-codec';
 import { startTsProcess, stopProcess } from '../platform/processes';
 import { tracingWorkflowModules } from '../platform/tracing';
 import { APP_SCHEDULES, upsertSchedule } from '../ops/schedules';
+import { workflowBundleOptions, WORKFLOWS_PATH } from '../ops/workflow-bundle';
 import {
   DEPLOYMENT_NAME,
   makeVersionCurrent,
@@ -83,8 +83,8 @@ Temporal server: docs/own-temporal.md).`;
 async function bundleWorkflows(): Promise<string> {
   const started = Date.now();
   const bundle = await bundleWorkflowCode({
-    workflowsPath: require.resolve('../workflows'),
-    failureConverterPath: FAILURE_CONVERTER_PATH,
+    workflowsPath: WORKFLOWS_PATH,
+    ...workflowBundleOptions(),
     // Tracing on (OTEL_EXPORTER_OTLP_ENDPOINT): the workflow interceptors go into the bundle, or its spans would be missing.
     workflowInterceptorModules: tracingWorkflowModules(),
     logger: new DefaultLogger('WARN', ({ level, message }) =>

@@ -13,7 +13,7 @@ import { bundleWorkflowCode } from '@temporalio/worker';
 import type { Pool } from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { startOtlpReceiver, type OtlpReceiver, type RawSpan } from '../bench/trace-model';
-import { FAILURE_CONVERTER_PATH } from '../platform/payload-codec';
+import { workflowBundleOptions, WORKFLOWS_PATH } from '../ops/workflow-bundle';
 import { runProcess, startProviderProcess, startWorkerProcess, stopProcess } from '../platform/processes';
 import { tracingWorkflowModules } from '../platform/tracing';
 import { createProduct, makeOrder, testPool, uid } from './support/helpers';
@@ -52,9 +52,9 @@ beforeAll(async () => {
     PROVIDER_API_KEY: 'trace-test-key',
   };
   const bundle = await bundleWorkflowCode({
-    workflowsPath: path.join(ROOT, 'workflows/index.ts'),
+    workflowsPath: WORKFLOWS_PATH,
     logger: quietLogger,
-    failureConverterPath: FAILURE_CONVERTER_PATH,
+    ...workflowBundleOptions(),
     workflowInterceptorModules: tracingWorkflowModules(otel),
   });
   const bundlePath = path.join(tmp, 'bundle.js');

@@ -34,8 +34,9 @@ import {
   versionName,
 } from '../../ops/deployments';
 import { existingServerOptions } from '../../ops/temporal-connection';
+import { workflowBundleOptions, WORKFLOWS_PATH } from '../../ops/workflow-bundle';
 import { DEFAULT_SAGA_CONFIG } from '../../workflows/order-saga';
-import { dataConverterFor, FAILURE_CONVERTER_PATH, parseKeyList } from '../../platform/payload-codec';
+import { dataConverterFor, parseKeyList } from '../../platform/payload-codec';
 import { createProviderAdmin, type ProviderAdmin } from '../../provider/client';
 import type { FaultRequest } from '../../provider/faults';
 import { ensurePostgres, type EmbeddedOptions, type PostgresHandle } from '../../servers/postgres';
@@ -176,9 +177,9 @@ export class ChaosStack {
     }
     // Bundled once: each worker restart loads it instead of bundling again (seconds of CPU each time).
     const bundle = await bundleWorkflowCode({
-      workflowsPath: require.resolve('../../workflows'),
+      workflowsPath: WORKFLOWS_PATH,
       logger: new DefaultLogger('ERROR'),
-      failureConverterPath: FAILURE_CONVERTER_PATH,
+      ...workflowBundleOptions(),
     });
     this.bundlePath = path.join(this.pgOpts.dataDir, '..', 'workflow-bundle.js');
     writeFileSync(this.bundlePath, bundle.code);

@@ -17,6 +17,7 @@ import { DEFAULT_SAGA_CONFIG } from '../../workflows/saga-config';
 import { laneTaskQueue } from '../../domain/lanes';
 import { createPool } from '../../db/pool';
 import { readConfig } from '../../ops/config';
+import { PRELOAD_MODULES, WORKFLOWS_PATH } from '../../ops/workflow-bundle';
 import { dataConverterFor, requirePayloadKeys } from '../../platform/payload-codec';
 import { createProviderClient } from '../../provider/client';
 
@@ -63,7 +64,7 @@ async function main(): Promise<void> {
     taskQueue: cfg.taskQueue,
     ...(process.env.WORKFLOW_BUNDLE
       ? { workflowBundle: { codePath: process.env.WORKFLOW_BUNDLE } }
-      : { workflowsPath: require.resolve('../../workflows') }),
+      : { workflowsPath: WORKFLOWS_PATH, bundlerOptions: { preloadModules: PRELOAD_MODULES } }),
     activities,
     enableNonLocalActivities: point !== 'workflows-only',
   });

@@ -1,6 +1,5 @@
 /** The real Temporal servers the test files start, and the workflow bundle they share per file. */
 import { randomBytes } from 'node:crypto';
-import path from 'node:path';
 import { inject } from 'vitest';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { bundleWorkflowCode, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
@@ -12,6 +11,7 @@ import {
 } from '../../servers/temporal-dev';
 import { startCodecServer } from '../../ops/codec-server';
 import { existingServerOptions } from '../../ops/temporal-connection';
+import { workflowBundleOptions, WORKFLOWS_PATH } from '../../ops/workflow-bundle';
 import {
   dataConverterFor,
   EncryptionCodec,
@@ -24,11 +24,16 @@ export const quietLogger = { log() {}, trace() {}, debug() {}, info() {}, warn()
 /** The payload codec and failure converter of every client and worker of the tests (the test key). */
 export const dataConverter = () => dataConverterFor(requirePayloadKeys());
 
-/** Bundles the workflows once (per test file), with the failure converter the workers use. */
-export const bundleWorkflows = (
-  workflowsPath = path.resolve(__dirname, '../../workflows/index.ts'),
-): Promise<WorkflowBundleWithSourceMap> =>
-  bundleWorkflowCode({ workflowsPath, logger: quietLogger, failureConverterPath: FAILURE_CONVERTER_PATH });
+/**
+ * Bundles the workflows once (per test file) as the workers bundle them (ops/workflow-bundle.ts); another
+ * build's workflows (`workflowsPath`) with the failure converter only.
+ */
+export const bundleWorkflows = (workflowsPath = WORKFLOWS_PATH): Promise<WorkflowBundleWithSourceMap> =>
+  bundleWorkflowCode({
+    workflowsPath,
+    logger: quietLogger,
+    ...(workflowsPath === WORKFLOWS_PATH ? workflowBundleOptions() : { failureConverterPath: FAILURE_CONVERTER_PATH }),
+  });
 
 /** The Java time-skipping server (from the cache, or the SDK's download), with the search attributes. */
 export async function startTimeSkipping(): Promise<TestWorkflowEnvironment> {
