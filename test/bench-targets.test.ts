@@ -80,4 +80,12 @@ describe('the saga-cost targets', () => {
     expect(beyond.map((t) => t.pass)).toEqual([false, false, false, false]);
     expect(beyond[3]!.detail).toBe('30.1 ms vs 14 + 10 = 24 ms (1.25×)');
   });
+
+  it("say where Temporal's own limit stands: the cheapest floor with the plain work, against the peer", () => {
+    const [cpu, perSecond, idle] = sagaCostTargets(saga(30.1, 59.6, 60.1, 14), engines);
+    expect(cpu!.detail).toBe('30.1 ms vs Restate 20 ms (1.51×); cheapest floor + plain work 24 ms (1.2×)');
+    expect(perSecond!.detail).toBe('59.6/s vs Restate 89/s (0.67×); cheapest floor, no work, 1/s (0.01×)');
+    // The cheapest floor's idle p50 (1 ms) + plain Node's (18 ms).
+    expect(idle!.detail).toBe('60.1 ms vs Restate 40 ms (1.5×); cheapest floor + plain work 19 ms (0.48×)');
+  });
 });
