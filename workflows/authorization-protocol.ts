@@ -198,39 +198,9 @@ export class AuthorizationProtocol implements MoneyPath {
     let freshTried = false;
     let slept = 0;
     for (let round = 1; ; round++) {
-      const { authorizationKey, captureKey } = hold;
-      const req = { orderId: saga.orderId, authorizationKey, captureKey };
-      saga.state.attempts.capture = round;
-      let why: string | undefined;
-      try {
-        // The first request runs inside the workflow task (no round trip), a later one as a regular activity.
-        const summary = `capture the hold ${authorizationKey} (key ${captureKey}, request ${round})`;
-        const r =
-          round === 1
-            ? await saga.actLocal(chargeOnceOpts, 'capturePayment', summary, req)
-            : await saga.act(chargeOnceOpts, 'capturePayment', summary, req);
-        return r.status;
-      } catch (err) {
-        const type = failureType(err);
-        const row = conflictStatus(err);
-        // Captured already, or completed (this run's own task lost after its commits and run again,
-        // or another run of this order): nothing more to take; the confirmation is idempotent.
-        if (row === 'CAPTURED' || row === 'COMPLETED') return saga.seen(row);
-        if (type === SagaFailureTypes.OrderSettled || type === ErrorTypes.NotOrderOwner) throw err;
-        if (type === ErrorTypes.CaptureRefused) why = `capture ${captureKey} refused: ${refusalCode(err)}`;
-        else if (type === ErrorTypes.OrderStateConflict || type === ErrorTypes.OrderMismatch)
-          why = `capture ${captureKey} not sent: ${failureMessage(err)}`;
-        else
-          log.warn('capture timed out or failed; inquiring before deciding', {
-            orderId: saga.orderId,
-            error: failureMessage(err),
-          });
-      }
-      if (why === undefined) {
-        const verdict = await this.inquireCapture(captureKey);
-        if (verdict.kind === 'captured') return saga.status({ to: 'CAPTURED' });
-        if (verdict.kind === 'refused') why = `capture ${captureKey} refused: ${verdict.code}`;
-      }
+      const sent = await this.captureRequest(hold, round);
+      if ('status' in sent) return sent.status;
+      let { why } = sent;
       // The first hold lapsed before its capture: one fresh hold with the order's card, then its capture.
       if (why?.endsWith('authorization_expired') && !freshTried && hold === first) {
         freshTried = true;
@@ -251,7 +221,7 @@ export class AuthorizationProtocol implements MoneyPath {
           slept += wait;
           continue;
         }
-        why = `capture ${captureKey} not taken within the forward window (${duration(saga.cfg.forwardRetryLimitMs)})`;
+        why = `capture ${hold.captureKey} not taken within the forward window (${duration(saga.cfg.forwardRetryLimitMs)})`;
       }
       const answer = await this.askAboutCapture(
         `${why}; the goods shipped, the money not taken (resolve retry to capture again, mark-resolved once the provider shows it captured)`,
@@ -259,6 +229,46 @@ export class AuthorizationProtocol implements MoneyPath {
       if (answer === 'mark-resolved') return saga.status({ to: 'CAPTURED' });
       slept = 0; // the operator's retry: a fresh window
     }
+  }
+
+  /**
+   * Request `round` of the capture of `hold`, inquired by its capture key when its answer is lost: the
+   * row's status once captured (or further); else why not (undefined: not taken yet, or still unknown).
+   */
+  private async captureRequest(
+    hold: { authorizationKey: string; captureKey: string },
+    round: number,
+  ): Promise<{ status: OrderStatus } | { why: string | undefined }> {
+    const { saga } = this;
+    const { authorizationKey, captureKey } = hold;
+    const req = { orderId: saga.orderId, authorizationKey, captureKey };
+    saga.state.attempts.capture = round;
+    try {
+      // The first request runs inside the workflow task (no round trip), a later one as a regular activity.
+      const summary = `capture the hold ${authorizationKey} (key ${captureKey}, request ${round})`;
+      const r =
+        round === 1
+          ? await saga.actLocal(chargeOnceOpts, 'capturePayment', summary, req)
+          : await saga.act(chargeOnceOpts, 'capturePayment', summary, req);
+      return { status: r.status };
+    } catch (err) {
+      const type = failureType(err);
+      const row = conflictStatus(err);
+      // Captured already, or completed (this run's own task lost after its commits and run again,
+      // or another run of this order): nothing more to take; the confirmation is idempotent.
+      if (row === 'CAPTURED' || row === 'COMPLETED') return { status: saga.seen(row) };
+      if (type === SagaFailureTypes.OrderSettled || type === ErrorTypes.NotOrderOwner) throw err;
+      if (type === ErrorTypes.CaptureRefused) return { why: `capture ${captureKey} refused: ${refusalCode(err)}` };
+      if (type === ErrorTypes.OrderStateConflict || type === ErrorTypes.OrderMismatch)
+        return { why: `capture ${captureKey} not sent: ${failureMessage(err)}` };
+      log.warn('capture timed out or failed; inquiring before deciding', {
+        orderId: saga.orderId,
+        error: failureMessage(err),
+      });
+    }
+    const verdict = await this.inquireCapture(captureKey);
+    if (verdict.kind === 'captured') return { status: await saga.status({ to: 'CAPTURED' }) };
+    return { why: verdict.kind === 'refused' ? `capture ${captureKey} refused: ${verdict.code}` : undefined };
   }
 
   /**
