@@ -167,9 +167,15 @@ export async function update(
         `cancel: sent, but order ${orderId} had no order row and its saga has not decided the cancel within ${opts.waitSeconds} s (is a worker running?); check client.ts status ${orderId}`,
         EXIT.notCompleted,
       );
+    // A resolve is the saga's to accept, after it checks it against the ledger: undecided is not accepted.
+    if (answer.outcome === 'pending' && !cancel)
+      throw new CliError(
+        `${command}: recorded, but order ${orderId}'s saga has not decided it within ${opts.waitSeconds} s (it checks it against the ledger first, and may still refuse it): client.ts status ${orderId} shows its answer`,
+        EXIT.notCompleted,
+      );
     if (answer.outcome === 'pending') {
       ctx.io.out(
-        `order ${orderId}: ${cancel ? accepted : `${command} accepted`}; the saga is still working on it after ${opts.waitSeconds} s (client.ts status ${orderId})`,
+        `order ${orderId}: ${accepted}; the saga is still working on it after ${opts.waitSeconds} s (client.ts status ${orderId})`,
       );
       return EXIT.ok;
     }
