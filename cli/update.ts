@@ -170,7 +170,7 @@ export async function update(
     // A resolve is the saga's to accept, after it checks it against the ledger: undecided is not accepted.
     if (answer.outcome === 'pending' && !cancel)
       throw new CliError(
-        `${command}: recorded, but order ${orderId}'s saga has not decided it within ${opts.waitSeconds} s (it checks it against the ledger first, and may still refuse it): client.ts status ${orderId} shows its answer`,
+        `${command}: recorded, but order ${orderId}'s saga has not decided it within ${opts.waitSeconds} s (it checks it against the ledger first, and may still refuse it): see client.ts status ${orderId}, and send it again if the saga still awaits an operator`,
         EXIT.notCompleted,
       );
     if (answer.outcome === 'pending') {

@@ -48,7 +48,7 @@ const failure = async (p: Promise<unknown>): Promise<CliError> => {
 };
 
 describe('cancel and resolve, read but not decided within --wait', () => {
-  it('a resolve still undecided exits 1: recorded, not accepted, and says where its answer shows', async () => {
+  it('a resolve still undecided exits 1: recorded, not accepted, and says where to look', async () => {
     const { ctx, signals } = fakeContext('pending');
     const err = await failure(
       update('o-1', { command: 'resolve', action: 'charge-succeeded' }, { waitSeconds: 1 }, ctx),
