@@ -84,6 +84,15 @@ async function rowOf(orderId: string, ctx: CliContext): Promise<OrderRowView | u
   }
 }
 
+/**
+ * How long `status` waits for a running saga's query before it reads the row instead. A worker with
+ * the run cached answers in milliseconds, and one without it replays the history in well under a
+ * second. The server waits longer: 10 s for a worker killed while it held the run (the run's sticky
+ * queue, before the server turns to the run's task queue), and its 30 s query deadline for a build
+ * nobody polls any more.
+ */
+export const STATE_QUERY_WAIT_MS = 5_000;
+
 /** The query failed because no worker polls the run's task queue for its build (the error or its cause says so). */
 function noWorkerAnswers(err: unknown): boolean {
   for (let e: unknown = err; e instanceof Error; e = (e as { cause?: unknown }).cause) {
@@ -99,8 +108,9 @@ function noWorkerAnswers(err: unknown): boolean {
 }
 
 /**
- * A running saga's `state` query. When no worker answers it (the run is pinned to a build whose
- * workers are gone, after a deploy, while it waits for a person), the same state is read as for a
+ * A running saga's `state` query. When no worker answers it within STATE_QUERY_WAIT_MS (the run is
+ * pinned to a build whose workers are gone, after a deploy, while it waits for a person; or the worker
+ * that held it was killed and the server still sends its query there), the same state is read as for a
  * closed run, from the row and the history, with what the row says a person is awaited for: a
  * resolve can still be sent (the sweeper moves the run once its task waits, and the row carries the
  * resolve to it).
@@ -112,12 +122,16 @@ async function liveState(
   ctx: CliContext,
 ): Promise<SagaState> {
   try {
-    return await handle.query(stateQuery);
+    const client = await ctx.temporal();
+    return await client.withDeadline(Date.now() + STATE_QUERY_WAIT_MS, () => handle.query(stateQuery));
   } catch (err) {
     if (!noWorkerAnswers(err)) throw err;
     const row = await rowOf(orderId, ctx);
     if (!row) throw err;
-    ctx.io.err("no worker of the run's build answers its state query: read from the order row and the history");
+    ctx.io.err(
+      `no worker of the run's build answered its state query within ${STATE_QUERY_WAIT_MS / 1000} s ` +
+        '(its build has no workers left, or the worker that held it was killed): read from the order row and the history',
+    );
     const state = await closedRunState(await ctx.temporal(), orderId, described, {
       status: row.status,
       ...(row.reason ? { reason: row.reason } : {}),

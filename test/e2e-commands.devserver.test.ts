@@ -119,7 +119,7 @@ describe('end to end on the dev server', () => {
     });
     const r = await cli(['status', order.orderId, '--json']);
     expect(r.code, r.stderr).toBe(0);
-    expect(r.stderr).toMatch(/no worker of the run's build answers its state query/);
+    expect(r.stderr).toMatch(/no worker of the run's build answered its state query within 5 s/);
     expect(JSON.parse(r.stdout)).toMatchObject({
       orderId: order.orderId,
       status: 'NEEDS_ATTENTION',
