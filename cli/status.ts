@@ -129,8 +129,8 @@ async function liveState(
     const row = await rowOf(orderId, ctx);
     if (!row) throw err;
     ctx.io.err(
-      `no worker of the run's build answered its state query within ${STATE_QUERY_WAIT_MS / 1000} s ` +
-        '(its build has no workers left, or the worker that held it was killed): read from the order row and the history',
+      `the run's state query was not answered within ${STATE_QUERY_WAIT_MS / 1000} s (no worker of its build ` +
+        'polls any more, the worker that held the run was killed, or its workers are too busy): read from the order row and the history',
     );
     const state = await closedRunState(await ctx.temporal(), orderId, described, {
       status: row.status,
