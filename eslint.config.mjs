@@ -45,8 +45,9 @@ export default defineConfig(
   {
     files: ['workflows/**/*.ts'],
     rules: {
-      // A decision on the workflow clock can differ between a run and its replay (the chaos soak saw
-      // a run and its replay measure 12 s apart): durations come from durable timers.
+      // Waits are durable timers. The workflow clock (the recorded time of the workflow task, the same
+      // on every replay) is read only where a line says why: the deadline and a step's own bound
+      // (docs/decisions.md, "The deadline is read from the workflow clock").
       'no-restricted-properties': [
         'error',
         { object: 'Date', property: 'now', message: 'workflow code decides by durable timers, not by the clock' },
