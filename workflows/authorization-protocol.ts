@@ -6,7 +6,7 @@
  * an outcome that stays unknown goes to a person, never to a blind void or a blind capture. Workflow
  * code: deterministic.
  */
-import { ApplicationFailure, CancelledFailure, log } from '@temporalio/workflow';
+import { ApplicationFailure, log } from '@temporalio/workflow';
 import { ErrorTypes, FINAL_CHARGE_ANSWERS, SagaFailureTypes } from '../domain/failures';
 import {
   authorizeKeyFor,
@@ -17,7 +17,7 @@ import {
   orderTotalCents,
   type OrderStatus,
 } from '../domain/order';
-import type { AskAboutCharge, ChargeVerdict } from './charge-protocol';
+import { requestMoney, type AskAboutCharge, type ChargeVerdict } from './charge-protocol';
 import {
   CHARGE_ROUNDS,
   chargeOnceOpts,
@@ -54,11 +54,7 @@ export class AuthorizationProtocol implements MoneyPath {
     private readonly askAboutCapture: AskAboutCapture,
   ) {}
 
-  /**
-   * Step 3, the hold: a timeout or 5xx is followed by an inquiry; only `not_found` (nothing held)
-   * allows another request, after a pause, and only while no cancel or deadline has come. Returns
-   * the row's status afterwards (AUTHORIZED, or further along).
-   */
+  /** Step 3, the hold, in `requestMoney`'s rounds: the row's status afterwards (AUTHORIZED, or further along). */
   async authorize(): Promise<OrderStatus> {
     const { saga } = this;
     const { order } = saga;
@@ -70,14 +66,14 @@ export class AuthorizationProtocol implements MoneyPath {
       paymentMethod: order.paymentMethod,
       idempotencyKey: key,
     };
-    for (let round = 1; ; round++) {
-      await saga.recordQueuedCancels();
-      if (saga.stopCharging()) throw new CancelledFailure(saga.stopReason());
-      saga.state.attempts.authorize = round;
-      try {
-        // A regular activity, the run's one round trip before the pivot: a cancel sent as a Signal or
-        // a Temporal cancellation during steps 1–3 is read at it, before the shipment. Not
-        // cancellable: a cancel waits for this request's answer (it may already be at the provider).
+    return requestMoney(saga, {
+      noun: 'authorization',
+      attempt: 'authorize',
+      held: 'AUTHORIZED',
+      unavailable: 'authorization not made',
+      // A regular activity, the run's one round trip before the pivot: a cancel sent as a Signal or a
+      // Temporal cancellation during steps 1–3 is read at it, before the shipment.
+      send: async (round) => {
         const r = await saga.act(
           chargeOnceOpts,
           'authorizePayment',
@@ -85,31 +81,10 @@ export class AuthorizationProtocol implements MoneyPath {
           request,
         );
         return r.status;
-      } catch (err) {
-        saga.learnCancel(err);
-        if (FINAL_CHARGE_ANSWERS.includes(failureType(err) ?? '')) throw err;
-        log.warn('authorization timed out or failed; inquiring before deciding', {
-          orderId: saga.orderId,
-          error: failureMessage(err),
-        });
-      }
-      const verdict = await this.inquireUntilKnown();
-      if (verdict === 'succeeded') return saga.status({ to: 'AUTHORIZED' });
-      if (verdict === 'cancelled') throw new CancelledFailure(saga.stopReason());
-      if (verdict !== 'not_found') throw holdRefusal(verdict, key);
-      if (round >= CHARGE_ROUNDS) {
-        throw ApplicationFailure.create({
-          type: SagaFailureTypes.PaymentUnavailable,
-          message: `authorization not made after ${round} requests`,
-          nonRetryable: true,
-        });
-      }
-      // Cut short at the deadline, which no timer marks (`SagaRun.untilDeadline`).
-      const pauseMs = Math.min(saga.cfg.inquiryMaxMs, 1000 * 2 ** (round - 1), saga.untilDeadline());
-      await saga.condition(() => saga.stopCharging() || saga.inbox.hasQueuedCancel(), pauseMs, {
-        summary: `the provider never took authorization request ${round}; request ${round + 1} in ${duration(pauseMs)} unless cancelled`,
-      });
-    }
+      },
+      inquireUntilKnown: () => this.inquireUntilKnown(),
+      refusal: (verdict) => holdRefusal(verdict, key),
+    });
   }
 
   /**

@@ -39,6 +39,64 @@ export type Answer = Resolution['action'] | 'cancelled';
 /** Escalates an unknown charge to NEEDS_ATTENTION and waits for a person (the recovery's escalation). */
 export type AskAboutCharge = (reason: string) => Promise<Answer>;
 
+/** A money request of step 3 (a charge, or a hold) as `requestMoney` sends it, round after round. */
+export interface MoneyRequest {
+  /** What it is called in the log, the pause's summary and the last failure: charge, authorization. */
+  noun: string;
+  /** Its counter in the state's attempts. */
+  attempt: 'charge' | 'authorize';
+  /** The row's status once the money is taken or held. */
+  held: OrderStatus;
+  /** What never happened, when every round found nothing: "charge not taken". */
+  unavailable: string;
+  /** Request `round` (a regular activity, not cancellable): the row's status afterwards. */
+  send(round: number): Promise<OrderStatus>;
+  /** Asks the provider by key until it knows. */
+  inquireUntilKnown(): Promise<ChargeVerdict>;
+  /** The failure for a verdict that ends the step: declined, released since, or the key closed. */
+  refusal(verdict: 'failed' | 'refunded' | 'closed'): ApplicationFailure;
+}
+
+/**
+ * Step 3's rounds, for a charge and a hold alike: a timeout or 5xx is followed by an inquiry; only
+ * `not_found` (nothing taken) allows another request, after a pause, and only while no cancel or
+ * deadline has come. A cancel waits for a request's answer (it may already be at the provider).
+ */
+export async function requestMoney(saga: SagaRun, m: MoneyRequest): Promise<OrderStatus> {
+  for (let round = 1; ; round++) {
+    await saga.recordQueuedCancels();
+    if (saga.stopCharging()) throw new CancelledFailure(saga.stopReason());
+    saga.state.attempts[m.attempt] = round;
+    try {
+      return await m.send(round);
+    } catch (err) {
+      saga.learnCancel(err);
+      if (FINAL_CHARGE_ANSWERS.includes(failureType(err) ?? '')) throw err;
+      log.warn(`${m.noun} timed out or failed; inquiring before deciding`, {
+        orderId: saga.orderId,
+        error: failureMessage(err),
+      });
+    }
+    const verdict = await m.inquireUntilKnown();
+    if (verdict === 'succeeded') return saga.status({ to: m.held });
+    if (verdict === 'cancelled') throw new CancelledFailure(saga.stopReason());
+    if (verdict !== 'not_found') throw m.refusal(verdict);
+    if (round >= CHARGE_ROUNDS) {
+      throw ApplicationFailure.create({
+        type: SagaFailureTypes.PaymentUnavailable,
+        message: `${m.unavailable} after ${round} requests`,
+        nonRetryable: true,
+      });
+    }
+    // not_found: nothing taken yet. Pause, cut short at the deadline (no timer marks it:
+    // `SagaRun.untilDeadline`), unless a cancel comes first.
+    const pauseMs = Math.min(saga.cfg.inquiryMaxMs, 1000 * 2 ** (round - 1), saga.untilDeadline());
+    await saga.condition(() => saga.stopCharging() || saga.inbox.hasQueuedCancel(), pauseMs, {
+      summary: `the provider never took ${m.noun} request ${round}; request ${round + 1} in ${duration(pauseMs)} unless cancelled`,
+    });
+  }
+}
+
 export class ChargeProtocol {
   /** The status of an order whose money the charge took (the recovery's MoneyPath). */
   readonly held = 'CHARGED' as const;
@@ -48,11 +106,7 @@ export class ChargeProtocol {
     private readonly askAboutCharge: AskAboutCharge,
   ) {}
 
-  /**
-   * The charge: a timeout or 5xx is followed by an inquiry; only `not_found` (nothing charged) allows
-   * another request, after a pause, and only while no cancel or deadline has come. Returns the row's
-   * status afterwards (CHARGED, or further along).
-   */
+  /** The charge, in `requestMoney`'s rounds: the row's status afterwards (CHARGED, or further along). */
   async charge(): Promise<OrderStatus> {
     const { saga } = this;
     const { order } = saga;
@@ -65,14 +119,14 @@ export class ChargeProtocol {
       idempotencyKey: key,
       markCharged: true,
     };
-    for (let round = 1; ; round++) {
-      await saga.recordQueuedCancels();
-      if (saga.stopCharging()) throw new CancelledFailure(saga.stopReason());
-      saga.state.attempts.charge = round;
-      try {
-        // Not cancellable: a cancel waits for this request's answer (it may already be at the provider).
-        // A regular activity: a charge moves money at once, so the run learns of a cancel sent as a
-        // Signal at the round trip before it (docs/decisions.md).
+    return requestMoney(saga, {
+      noun: 'charge',
+      attempt: 'charge',
+      held: 'CHARGED',
+      unavailable: 'charge not taken',
+      // A regular activity: a charge moves money at once, so the run learns of a cancel sent as a
+      // Signal at the round trip before it (docs/decisions.md).
+      send: async (round) => {
         const r = await saga.act(
           chargeOnceOpts,
           'chargePayment',
@@ -80,32 +134,10 @@ export class ChargeProtocol {
           request,
         );
         return r.status ?? 'CHARGED';
-      } catch (err) {
-        saga.learnCancel(err);
-        if (FINAL_CHARGE_ANSWERS.includes(failureType(err) ?? '')) throw err;
-        log.warn('charge timed out or failed; inquiring before deciding', {
-          orderId: saga.orderId,
-          error: failureMessage(err),
-        });
-      }
-      const verdict = await this.inquireUntilKnown();
-      if (verdict === 'succeeded') return saga.status({ to: 'CHARGED' });
-      if (verdict === 'cancelled') throw new CancelledFailure(saga.stopReason());
-      if (verdict !== 'not_found') throw refusal(verdict, key);
-      if (round >= CHARGE_ROUNDS) {
-        throw ApplicationFailure.create({
-          type: SagaFailureTypes.PaymentUnavailable,
-          message: `charge not taken after ${round} requests`,
-          nonRetryable: true,
-        });
-      }
-      // not_found: nothing was charged yet. Pause, unless a cancel or the deadline comes first.
-      // Cut short at the deadline, which no timer marks (`SagaRun.untilDeadline`).
-      const pauseMs = Math.min(saga.cfg.inquiryMaxMs, 1000 * 2 ** (round - 1), saga.untilDeadline());
-      await saga.condition(() => saga.stopCharging() || saga.inbox.hasQueuedCancel(), pauseMs, {
-        summary: `the provider never took charge request ${round}; request ${round + 1} in ${duration(pauseMs)} unless cancelled`,
-      });
-    }
+      },
+      inquireUntilKnown: () => this.inquireUntilKnown(),
+      refusal: (verdict) => refusal(verdict, key),
+    });
   }
 
   /**
