@@ -16,6 +16,7 @@ import {
   bothReadFirst,
   createProduct,
   mockActivityEnv,
+  pendingOrderRows,
   productRow,
   reservations,
   runActivity,
@@ -32,15 +33,7 @@ afterAll(async () => {
   await db.end();
 });
 
-async function orderRows(ids: string[], customerId = 'c'): Promise<void> {
-  for (const id of ids) {
-    await db.query({
-      text: `INSERT INTO orders (order_id, customer_id, status, currency, total_cents, items, payment_method, workflow_id)
-             VALUES ($1, $2, 'PENDING', 'USD', 1, '[]', 'tok_visa', $3)`,
-      values: [id, customerId, `order:${id}`],
-    });
-  }
-}
+const orderRows = (ids: string[], customerId?: string): Promise<void> => pendingOrderRows(db, ids, customerId);
 
 async function quota(customerId: string, sku: string): Promise<number> {
   const { rows } = await db.query<{ held: number }>({

@@ -20,7 +20,15 @@ import {
 import { InventoryMetrics } from '../activities/inventory-metrics';
 import { LaneGroup } from '../activities/lane-group';
 import { laneHoldings, maxOverlap } from '../activities/lane-lock';
-import { createProduct, productRow, reservations, testPool, testProvider, uid } from './support/helpers';
+import {
+  createProduct,
+  pendingOrderRows,
+  productRow,
+  reservations,
+  testPool,
+  testProvider,
+  uid,
+} from './support/helpers';
 
 let db: Pool;
 beforeAll(() => {
@@ -30,15 +38,7 @@ afterAll(async () => {
   await db.end();
 });
 
-async function orderRows(ids: string[], customerId = 'c'): Promise<void> {
-  for (const id of ids) {
-    await db.query({
-      text: `INSERT INTO orders (order_id, customer_id, status, currency, total_cents, items, payment_method, workflow_id)
-             VALUES ($1, $2, 'PENDING', 'USD', 1, '[]', 'tok_visa', $3)`,
-      values: [id, customerId, `order:${id}`],
-    });
-  }
-}
+const orderRows = (ids: string[], customerId?: string): Promise<void> => pendingOrderRows(db, ids, customerId);
 
 const status = async (id: string): Promise<string> =>
   (await db.query<{ status: string }>({ text: 'SELECT status FROM orders WHERE order_id = $1', values: [id] })).rows[0]!

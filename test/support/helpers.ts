@@ -123,6 +123,17 @@ export async function holds(pool: Pool, orderId: string) {
   };
 }
 
+/** Bare PENDING order rows (customer `customerId`, no items), for tests of the inventory activities. */
+export async function pendingOrderRows(db: Pool, ids: string[], customerId = 'c'): Promise<void> {
+  for (const id of ids) {
+    await db.query({
+      text: `INSERT INTO orders (order_id, customer_id, status, currency, total_cents, items, payment_method, workflow_id)
+             VALUES ($1, $2, 'PENDING', 'USD', 1, '[]', 'tok_visa', $3)`,
+      values: [id, customerId, `order:${id}`],
+    });
+  }
+}
+
 export async function reservations(db: Pool, orderId: string): Promise<{ sku: string; qty: number; status: string }[]> {
   const { rows } = await db.query<{ sku: string; qty: number; status: string }>({
     text: 'SELECT sku, qty, status FROM reservations WHERE order_id = $1 ORDER BY sku',
