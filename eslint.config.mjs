@@ -50,13 +50,17 @@ export default defineConfig(
       // (docs/decisions.md, "The deadline is read from the workflow clock").
       'no-restricted-properties': [
         'error',
-        { object: 'Date', property: 'now', message: 'workflow code decides by durable timers, not by the clock' },
+        {
+          object: 'Date',
+          property: 'now',
+          message: 'workflow code waits on durable timers; read the workflow clock only where a line says why',
+        },
       ],
       'no-restricted-syntax': [
         'error',
         {
           selector: "NewExpression[callee.name='Date']",
-          message: 'workflow code decides by durable timers, not by the clock',
+          message: 'workflow code waits on durable timers; read the workflow clock only where a line says why',
         },
       ],
     },

@@ -93,7 +93,7 @@ async function rowOf(orderId: string, ctx: CliContext): Promise<OrderRowView | u
  */
 export const STATE_QUERY_WAIT_MS = 5_000;
 
-/** The query failed because no worker polls the run's task queue for its build (the error or its cause says so). */
+/** The query got no answer: no worker polls the run's task queue for its build, or the wait ran out (the error or its cause says so). */
 function noWorkerAnswers(err: unknown): boolean {
   for (let e: unknown = err; e instanceof Error; e = (e as { cause?: unknown }).cause) {
     const details = (e as { details?: unknown }).details;
@@ -128,14 +128,16 @@ async function liveState(
     if (!noWorkerAnswers(err)) throw err;
     const row = await rowOf(orderId, ctx);
     if (!row) throw err;
-    ctx.io.err(
-      `the run's state query was not answered within ${STATE_QUERY_WAIT_MS / 1000} s (no worker of its build ` +
-        'polls any more, the worker that held the run was killed, or its workers are too busy): read from the order row and the history',
-    );
+    // The history is read first: with the server itself down, its own error is what the person sees.
     const state = await closedRunState(await ctx.temporal(), orderId, described, {
       status: row.status,
       ...(row.reason ? { reason: row.reason } : {}),
     });
+    ctx.io.err(
+      `the run's state query got no answer within ${STATE_QUERY_WAIT_MS / 1000} s (no worker of its build polls ` +
+        'any more, the worker that held the run was killed, its workers are too busy, or the server was slow to route it): ' +
+        'read from the order row and the history',
+    );
     if (row.status !== 'NEEDS_ATTENTION') return state;
     const awaiting = awaitingFrom(row.attentionFrom, row.attentionStep);
     const step =

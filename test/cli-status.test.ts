@@ -21,7 +21,7 @@ const deadlineExceeded = (): Error =>
   });
 
 /** A running saga in NEEDS_ATTENTION whose query answers `answer` (or never, under a deadline). */
-function fakeContext(answer: 'never' | 'at-once' | 'refused') {
+function fakeContext(answer: 'never' | 'at-once' | 'refused', history: 'readable' | 'server-down' = 'readable') {
   const out: string[] = [];
   const err: string[] = [];
   const deadlines: number[] = [];
@@ -34,7 +34,10 @@ function fakeContext(answer: 'never' | 'at-once' | 'refused') {
       status: { name: 'RUNNING' },
       typedSearchAttributes: { get: () => undefined },
     }),
-    fetchHistory: async () => ({ events: [] }),
+    fetchHistory: async () => {
+      if (history === 'server-down') throw new Error('14 UNAVAILABLE: the server is down');
+      return { events: [] };
+    },
     query: async () => {
       if (answer === 'refused') throw new Error('query handler threw: boom');
       if (answer === 'at-once') return { ...live, stepsDone: [], compensations: [], compensationsRun: [] };
@@ -92,7 +95,7 @@ describe('status of a running saga: the query waits STATE_QUERY_WAIT_MS, then th
     expect(deadlines[0]!).toBeGreaterThan(STATE_QUERY_WAIT_MS - 1_000);
     expect(deadlines[0]!).toBeLessThanOrEqual(STATE_QUERY_WAIT_MS);
     expect(err.join('\n')).toMatch(
-      /the run's state query was not answered within 5 s \(no worker of its build polls any more/,
+      /the run's state query got no answer within 5 s \(no worker of its build polls any more/,
     );
     const state = JSON.parse(out.join('\n')) as Record<string, unknown>;
     expect(state).toMatchObject({ orderId: 'o-1', status: 'NEEDS_ATTENTION', awaiting: 'compensation' });
@@ -105,6 +108,12 @@ describe('status of a running saga: the query waits STATE_QUERY_WAIT_MS, then th
     expect(deadlines).toHaveLength(1);
     expect(err).toEqual([]);
     expect(JSON.parse(out.join('\n'))).toMatchObject({ status: 'NEEDS_ATTENTION', step: 'releaseInventory' });
+  });
+
+  it('with the server itself down, its own error is what the person sees, not a worker blamed', async () => {
+    const { run, err } = fakeContext('never', 'server-down');
+    await expect(run()).rejects.toThrow(/14 UNAVAILABLE: the server is down/);
+    expect(err).toEqual([]);
   });
 
   it('a query that fails for another reason is not hidden behind the row', async () => {
