@@ -93,10 +93,21 @@ async function rowOf(orderId: string, ctx: CliContext): Promise<OrderRowView | u
  */
 export const STATE_QUERY_WAIT_MS = 5_000;
 
-/** The query got no answer: no worker polls the run's task queue for its build, or the wait ran out (the error or its cause says so). */
-function noWorkerAnswers(err: unknown): boolean {
+/** gRPC's codes for a call cancelled and a call past its deadline. */
+const GRPC_CANCELLED = 1;
+const GRPC_DEADLINE_EXCEEDED = 4;
+
+/**
+ * The query got no answer: the server says no worker polls the run's task queue for its build, or
+ * it or the wait ran out of time (`deadline`, ms: the call then ends DEADLINE_EXCEEDED, or CANCELLED
+ * when the SDK cuts it there). A cancel before the deadline, or any other failure, is not this.
+ */
+function noAnswerWithin(err: unknown, deadline: number): boolean {
+  const ranOut = Date.now() >= deadline - 50;
   for (let e: unknown = err; e instanceof Error; e = (e as { cause?: unknown }).cause) {
     const details = (e as { details?: unknown }).details;
+    const code = (e as { code?: unknown }).code;
+    if (ranOut && (code === GRPC_CANCELLED || code === GRPC_DEADLINE_EXCEEDED)) return true;
     if (
       /no poller|worker may be down|deadline.exceeded|before a worker could process/i.test(
         `${e.message} ${typeof details === 'string' ? details : ''}`,
@@ -121,15 +132,16 @@ async function liveState(
   described: WorkflowExecutionDescription,
   ctx: CliContext,
 ): Promise<SagaState> {
+  const client = await ctx.temporal();
+  const deadline = Date.now() + STATE_QUERY_WAIT_MS;
   try {
-    const client = await ctx.temporal();
-    return await client.withDeadline(Date.now() + STATE_QUERY_WAIT_MS, () => handle.query(stateQuery));
+    return await client.withDeadline(deadline, () => handle.query(stateQuery));
   } catch (err) {
-    if (!noWorkerAnswers(err)) throw err;
+    if (!noAnswerWithin(err, deadline)) throw err;
     const row = await rowOf(orderId, ctx);
     if (!row) throw err;
     // The history is read first: with the server itself down, its own error is what the person sees.
-    const state = await closedRunState(await ctx.temporal(), orderId, described, {
+    const state = await closedRunState(client, orderId, described, {
       status: row.status,
       ...(row.reason ? { reason: row.reason } : {}),
     });

@@ -5,27 +5,36 @@
  * tests of these branches, over a fake run and a fake store (the real path runs in
  * test/e2e-commands.devserver.test.ts and in the chaos soak's operators).
  */
-import { describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import type { CliContext } from '../cli/context';
 import { STATE_QUERY_WAIT_MS, register } from '../cli/status';
 import { Command } from '@commander-js/extra-typings';
 import { EXIT } from '../cli/context';
 
-/** The gRPC error a call gets when its own deadline passes. */
-const deadlineExceeded = (): Error =>
-  Object.assign(new Error('Failed to query workflow'), {
-    cause: Object.assign(new Error('4 DEADLINE_EXCEEDED: Deadline exceeded'), {
-      code: 4,
-      details: 'Deadline exceeded',
+/** The error the SDK throws for a query whose gRPC call ended with `code` (4 DEADLINE_EXCEEDED, 1 CANCELLED). */
+const grpcFailure = (code: 1 | 4): Error => {
+  const details = code === 4 ? 'Deadline exceeded' : 'Call cancelled';
+  return Object.assign(new Error('Failed to query Workflow'), {
+    cause: Object.assign(new Error(`${code} ${code === 4 ? 'DEADLINE_EXCEEDED' : 'CANCELLED'}: ${details}`), {
+      code,
+      details,
     }),
   });
+};
 
-/** A running saga in NEEDS_ATTENTION whose query answers `answer` (or never, under a deadline). */
-function fakeContext(answer: 'never' | 'at-once' | 'refused', history: 'readable' | 'server-down' = 'readable') {
+/**
+ * A running saga in NEEDS_ATTENTION whose query answers `answer`: at once; never (its call ends at the
+ * deadline, DEADLINE_EXCEEDED or CANCELLED as the SDK cuts it); cancelled before the deadline; or a
+ * failure of the handler.
+ */
+function fakeContext(
+  answer: 'at-once' | 'never-deadline' | 'never-cancelled' | 'cancelled-early' | 'refused',
+  history: 'readable' | 'server-down' = 'readable',
+) {
   const out: string[] = [];
   const err: string[] = [];
   const deadlines: number[] = [];
-  let underDeadline = false;
+  let deadline: number | undefined;
   const live = { orderId: 'o-1', status: 'NEEDS_ATTENTION', step: 'releaseInventory', awaiting: 'compensation' };
   const handle = {
     describe: async () => ({
@@ -41,20 +50,22 @@ function fakeContext(answer: 'never' | 'at-once' | 'refused', history: 'readable
     query: async () => {
       if (answer === 'refused') throw new Error('query handler threw: boom');
       if (answer === 'at-once') return { ...live, stepsDone: [], compensations: [], compensationsRun: [] };
-      if (!underDeadline) return new Promise<never>(() => undefined); // the server's 30 s, and more
-      throw deadlineExceeded();
+      if (deadline === undefined) return new Promise<never>(() => undefined); // the server's 30 s, and more
+      if (answer === 'cancelled-early') throw grpcFailure(1);
+      vi.setSystemTime(deadline); // the wait runs out
+      throw grpcFailure(answer === 'never-deadline' ? 4 : 1);
     },
   };
   const client = {
     options: { loadedDataConverter: undefined },
     workflow: { getHandle: () => handle },
-    withDeadline: async <R>(deadline: number, fn: () => Promise<R>): Promise<R> => {
-      deadlines.push(deadline - Date.now());
-      underDeadline = true;
+    withDeadline: async <R>(at: number, fn: () => Promise<R>): Promise<R> => {
+      deadlines.push(at - Date.now());
+      deadline = at;
       try {
         return await fn();
       } finally {
-        underDeadline = false;
+        deadline = undefined;
       }
     },
   };
@@ -88,31 +99,45 @@ function fakeContext(answer: 'never' | 'at-once' | 'refused', history: 'readable
 }
 
 describe('status of a running saga: the query waits STATE_QUERY_WAIT_MS, then the row answers', () => {
-  it('a query not answered within the wait is read from the row and the history, with what the row awaits', async () => {
-    const { run, out, err, deadlines } = fakeContext('never');
-    expect(await run()).toBe(EXIT.ok);
-    expect(deadlines).toHaveLength(1);
-    expect(deadlines[0]!).toBeGreaterThan(STATE_QUERY_WAIT_MS - 1_000);
-    expect(deadlines[0]!).toBeLessThanOrEqual(STATE_QUERY_WAIT_MS);
-    expect(err.join('\n')).toMatch(
-      /the run's state query got no answer within 5 s \(no worker of its build polls any more/,
-    );
-    const state = JSON.parse(out.join('\n')) as Record<string, unknown>;
-    expect(state).toMatchObject({ orderId: 'o-1', status: 'NEEDS_ATTENTION', awaiting: 'compensation' });
-    expect(state.step).toBe('compensate:releaseInventory');
+  beforeEach(() => {
+    vi.useFakeTimers({ toFake: ['Date'] });
   });
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+
+  it.each(['never-deadline', 'never-cancelled'] as const)(
+    'a query not answered within the wait (%s) is read from the row and the history, with what the row awaits',
+    async (answer) => {
+      const { run, out, err, deadlines } = fakeContext(answer);
+      expect(await run()).toBe(EXIT.ok);
+      expect(deadlines).toEqual([STATE_QUERY_WAIT_MS]);
+      expect(err.join('\n')).toMatch(
+        /the run's state query got no answer within 5 s \(no worker of its build polls any more/,
+      );
+      const state = JSON.parse(out.join('\n')) as Record<string, unknown>;
+      expect(state).toMatchObject({ orderId: 'o-1', status: 'NEEDS_ATTENTION', awaiting: 'compensation' });
+      expect(state.step).toBe('compensate:releaseInventory');
+    },
+  );
 
   it('a query answered within the wait prints the live state, with nothing on stderr', async () => {
     const { run, out, err, deadlines } = fakeContext('at-once');
     expect(await run()).toBe(EXIT.ok);
-    expect(deadlines).toHaveLength(1);
+    expect(deadlines).toEqual([STATE_QUERY_WAIT_MS]);
     expect(err).toEqual([]);
     expect(JSON.parse(out.join('\n'))).toMatchObject({ status: 'NEEDS_ATTENTION', step: 'releaseInventory' });
   });
 
   it('with the server itself down, its own error is what the person sees, not a worker blamed', async () => {
-    const { run, err } = fakeContext('never', 'server-down');
+    const { run, err } = fakeContext('never-deadline', 'server-down');
     await expect(run()).rejects.toThrow(/14 UNAVAILABLE: the server is down/);
+    expect(err).toEqual([]);
+  });
+
+  it('a call cancelled before the wait ran out is not read as no answer', async () => {
+    const { run, err } = fakeContext('cancelled-early');
+    await expect(run()).rejects.toThrow(/Failed to query Workflow/);
     expect(err).toEqual([]);
   });
 
