@@ -70,13 +70,13 @@ async function rowStatus(
   ctx: CliContext,
 ): Promise<{ status: OrderStatus; reason?: string } | undefined> {
   const row = await rowOf(orderId, ctx);
-  return row ? { status: row.status, ...(row.reason ? { reason: row.reason } : {}) } : undefined;
+  return typeof row === 'object' ? { status: row.status, ...(row.reason ? { reason: row.reason } : {}) } : undefined;
 }
 
-/** The order's row when the order store can be opened here, else undefined. */
-async function rowOf(orderId: string, ctx: CliContext): Promise<OrderRowView | undefined> {
+/** The order's row when the order store can be opened here, else undefined ('no store': none is set). */
+async function rowOf(orderId: string, ctx: CliContext): Promise<OrderRowView | 'no store' | undefined> {
   const store = ctx.openStore('reader');
-  if (!store) return undefined;
+  if (!store) return 'no store';
   try {
     return await store.orderRow(orderId);
   } finally {
@@ -118,6 +118,19 @@ function noAnswerWithin(err: unknown, deadline: number): boolean {
   return false;
 }
 
+/** A running saga whose query got no answer, and whose row cannot be read instead: why, and what to set. */
+function unreadable(orderId: string, err: unknown, row: 'no store' | undefined): CliError {
+  const why =
+    row === 'no store'
+      ? 'and no order store is set to read its row instead (READER_DATABASE_URL or DATABASE_URL)'
+      : 'and the order store has no row for it';
+  return new CliError(
+    `order ${orderId}: its run's state query got no answer within ${STATE_QUERY_WAIT_MS / 1000} s, ${why} ` +
+      `(the query: ${(err as Error).message})`,
+    EXIT.notCompleted,
+  );
+}
+
 /**
  * A running saga's `state` query. When no worker answers it within STATE_QUERY_WAIT_MS (the run is
  * pinned to a build whose workers are gone, after a deploy, while it waits for a person; or the worker
@@ -139,7 +152,7 @@ async function liveState(
   } catch (err) {
     if (!noAnswerWithin(err, deadline)) throw err;
     const row = await rowOf(orderId, ctx);
-    if (!row) throw err;
+    if (typeof row !== 'object') throw unreadable(orderId, err, row);
     // The history is read first: with the server itself down, its own error is what the person sees.
     const state = await closedRunState(client, orderId, described, {
       status: row.status,

@@ -9,7 +9,7 @@ import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import type { CliContext } from '../cli/context';
 import { STATE_QUERY_WAIT_MS, register } from '../cli/status';
 import { Command } from '@commander-js/extra-typings';
-import { EXIT } from '../cli/context';
+import { CliError, EXIT } from '../cli/context';
 
 /** The error the SDK throws for a query whose gRPC call ended with `code` (4 DEADLINE_EXCEEDED, 1 CANCELLED). */
 const grpcFailure = (code: 1 | 4): Error => {
@@ -30,6 +30,7 @@ const grpcFailure = (code: 1 | 4): Error => {
 function fakeContext(
   answer: 'at-once' | 'never-deadline' | 'never-cancelled' | 'cancelled-early' | 'refused',
   history: 'readable' | 'server-down' = 'readable',
+  store: 'set' | 'none' = 'set',
 ) {
   const out: string[] = [];
   const err: string[] = [];
@@ -69,7 +70,7 @@ function fakeContext(
       }
     },
   };
-  const store = {
+  const orderStore = {
     orderRow: async () => ({
       orderId: 'o-1',
       status: 'NEEDS_ATTENTION',
@@ -84,7 +85,7 @@ function fakeContext(
     io: { out: (l: string) => out.push(l), err: (l: string) => err.push(l) },
     links: { run: () => 'http://ui/run', list: () => '', schedule: () => '' },
     temporal: async () => client,
-    openStore: () => store,
+    openStore: () => (store === 'set' ? orderStore : undefined),
     done: (c: number) => {
       code = c;
     },
@@ -132,6 +133,17 @@ describe('status of a running saga: the query waits STATE_QUERY_WAIT_MS, then th
   it('with the server itself down, its own error is what the person sees, not a worker blamed', async () => {
     const { run, err } = fakeContext('never-deadline', 'server-down');
     await expect(run()).rejects.toThrow(/14 UNAVAILABLE: the server is down/);
+    expect(err).toEqual([]);
+  });
+
+  it('with no order store to read instead, a clear error that says what to set', async () => {
+    const { run, err } = fakeContext('never-deadline', 'readable', 'none');
+    const failure = await run().catch((e: unknown) => e);
+    expect(failure).toBeInstanceOf(CliError);
+    expect((failure as CliError).code).toBe(EXIT.notCompleted);
+    expect((failure as CliError).message).toMatch(
+      /^order o-1: its run's state query got no answer within 5 s, and no order store is set to read its row instead \(READER_DATABASE_URL or DATABASE_URL\)/,
+    );
     expect(err).toEqual([]);
   });
 
