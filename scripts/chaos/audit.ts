@@ -40,7 +40,7 @@ interface AuditRow {
 export async function auditOrders(
   db: Pool,
   orders: ChaosOrder[],
-  expect: { cancelAccepted: Set<string>; apiRefused: Set<string> },
+  expect: { cancelAccepted: Set<string>; apiRefused: Set<string>; stoppedBeforeRow: Set<string> },
 ): Promise<{ violations: PeopleViolation[]; statuses: Record<string, number>; notTerminal: string[] }> {
   const { rows } = await db.query<AuditRow>({
     text: `SELECT o.order_id, o.status, o.total_cents, o.customer_id, o.payment_method, o.items, o.payment_flow,
@@ -75,11 +75,19 @@ export async function auditOrders(
     void violations.push({ rule, orderIds: [id], detail });
   const lines = (l: { sku: string; qty: number }[]): string =>
     JSON.stringify([...l].sort((a, b) => (a.sku < b.sku ? -1 : 1)).map((i) => [i.sku, i.qty]));
+  const moved = await movedWithoutRow(
+    db,
+    orders.map((o) => o.input.orderId).filter((id) => !byId.has(id)),
+  );
   for (const o of orders) {
     const id = o.input.orderId;
     const row = byId.get(id);
     if (!row) {
-      bad('every placed order has its row', id, 'no order row (every chaos order is valid)');
+      // A run a person stopped before it wrote the row did nothing: its order never happened.
+      if (!expect.stoppedBeforeRow.has(id))
+        bad('every placed order has its row', id, 'no order row (every chaos order is valid)');
+      else if (moved.has(id))
+        bad('an order stopped before its row moved nothing', id, `no order row, yet ${moved.get(id)}`);
       continue;
     }
     statuses[row.status] = (statuses[row.status] ?? 0) + 1;
@@ -149,6 +157,21 @@ export async function auditOrders(
       bad('an order the API refused never goes on', id, `refused by POST /v1/orders, order ${row.status}`);
   }
   return { violations, statuses, notTerminal };
+}
+
+/** What moved for orders that have no row (stock held or sold, a hold, a charge, a shipment), by order. */
+async function movedWithoutRow(db: Pool, ids: string[]): Promise<Map<string, string>> {
+  if (ids.length === 0) return new Map();
+  const { rows } = await db.query<{ order_id: string; what: string }>({
+    text: `SELECT t.id AS order_id, concat_ws(', ',
+                    CASE WHEN EXISTS (SELECT 1 FROM reservations r WHERE r.order_id = t.id) THEN 'stock reserved' END,
+                    CASE WHEN EXISTS (SELECT 1 FROM provider.authorizations a WHERE a.reference = t.id) THEN 'a hold asked for' END,
+                    CASE WHEN EXISTS (SELECT 1 FROM provider.charges c WHERE c.idempotency_key = t.id || ':charge') THEN 'a charge asked for' END,
+                    CASE WHEN EXISTS (SELECT 1 FROM shipments s WHERE s.order_id = t.id) THEN 'a shipment' END) AS what
+             FROM unnest($1::text[]) AS t(id)`,
+    values: [ids],
+  });
+  return new Map(rows.filter((r) => r.what !== '').map((r) => [r.order_id, r.what]));
 }
 
 const T = temporal.api.enums.v1.EventType;

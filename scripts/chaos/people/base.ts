@@ -18,7 +18,7 @@ import {
 import { WorkflowIdReusePolicy } from '@temporalio/common';
 import { runCli } from '../../../client';
 import { isConnectionError } from '../../../db/pool';
-import { isTerminal, orderIdOf, type OrderInput, type OrderStatus } from '../../../domain/order';
+import { isTerminal, orderIdOf, workflowIdFor, type OrderInput, type OrderStatus } from '../../../domain/order';
 import type { AppConfig } from '../../../ops/config';
 import type { SagaConfig } from '../../../workflows/order-saga';
 import type { SagaState } from '../../../workflows/messages';
@@ -57,6 +57,11 @@ export class PeopleBase {
   readonly meddled = new Set<string>();
   /** Orders a person terminated, and when (the sweeper must have healed each). */
   readonly terminated = new Map<string, number>();
+  /**
+   * Orders a person stopped (terminated, or deleted the history) before their run wrote the row: no row
+   * and nothing to heal, and nothing may have moved for them (no stock, no money, no shipment).
+   */
+  readonly stoppedBeforeRow = new Set<string>();
   /** Orders found in NEEDS_ATTENTION by an operator. */
   readonly escalated = new Set<string>();
   /** Where a person writes an order file to place it again. */
@@ -164,12 +169,20 @@ export class PeopleBase {
     return false;
   }
 
-  /** Watches the order until its authorization step runs (at most 20 s); its state then. */
+  /**
+   * Watches the order until its authorization step runs (at most 20 s), or its run has closed; its state
+   * then. No answer (no worker has taken the new run yet, and its row is not written) is waited out too.
+   */
   async untilAuthorizing(id: string): Promise<SagaState | undefined> {
     let s: SagaState | undefined;
     for (const until = Date.now() + 20_000; Date.now() < until; await sleep(100)) {
       s = await this.state(id);
-      if (!s || s.step === 'authorizePayment' || s.stepsDone.includes('authorizePayment')) break;
+      const closed = (): Promise<boolean> =>
+        this.running(workflowIdFor(id)).then(
+          (r) => !r,
+          () => false,
+        );
+      if (s ? s.step === 'authorizePayment' || s.stepsDone.includes('authorizePayment') : await closed()) break;
     }
     return s;
   }

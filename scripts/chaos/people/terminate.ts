@@ -91,27 +91,31 @@ export async function unreadableSignal(p: PeopleBase, o: ChaosOrder, limitMs: nu
 
 /**
  * Waits for the order's row to be settled by the run the sweeper starts, and that run to close;
- * `stopped`: a person stopped its run (the sweeper must have healed it: its heal is timed).
+ * `stopped`: a person stopped its run (the sweeper must have healed it: its heal is timed), unless it
+ * was stopped before it wrote the row (no row 10 s on: nothing to heal, and the audit checks nothing moved).
  */
 export async function healedBySweeper(p: PeopleBase, id: string, stopped: boolean, limitMs: number): Promise<boolean> {
   const wid = workflowIdFor(id);
   const at = Date.now();
   for (const until = at + limitMs; Date.now() < until; await sleep(500)) {
     let settled: boolean;
+    let none: boolean;
     try {
       const { rows } = await p.stack.reader.query<{ status: OrderStatus }>({
         text: 'SELECT status FROM orders WHERE order_id = $1',
         values: [id],
       });
       const status = rows[0]?.status;
-      // Terminated before it wrote the row: nothing to heal (unless a late write appears, then it is).
-      const none = status === undefined && Date.now() - at > 10_000;
+      // Stopped before it wrote the row: nothing to heal (unless a late write appears, then it is).
+      none = status === undefined && Date.now() - at > 10_000;
       settled = (none || (status !== undefined && isTerminal(status))) && !(await p.running(wid));
     } catch {
       continue; // Postgres or the Temporal server is being restarted by the soak: look again
     }
     if (settled) {
-      if (stopped) p.terminated.set(id, at);
+      // One stopped before its row: the audit holds it to nothing moved.
+      if (stopped && none) p.stoppedBeforeRow.add(id);
+      else if (stopped) p.terminated.set(id, at);
       return true;
     }
   }

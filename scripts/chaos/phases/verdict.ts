@@ -351,7 +351,8 @@ async function printSummary(
     .sort((a, b) => a - b);
   say(
     `sweeper:      ${swept.runs} sweeps; terminates sent ${people.actions.get('terminate')?.sent ?? 0}, of a running run ${people.actions.get('terminate')?.accepted ?? 0}; ` +
-      `orders healed by a restart ${swept.restarts} (${heal.length} of the terminated${othersRestarted(people.terminated, swept)}); heal time p50 ${percentile(heal, 50)} ms, p99 ${percentile(heal, 99)} ms; ` +
+      `orders healed by a restart ${swept.restarts} (${heal.length} of the terminated${othersRestarted(people.terminated, swept)}); ` +
+      `stopped before their row was written (nothing to heal, nothing moved) ${people.stoppedBeforeRow.size}${people.stoppedBeforeRow.size ? ` (${[...people.stoppedBeforeRow].join(', ')})` : ''}; heal time p50 ${percentile(heal, 50)} ms, p99 ${percentile(heal, 99)} ms; ` +
       `runs reset ${swept.resets}; overrides removed ${swept.overridesRemoved}; handed to a person ${swept.persons}; unreadable ${swept.unreadable}`,
   );
   say(
