@@ -32,7 +32,8 @@ const placed = (orderId: string): ChaosOrder => ({
 
 describe('the chaos audit of orders with no row', () => {
   it('flags a placed order with no row, unless stopped before its row; then anything that moved', async () => {
-    const [lost, stopped, stoppedButHeld] = ['lost', 'stopped', 'held'].map((k) => `audit-${k}-${uid()}`);
+    const id = (k: string): string => `audit-${k}-${uid()}`;
+    const [lost, stopped, stoppedButHeld] = [id('lost'), id('stopped'), id('held')];
     await db.query({
       text: `INSERT INTO provider.authorizations (idempotency_key, request_hash, amount_cents, currency, payment_method, reference, status, expires_at)
              VALUES ($1, 'h', 990, 'USD', 'tok_visa', $2, 'authorized', now() + interval '1 hour')`,

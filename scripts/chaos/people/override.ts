@@ -19,7 +19,12 @@ export async function overrideNoBuild(p: PeopleBase, o: ChaosOrder): Promise<voi
   else
     for (const until = Date.now() + 20_000; Date.now() < until; await sleep(20)) {
       const s = await p.state(id);
-      if (!s || isTerminal(s.status) || s.step === 'sendConfirmation') break;
+      if (
+        s
+          ? isTerminal(s.status) || s.step === 'sendConfirmation'
+          : !(await p.running(workflowIdFor(id)).catch(() => true))
+      )
+        break;
     }
   const action = 'pin the run to a build with no workers';
   p.count(action, 'sent');
