@@ -83,17 +83,32 @@ const newKey = (what = 'authorize'): string => `a-${uid()}:${what}`;
 const client = (): ProviderClient & AuthorizationClient =>
   createProviderClient({ baseUrl: inject('providerUrl'), apiKey: inject('providerApiKey'), timeoutMs: 5_000 });
 
-/** Waits until some session waits for a lock: `relation` on provider.authorizations, or a key's advisory lock. */
-async function waitForLockWait(kind: 'relation' | 'advisory'): Promise<void> {
+/**
+ * The key `$1`'s advisory lock (provider/idempotency.ts's lockKey) as pg_locks row `l` shows it: two
+ * int4s, shown as unsigned oids, in this database. Other tests share the database and the provider:
+ * only a lock of this key tells this test's sessions apart from theirs.
+ */
+const keyLock = (l: string): string =>
+  `${l}.locktype = 'advisory' AND ${l}.objsubid = 2
+   AND ${l}.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+   AND ${l}.classid::bigint = (hashtext('provider.authorization-key')::bigint & 4294967295)
+   AND ${l}.objid::bigint = (hashtext($1)::bigint & 4294967295)`;
+
+/**
+ * Waits until a session of `key` waits for a lock: `relation`, on provider.authorizations while it
+ * holds the key's lock; or `advisory`, the key's lock itself.
+ */
+async function waitForLockWait(kind: 'relation' | 'advisory', key: string): Promise<void> {
   const text =
     kind === 'relation'
-      ? `SELECT count(*)::int AS n FROM pg_locks WHERE NOT granted AND locktype = 'relation' AND relation = 'provider.authorizations'::regclass`
-      : `SELECT count(*)::int AS n FROM pg_locks WHERE NOT granted AND locktype = 'advisory' AND objsubid = 2`;
+      ? `SELECT count(*)::int AS n FROM pg_locks w JOIN pg_locks k ON k.pid = w.pid AND k.granted AND ${keyLock('k')}
+           WHERE NOT w.granted AND w.locktype = 'relation' AND w.relation = 'provider.authorizations'::regclass`
+      : `SELECT count(*)::int AS n FROM pg_locks l WHERE NOT l.granted AND ${keyLock('l')}`;
   for (let i = 0; i < 200; i++) {
-    if ((await db.query<{ n: number }>(text)).rows[0]!.n > 0) return;
+    if ((await db.query<{ n: number }>({ text, values: [key] })).rows[0]!.n > 0) return;
     await new Promise((r) => setTimeout(r, 50));
   }
-  throw new Error(`no session waited for the ${kind} lock within 10 s`);
+  throw new Error(`no session of ${key} waited for the ${kind} lock within 10 s`);
 }
 
 describe('authorizations (POST /v1/authorizations)', () => {
@@ -545,14 +560,14 @@ describe('the technical cancel of an authorization (POST /v1/authorizations/{key
       await locker.query('LOCK TABLE provider.authorizations IN ACCESS EXCLUSIVE MODE');
       if (first === 'authorize') {
         held = authorize(key);
-        await waitForLockWait('relation'); // the authorization's first write waits for the table
+        await waitForLockWait('relation', key); // the authorization's first write waits for the table
         cancelled = cancel(key);
       } else {
         cancelled = cancel(key);
-        await waitForLockWait('relation'); // the cancel's look for an authorization waits for the table
+        await waitForLockWait('relation', key); // the cancel's look for an authorization waits for the table
         held = authorize(key);
       }
-      await waitForLockWait('advisory'); // the second waits for the key, held by the first
+      await waitForLockWait('advisory', key); // the second waits for the key, held by the first
     } finally {
       await locker.query('COMMIT').catch(() => undefined);
       locker.release();
