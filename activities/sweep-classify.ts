@@ -63,9 +63,13 @@ export interface RunFacts {
   sinceProgressMs?: number;
 }
 
+/** The status the sweeper gives an order whose saga runs but has not written its row yet. */
+export const NO_ROW = 'no row';
+
 export interface OrderFacts {
-  status: OrderStatus;
-  /** Milliseconds since the row last changed. */
+  /** The row's status; NO_ROW for a running saga that has not written its row yet. */
+  status: OrderStatus | typeof NO_ROW;
+  /** Milliseconds since the row last changed (with no row: since the run started). */
   ageMs: number;
   /** What the sweeper did to this order before. */
   record: { restarts: number; resets: number; alertedWithinAttentionAge: boolean };
@@ -134,6 +138,7 @@ const spoken = (status: string): string => status.toLowerCase().replace(/_/g, ' 
  * (a new run would only find the order settled): a person is told.
  */
 export function classifyOrder(o: OrderFacts, b: SweepBounds): SweepCase {
+  if (o.status === NO_ROW) return classifyRowless(o, b);
   if (!isTerminal(o.status)) return classifyOpen(o, b);
   if (o.run?.status !== 'RUNNING') return { case: 'leave', why: `it is ${o.status} and its run has closed` };
   const c = classifyOpen(o, b);
@@ -142,6 +147,24 @@ export function classifyOrder(o: OrderFacts, b: SweepBounds): SweepCase {
     case: 'person',
     cause: c.cause,
     why: `${c.why}; the order is ${o.status} already, only its run is left open (terminate it)`,
+  };
+}
+
+/**
+ * A saga running with no order row yet: nothing was reserved or charged for it, and there is no row to
+ * start it again from. Its run is healed as an open order's would be (a task failing for good is reset,
+ * an override to a build nobody polls is removed, the run then going where new runs go); what a new run
+ * from the row would heal goes to a person. A run that closed meanwhile leaves nothing to do: the order
+ * never happened (or its row is there by the next sweep).
+ */
+function classifyRowless(o: OrderFacts, b: SweepBounds): SweepCase {
+  if (o.run?.status !== 'RUNNING') return { case: 'leave', why: 'its run closed before it wrote the order row' };
+  const c = classifyOpen(o, b);
+  if (c.case !== 'restart' && c.case !== 'replace') return c;
+  return {
+    case: 'person',
+    cause: c.cause,
+    why: `${c.why}; it has not written its order row (nothing reserved or charged), so there is none to start it again from: terminate it, or give it a worker`,
   };
 }
 
@@ -242,6 +265,10 @@ function unpolledCase(
     if (pollers.includes(run.override.pinnedTo)) return undefined;
     why = `${idle}: a versioning override pins it to ${named(run.override.pinnedTo)}, which no worker polls`;
     if (pollers.includes(own)) return { case: 'remove-override', cause: 'override-unpolled', why };
+    // A run that has not written its row has not completed a workflow task: it has no version of its
+    // own yet, and without the override it goes where new runs go.
+    if (o.status === NO_ROW && run.build === undefined && pollers.length > 0)
+      return { case: 'remove-override', cause: 'override-unpolled', why: `${why}; it has no version of its own yet` };
     why += `, nor its own ${named(own)}`;
   } else if (!run.override && run.build !== undefined && !pollers.includes(own)) {
     why = `${idle}: its workflow task waits for ${named(own)}, which no worker polls`;

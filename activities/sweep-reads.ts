@@ -12,15 +12,22 @@ import type { Pool } from 'pg';
 import { decodeHistoryPayload } from '../platform/payload-codec';
 import { taskFailureMessage } from '../platform/task-failures';
 import { WorkflowNames } from '../domain/names';
-import { orderIdOf, TERMINAL_STATUSES, workflowIdFor, type OrderInput, type OrderStatus } from '../domain/order';
-import type { PendingActivityFacts, RunFacts } from './sweep-classify';
+import {
+  isTerminal,
+  orderIdOf,
+  TERMINAL_STATUSES,
+  workflowIdFor,
+  type OrderInput,
+  type OrderStatus,
+} from '../domain/order';
+import { NO_ROW, type PendingActivityFacts, type RunFacts } from './sweep-classify';
 
 const { EventType, PendingActivityState, TaskQueueKind, TaskQueueType, WorkerVersioningMode } = temporal.api.enums.v1;
 
-/** An order as the sweeper reads its row. */
+/** An order as the sweeper reads its row (status NO_ROW: a running saga with no row, rowlessRunning). */
 export interface OpenOrderRow {
   order_id: string;
-  status: OrderStatus;
+  status: OrderStatus | typeof NO_ROW;
   customer_id: string;
   currency: string;
   payment_method: string;
@@ -166,44 +173,66 @@ export async function pageOfOrders(
 }
 
 /**
- * Settled orders whose run is still open: the row is terminal, but the run never closed (a versioning
- * override sent its last workflow task to a build nobody polls, say). The order's money and stock are
- * settled; its run still reads RUNNING in the Web UI, so it is swept like an open order's: past the
- * grace and the stall bound, the same cases heal it or tell a person.
+ * The sagas that run with no open row: settled orders whose run is still open, and runs that have not
+ * written their order's row yet. Both are listed from visibility (the runs of order sagas started
+ * before the grace), once per pass, after the open rows.
+ *
+ * - Settled: the row is terminal, but the run never closed (a versioning override sent its last
+ *   workflow task to a build nobody polls, say). The order's money and stock are settled; its run still
+ *   reads RUNNING in the Web UI, so it is swept like an open order's: past the grace and the stall
+ *   bound, the same cases heal it or tell a person.
+ * - Rowless: the run's first step never committed (its first workflow task fails, or waits for a build
+ *   nobody polls, say an override set before a worker took it). Nothing was reserved or charged for it,
+ *   and no row tells the sweeper anything: its status reads NO_ROW and its age is the run's, and only
+ *   the run is healed (sweep-classify.ts).
  */
-export async function settledButRunning(
+export async function runningWithoutOpenRow(
   db: Pool,
   client: Client,
   o: { graceMs: number; orderIds?: string[] },
   now: () => number,
-): Promise<OpenOrderRow[]> {
+): Promise<{ settled: OpenOrderRow[]; rowless: OpenOrderRow[] }> {
   const startedBefore = new Date(now() - o.graceMs).toISOString();
-  const ids: string[] = [];
+  const started = new Map<string, number>();
   // Only these orders' runs when an operator sweeps a few (their IDs are plain identifiers: quoted as they are).
   const only = o.orderIds ? ` AND WorkflowId IN (${o.orderIds.map((id) => `'${workflowIdFor(id)}'`).join(', ')})` : '';
   const query = `WorkflowType = '${WorkflowNames.orderSaga}' AND ExecutionStatus = 'Running' AND StartTime < '${startedBefore}'${only}`;
   try {
     for await (const wf of client.workflow.list({ query })) {
       const id = orderIdOf(wf.workflowId);
-      if (id !== undefined) ids.push(id);
-      heartbeat({ listing: ids.length }); // a long list of running sagas is progress too
+      if (id !== undefined) started.set(id, wf.startTime.getTime());
+      heartbeat({ listing: started.size }); // a long list of running sagas is progress too
     }
   } catch (err) {
     // Visibility out of order must not stop the sweep of the open orders: they come first.
     log.warn('sweep: could not list the running sagas; settled orders with an open run are looked at next time', {
       error: err instanceof Error ? err.message : String(err),
     });
-    return [];
+    return { settled: [], rowless: [] };
   }
-  if (ids.length === 0) return [];
-  const { rows } = await db.query<OpenOrderRow>({
-    text: `SELECT ${ORDER_COLUMNS}
-             FROM orders WHERE order_id = ANY ($1::text[]) AND status = ANY ($2::text[])
-               AND updated_at < now() - ($3::bigint * interval '1 millisecond')
-             ORDER BY updated_at`,
-    values: [ids, TERMINAL_STATUSES, o.graceMs],
+  if (started.size === 0) return { settled: [], rowless: [] };
+  const ids = [...started.keys()];
+  const { rows } = await db.query<OpenOrderRow & { past_grace: boolean }>({
+    text: `SELECT ${ORDER_COLUMNS}, updated_at < now() - ($2::bigint * interval '1 millisecond') AS past_grace
+             FROM orders WHERE order_id = ANY ($1::text[]) ORDER BY updated_at`,
+    values: [ids, o.graceMs],
   });
-  return rows;
+  const withRow = new Set(rows.map((r) => r.order_id));
+  const settled = rows
+    .filter((r) => r.past_grace && r.status !== NO_ROW && isTerminal(r.status))
+    .map(({ past_grace: _, ...row }) => row);
+  const rowless = ids
+    .filter((id) => !withRow.has(id))
+    .map((id): OpenOrderRow => ({
+      order_id: id,
+      status: NO_ROW,
+      customer_id: '',
+      currency: '',
+      payment_method: '',
+      items: [],
+      age_ms: String(Math.max(0, now() - started.get(id)!)),
+    }));
+  return { settled, rowless };
 }
 
 /**

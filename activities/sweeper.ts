@@ -55,7 +55,7 @@ import {
   lastTasks,
   millis,
   pollersOf,
-  settledButRunning,
+  runningWithoutOpenRow,
   startConfig,
   unreachable,
   type OpenOrderRow,
@@ -605,11 +605,12 @@ export function sweeperActivities({
           'SET tcp_keepalives_idle = 10; SET tcp_keepalives_interval = 5; SET tcp_keepalives_count = 3',
         );
         await lookAt(rows, rows.length);
-        // Then, once per pass, the settled orders whose run is still open: listed after the open
-        // orders were looked at, so a long list never holds back a fresh stranding.
+        // Then, once per pass, the sagas that run with no open row (settled orders whose run is still
+        // open, runs that have not written their row): listed after the open orders were looked at, so
+        // a long list never holds back a fresh stranding.
         if (!page || page.passStarts) {
-          const settled = await settledButRunning(db, client, o, now);
-          await lookAt(settled, rows.length + settled.length);
+          const { settled, rowless } = await runningWithoutOpenRow(db, client, o, now);
+          await lookAt([...settled, ...rowless], rows.length + settled.length + rowless.length);
         }
         await keepPlace(true);
       } catch (err) {

@@ -5,7 +5,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { temporal } from '@temporalio/proto';
-import { classifyOrder, type OrderFacts, type RunFacts, type SweepBounds } from '../activities/sweep-classify';
+import { classifyOrder, NO_ROW, type OrderFacts, type RunFacts, type SweepBounds } from '../activities/sweep-classify';
 import { overdueOf, serverClock } from '../activities/sweep-reads';
 
 const bounds: SweepBounds = { maxRestarts: 3, failedTaskAttempts: 3, attentionAgeMs: 3_600_000, stallAfterMs: 300_000 };
@@ -226,6 +226,58 @@ describe('a settled order (its row terminal) whose run is still open', () => {
       case: 'leave',
     });
     expect(classify({ status: 'FAILED', run: undefined })).toMatchObject({ case: 'leave' });
+  });
+});
+
+describe('a saga running with no order row yet (its first step never committed)', () => {
+  const young = { status: NO_ROW, ageMs: 2 * MIN } as const;
+  const old = { status: NO_ROW, ageMs: 10 * MIN } as const;
+
+  it('is left alone while it moves or is young', () => {
+    expect(classify({ ...young, run: run({ workflowTask: unpicked }) })).toMatchObject({ case: 'leave' });
+    expect(classify({ ...old, run: run({ sinceProgressMs: MIN, workflowTask: unpicked }) })).toMatchObject({
+      case: 'leave',
+    });
+  });
+
+  it('pinned by an override to a version nobody polls before its first task: the override is removed', () => {
+    const r = stalled({ workflowTask: unpicked, override: { pinnedTo: 'order-saga:ghost' } });
+    const c = classify({ ...old, run: r, pollers: ['order-saga:a'] });
+    expect(c).toMatchObject({ case: 'remove-override', cause: 'override-unpolled' });
+    expect(c.why).toMatch(/which no worker polls; it has no version of its own yet/);
+    // An order with its row and no version of its own is an unversioned run: not this case.
+    expect(classify({ run: r, pollers: ['order-saga:a'] })).toMatchObject({ case: 'replace' });
+    // Nobody polls at all: removing the override would not help.
+    expect(classify({ ...old, run: r, pollers: [] })).toMatchObject({ case: 'person', cause: 'build-unpolled' });
+  });
+
+  it('its first workflow task failing for good: a person (no completed task to reset to), never a new run', () => {
+    const failing = { state: 'scheduled' as const, attempt: 5, lastAttempts: 'failed' as const, failure: 'boom' };
+    const c = classify({ ...young, run: run({ workflowTask: failing }) });
+    expect(c).toMatchObject({ case: 'person', cause: 'task-failing' });
+    expect(c.why).toMatch(/no task to reset to/);
+  });
+
+  it('what a new run from the row would heal goes to a person: there is no row to start it from', () => {
+    const lost = {
+      type: 'createOrder',
+      attempt: 1,
+      lastFailure: '',
+      overdue: { ms: 8 * MIN, timeout: 'schedule-to-start' as const },
+    };
+    const c = classify({ ...old, run: stalled({ activities: [lost] }) });
+    expect(c).toMatchObject({ case: 'person', cause: 'timeout-lost' });
+    expect(c.why).toMatch(
+      /it has not written its order row \(nothing reserved or charged\), so there is none to start it again from/,
+    );
+  });
+
+  it('with its run closed meanwhile: nothing to do (the order never happened)', () => {
+    expect(classify({ ...old, run: run({ status: 'TERMINATED' }) })).toEqual({
+      case: 'leave',
+      why: 'its run closed before it wrote the order row',
+    });
+    expect(classify({ ...old, run: undefined })).toMatchObject({ case: 'leave' });
   });
 });
 

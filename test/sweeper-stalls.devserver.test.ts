@@ -7,6 +7,8 @@
  * - a versioning override of a pinned run (a versioned worker, its version current) to a build nobody
  *   polls is removed, and the run completes; so is one set after the order settled (the row
  *   COMPLETED, the run's last workflow task still to come), which leaves the run open, not the order;
+ * - an override set before the run wrote its row (it started pinned to a build nobody polls) is
+ *   removed too: the run has no version of its own yet, goes where new runs go, and completes;
  * - an order whose run's payload cannot be decoded goes to a person, and the sweep goes on to restart
  *   another stranded order, which completes.
  */
@@ -319,6 +321,30 @@ describe('a versioning override to a build nobody polls', () => {
     expect(report.actions.map((a) => [a.action, a.cause])).toEqual([['remove-override', 'override-unpolled']]);
     expect(await handle.result()).toMatchObject({ status: 'COMPLETED' });
     expect((await handle.describe()).status.name).toBe('COMPLETED');
+    expect(await orderViolations(db, env.client, [order.orderId])).toEqual([]);
+  });
+});
+
+describe('a versioning override set before the run wrote its row', () => {
+  it('(started pinned to a build nobody polls) is removed by the sweeper: the run goes where new runs go, and completes', async () => {
+    const { order } = await newOrder('override-rowless');
+    const handle = await env.client.workflow.start(orderSaga, {
+      taskQueue: versionedQueue,
+      workflowId: workflowIdFor(order.orderId),
+      args: [order, {}],
+      versioningOverride: { pinnedTo: { deploymentName: DEPLOYMENT_NAME, buildId: `ghost-${uid()}` } },
+    });
+    await untilStalledOnTask(order.orderId);
+    expect(await rowStatus(order.orderId)).toBeUndefined(); // its first step never ran
+
+    const report = await sweep([order.orderId]);
+    expect(report.open).toBe(0); // no open row: a running saga with no row at all
+    expect(report.actions.map((a) => [a.action, a.cause])).toEqual([['remove-override', 'override-unpolled']]);
+    expect(report.actions[0]!.reason).toMatch(
+      /which no worker polls; it has no version of its own yet; override removed/,
+    );
+    expect(await handle.result()).toMatchObject({ status: 'COMPLETED' });
+    expect(await rowStatus(order.orderId)).toBe('COMPLETED');
     expect(await orderViolations(db, env.client, [order.orderId])).toEqual([]);
   });
 });
