@@ -277,7 +277,7 @@ function sweeperMetrics(registry: Registry, stats: SweeperStats): void {
   );
   gauge(
     'order_saga_stalled_orders',
-    'Open orders whose run was running but not moving, at the last sweep.',
+    'Orders whose run was running but not moving, at the last sweep (open ones, and runs with no open row).',
     (s) => s.stalled,
   );
   gauge(

@@ -1,6 +1,6 @@
 /**
- * What the sweeper reads, beside the open rows' own columns: the settled orders whose run is still
- * open, and of one run its pending activities, its last event, its task queue's pollers, its last
+ * What the sweeper reads, beside the open rows' own columns: the sagas that run with no open row
+ * (settled orders whose run is still open, runs that have not written their row), and of one run its pending activities, its last event, its task queue's pollers, its last
  * workflow tasks and its start config; the order's money and stock for a person's message; and
  * whether a failure means Temporal is out of reach. Read only: every write is activities/sweeper.ts's.
  */
@@ -12,19 +12,12 @@ import type { Pool } from 'pg';
 import { decodeHistoryPayload } from '../platform/payload-codec';
 import { taskFailureMessage } from '../platform/task-failures';
 import { WorkflowNames } from '../domain/names';
-import {
-  isTerminal,
-  orderIdOf,
-  TERMINAL_STATUSES,
-  workflowIdFor,
-  type OrderInput,
-  type OrderStatus,
-} from '../domain/order';
+import { orderIdOf, TERMINAL_STATUSES, workflowIdFor, type OrderInput, type OrderStatus } from '../domain/order';
 import { NO_ROW, type PendingActivityFacts, type RunFacts } from './sweep-classify';
 
 const { EventType, PendingActivityState, TaskQueueKind, TaskQueueType, WorkerVersioningMode } = temporal.api.enums.v1;
 
-/** An order as the sweeper reads its row (status NO_ROW: a running saga with no row, rowlessRunning). */
+/** An order as the sweeper reads its row (status NO_ROW: a running saga with no row, runningWithoutOpenRow). */
 export interface OpenOrderRow {
   order_id: string;
   status: OrderStatus | typeof NO_ROW;
@@ -67,7 +60,7 @@ export interface SweepPage {
   fresh: OpenOrderRow[];
   /** The next orders of the pass over every open order, by order ID. */
   backlog: OpenOrderRow[];
-  /** This page starts a pass (the settled orders with an open run are listed once per pass). */
+  /** This page starts a pass (the sagas that run with no open row are listed once per pass). */
   passStarts: boolean;
   /** This page ends the pass: the next one starts from the first open order again. */
   passEnds: boolean;
@@ -205,33 +198,33 @@ export async function runningWithoutOpenRow(
     }
   } catch (err) {
     // Visibility out of order must not stop the sweep of the open orders: they come first.
-    log.warn('sweep: could not list the running sagas; settled orders with an open run are looked at next time', {
+    log.warn('sweep: could not list the running sagas; those with no open row are looked at next time', {
       error: err instanceof Error ? err.message : String(err),
     });
     return { settled: [], rowless: [] };
   }
   if (started.size === 0) return { settled: [], rowless: [] };
   const ids = [...started.keys()];
-  const { rows } = await db.query<OpenOrderRow & { past_grace: boolean }>({
-    text: `SELECT ${ORDER_COLUMNS}, updated_at < now() - ($2::bigint * interval '1 millisecond') AS past_grace
-             FROM orders WHERE order_id = ANY ($1::text[]) ORDER BY updated_at`,
-    values: [ids, o.graceMs],
+  const { rows: settled } = await db.query<OpenOrderRow>({
+    text: `SELECT ${ORDER_COLUMNS}
+             FROM orders WHERE order_id = ANY ($1::text[]) AND status = ANY ($2::text[])
+               AND updated_at < now() - ($3::bigint * interval '1 millisecond')
+             ORDER BY updated_at`,
+    values: [ids, TERMINAL_STATUSES, o.graceMs],
   });
-  const withRow = new Set(rows.map((r) => r.order_id));
-  const settled = rows
-    .filter((r) => r.past_grace && r.status !== NO_ROW && isTerminal(r.status))
-    .map(({ past_grace: _, ...row }) => row);
-  const rowless = ids
-    .filter((id) => !withRow.has(id))
-    .map((id): OpenOrderRow => ({
-      order_id: id,
-      status: NO_ROW,
-      customer_id: '',
-      currency: '',
-      payment_method: '',
-      items: [],
-      age_ms: String(Math.max(0, now() - started.get(id)!)),
-    }));
+  const { rows: missing } = await db.query<{ id: string }>({
+    text: `SELECT id FROM unnest($1::text[]) AS id WHERE NOT EXISTS (SELECT 1 FROM orders WHERE order_id = id)`,
+    values: [ids],
+  });
+  const rowless = missing.map(({ id }): OpenOrderRow => ({
+    order_id: id,
+    status: NO_ROW,
+    customer_id: '',
+    currency: '',
+    payment_method: '',
+    items: [],
+    age_ms: String(Math.max(0, now() - started.get(id)!)),
+  }));
   return { settled, rowless };
 }
 

@@ -1,7 +1,7 @@
 /**
  * The sweeper: no order is ever stranded. Run by the `sweep` Schedule (workflows/sweeper.ts), it
- * looks at every open order (not terminal), and every settled order whose run is still open, with the
- * latest run of its workflow `order:<id>`; it gathers
+ * looks at every open order (not terminal), every settled order whose run is still open, and every
+ * saga that runs with no order row yet, with the latest run of its workflow `order:<id>`; it gathers
  * what it knows of each (the row, its own record, the run's description and pending tasks, the time
  * since the run's last event, the task queue's pollers), lets activities/sweep-classify.ts pick one
  * case, and runs that case's handler:
@@ -80,7 +80,7 @@ export class SweeperStats {
   unreadable = 0;
   /** Age of the oldest open order with no live run at the last sweep, in ms (0: none). */
   oldestStrandedMs = 0;
-  /** Open orders whose run had stopped moving, at the last sweep. */
+  /** Orders whose run had stopped moving, at the last sweep (open ones, and runs with no open row). */
   stalled = 0;
 }
 
@@ -121,7 +121,7 @@ export interface SweepReport {
   open: number;
   /** Open orders with no live run. */
   stranded: number;
-  /** Open orders whose run is running but not moving. */
+  /** Orders whose run is running but not moving (open ones, and runs with no open row). */
   stalled: number;
   /** Orders it could not read, each handed to a person. */
   unreadable: number;
@@ -483,8 +483,8 @@ export function sweeperActivities({
   return {
     /**
      * One sweep: the orders named, or one page of the open orders (what may have changed since the
-     * last sweep first, then the backlog's next page, and once per pass the settled orders whose run
-     * is still open); returns what it found and did. Cancelled, it stops between two orders and keeps
+     * last sweep first, then the backlog's next page, and once per pass the sagas that run with no
+     * open row); returns what it found and did. Cancelled, it stops between two orders and keeps
      * its place in the backlog.
      */
     async sweepOrders(opts: Partial<SweepOptions> = {}): Promise<SweepReport> {

@@ -194,6 +194,11 @@ export async function measureSweep(url: string, opts: SweepOptionsBench): Promis
       if (reachMs === undefined) throw new Error(`the sweep never restarted ${victim}`);
       sides.push({ ...side, reachMs, reachSweeps });
       // The restarted order leaves the backlog as it was: the next size adds to the same parked orders.
+      // Its new run goes first: a saga running with no row would be the next sweeps' to look at.
+      await env.client.workflow
+        .getHandle(workflowIdFor(victim))
+        .terminate('bench: the restarted order leaves the backlog')
+        .catch(() => undefined); // it closed already
       await owner.query({ text: `DELETE FROM orders WHERE order_id = $1`, values: [victim] });
       made = size; // (its ID is not reused)
     }

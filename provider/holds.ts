@@ -199,11 +199,14 @@ export function createHolds(pool: Pool, opts: { authExpiryMs: number }) {
     const hash = sha256(JSON.stringify([body.amountCents, body.currency, body.paymentMethod, body.reference ?? null]));
     if (authorizing.has(key)) throw inFlightError();
     authorizing.add(key);
+    let authorization: Authorization;
     try {
       // Under the key's lock: a key a cancel closed takes no hold, and a cancel that comes after this
       // finds the authorization. Without a delay it is decided in the same transaction, so no cancel,
-      // capture or inquiry ever sees it `processing`.
-      const inserted = await withTransaction(pool, async (c) => {
+      // capture or inquiry ever sees it `processing`. The answer is the authorization as this request
+      // made it, read in its own transaction: a cancel right after the commit does not change it.
+      type Made = AuthorizationRow | undefined | 'not inserted' | 'processing';
+      let made = await withTransaction(pool, async (c): Promise<Made> => {
         await lockKey(c, 'provider.authorization-key', key);
         if (await closedKey(c, key)) throw keyClosed('authorization', key);
         const r = await c.query({
@@ -211,10 +214,12 @@ export function createHolds(pool: Pool, opts: { authExpiryMs: number }) {
                  VALUES ($1, $2, $3, $4, $5, $6, 'processing') ON CONFLICT (idempotency_key) DO NOTHING`,
           values: [key, hash, body.amountCents, body.currency, body.paymentMethod, body.reference ?? null],
         });
-        if (r.rowCount && !delay) await decide(key, c);
-        return Boolean(r.rowCount);
+        if (!r.rowCount) return 'not inserted';
+        if (delay) return 'processing';
+        await decide(key, c);
+        return select(c, key);
       });
-      if (!inserted) {
+      if (made === 'not inserted') {
         const first = await select(pool, key);
         if (first && first.request_hash !== hash) throw keyReused();
         authorizing.delete(key); // the row is not ours to decide: recover it if it was cut off
@@ -222,15 +227,18 @@ export function createHolds(pool: Pool, opts: { authExpiryMs: number }) {
         if (!row) throw new HttpError(409, { error: 'conflict', message: 'authorization is being written; retry' });
         return { authorization: toAuthorization(row), replayed: true };
       }
-      if (delay) {
-        delay.applied();
-        await sleep(delay.ms); // meanwhile the same key gets 409, the inquiry and the cancel `processing`
-        await decide(key);
+      if (made === 'processing') {
+        delay!.applied();
+        await sleep(delay!.ms); // meanwhile the same key gets 409, the inquiry and the cancel `processing`
+        made = await withTransaction(pool, async (c) => {
+          await decide(key, c);
+          return select(c, key);
+        });
       }
+      authorization = toAuthorization(made!);
     } finally {
       authorizing.delete(key);
     }
-    const authorization = toAuthorization((await select(pool, key))!);
     log('authorization', { key, status: authorization.status, amountCents: authorization.amountCents });
     return { authorization, replayed: false };
   }
