@@ -20,7 +20,7 @@ import { Counter, Gauge, Registry } from 'prom-client';
 import { createActivities } from './activities';
 import { InventoryMetrics, type SkuStats } from './activities/inventory-metrics';
 import { LANE_GROUP_MAX } from './activities/lane-group';
-import { SweeperStats } from './activities/sweeper';
+import { recordWorkerStop, SweeperStats } from './activities/sweeper';
 import { createPool, WARM_CONNECTIONS } from './db/pool';
 import { laneTaskQueue } from './domain/lanes';
 import { readConfig, readWorkerSettings, type AppConfig } from './ops/config';
@@ -373,6 +373,10 @@ async function main(): Promise<void> {
     const running = w.run(); // SIGINT/SIGTERM shut the workers down gracefully (the SDK installs those handlers)
     if (w.version && own.makeCurrent) void promote(cfg, w, lanes);
     await running;
+    // Its workers no longer poll: the sweeper counts this process's pollers as gone from now on.
+    await recordWorkerStop(w.db, [...new Set(w.workers.map((x) => x.options.identity))]).catch(
+      (err: Error) => void process.stderr.write(`worker: could not record its stop for the sweeper: ${err.message}\n`),
+    );
   } finally {
     server.close();
     await relay?.stop();

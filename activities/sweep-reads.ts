@@ -320,20 +320,43 @@ export async function lastEventMs(client: Client, workflowId: string, runId: str
 /**
  * A poller last seen longer ago than this is gone: a live worker polls again as soon as a long poll
  * (at most a minute on the server) ends, so its last poll is never much older than a minute, while the
- * server lists a stopped one for five minutes. 80 s leaves a live one 20 s of slack; a build drained
- * in a deploy counts as gone 80 s after its last worker stopped (the soak once missed its bound by a
- * second with two minutes here).
+ * server lists a stopped one for five minutes. 80 s leaves a live one 20 s of slack. A worker process
+ * that stopped gracefully says so (worker_stops): its pollers are gone from then on, whatever the time.
  */
-const POLLER_GONE_MS = 80_000;
+export const POLLER_GONE_MS = 80_000;
+
+/** A poller as the server lists it: its identity, and its last poll (ms on the server's clock). */
+export interface PollerSeen {
+  identity: string;
+  lastPollMs: number;
+}
+
+/**
+ * Whether a poller is still there: it polled within POLLER_GONE_MS, and its process did not record a
+ * graceful stop after that poll (`stoppedMs`: the identity's recorded stops, ms on Postgres's clock).
+ */
+export function pollerLive(p: PollerSeen, now: number, stoppedMs: ReadonlyMap<string, number>): boolean {
+  if (now - p.lastPollMs >= POLLER_GONE_MS) return false;
+  const stopped = stoppedMs.get(p.identity);
+  return stopped === undefined || stopped < p.lastPollMs;
+}
 
 /** The versions polling a task queue's workflow tasks (`name:build`, or `''` for an unversioned worker). */
-export async function pollersOf(client: Client, queue: string, now: number): Promise<string[]> {
+export async function pollersOf(client: Client, db: Pool, queue: string, now: number): Promise<string[]> {
   const res = await client.workflowService.describeTaskQueue({
     namespace: client.options.namespace,
     taskQueue: { name: queue, kind: TaskQueueKind.TASK_QUEUE_KIND_NORMAL },
     taskQueueType: TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
   });
-  const live = (res.pollers ?? []).filter((p) => now - (millis(p.lastAccessTime) ?? 0) < POLLER_GONE_MS);
+  const pollers = res.pollers ?? [];
+  const { rows } = await db.query<{ identity: string; ms: string }>({
+    text: `SELECT identity, (extract(epoch FROM stopped_at) * 1000)::bigint AS ms FROM worker_stops WHERE identity = ANY ($1::text[])`,
+    values: [pollers.map((p) => p.identity ?? '')],
+  });
+  const stopped = new Map(rows.map((r) => [r.identity, Number(r.ms)]));
+  const live = pollers.filter((p) =>
+    pollerLive({ identity: p.identity ?? '', lastPollMs: millis(p.lastAccessTime) ?? 0 }, now, stopped),
+  );
   return live.map((p) => {
     const d = p.deploymentOptions;
     return d?.workerVersioningMode === WorkerVersioningMode.WORKER_VERSIONING_MODE_VERSIONED && d.buildId

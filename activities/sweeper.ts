@@ -174,6 +174,20 @@ interface OrderAtHand {
   step: string;
 }
 
+/**
+ * A worker process that stopped gracefully records it, once its workers no longer poll: the sweeper
+ * then counts its pollers as gone at once (sweep-reads.ts, pollerLive), so runs pinned to a build a
+ * deploy stopped are healed without waiting out the poll interval. Prunes what the server no longer lists.
+ */
+export async function recordWorkerStop(db: Pool, identities: string[]): Promise<void> {
+  await db.query(`DELETE FROM worker_stops WHERE stopped_at < clock_timestamp() - interval '10 minutes'`);
+  await db.query({
+    text: `INSERT INTO worker_stops (identity) SELECT DISTINCT unnest($1::text[])
+           ON CONFLICT (identity) DO UPDATE SET stopped_at = clock_timestamp()`,
+    values: [identities],
+  });
+}
+
 export function sweeperActivities({
   db,
   temporal: tc,
@@ -445,7 +459,7 @@ export function sweeperActivities({
         const queue = info?.taskQueue ?? tc!.taskQueue;
         let polled = s.pollers.get(queue);
         if (!polled) {
-          s.pollers.set(queue, (polled = pollersOf(s.client, queue, s.now())));
+          s.pollers.set(queue, (polled = pollersOf(s.client, db, queue, s.now())));
           polled.catch(() => s.pollers.delete(queue)); // asked again for the next order
         }
         facts.pollers = await polled;

@@ -6,7 +6,7 @@
 import { describe, expect, it } from 'vitest';
 import { temporal } from '@temporalio/proto';
 import { classifyOrder, NO_ROW, type OrderFacts, type RunFacts, type SweepBounds } from '../activities/sweep-classify';
-import { overdueOf, serverClock } from '../activities/sweep-reads';
+import { overdueOf, pollerLive, POLLER_GONE_MS, serverClock } from '../activities/sweep-reads';
 
 const bounds: SweepBounds = { maxRestarts: 3, failedTaskAttempts: 3, attentionAgeMs: 3_600_000, stallAfterMs: 300_000 };
 const MIN = 60_000;
@@ -374,5 +374,22 @@ describe('serverClock: the sweep judges time on the server clock alone', () => {
     } finally {
       Date.now = realNow;
     }
+  });
+});
+
+describe('a poller, live or gone', () => {
+  const now = 1_000_000;
+  const none = new Map<string, number>();
+
+  it('is live within POLLER_GONE_MS of its last poll, gone after it', () => {
+    expect(pollerLive({ identity: 'w1', lastPollMs: now - 60_000 }, now, none)).toBe(true);
+    expect(pollerLive({ identity: 'w1', lastPollMs: now - POLLER_GONE_MS }, now, none)).toBe(false);
+  });
+
+  it('is gone at once when its process recorded a stop after its last poll; a poll after the stop is a live one', () => {
+    const stopped = new Map([['w1', now - 5_000]]);
+    expect(pollerLive({ identity: 'w1', lastPollMs: now - 6_000 }, now, stopped)).toBe(false);
+    expect(pollerLive({ identity: 'w1', lastPollMs: now - 4_000 }, now, stopped)).toBe(true); // started again
+    expect(pollerLive({ identity: 'w2', lastPollMs: now - 6_000 }, now, stopped)).toBe(true); // another process
   });
 });

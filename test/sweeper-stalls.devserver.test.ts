@@ -16,12 +16,12 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import { ApplicationFailure, Client } from '@temporalio/client';
 import { temporal } from '@temporalio/proto';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
-import { Worker } from '@temporalio/worker';
+import { Worker, type WorkerOptions } from '@temporalio/worker';
 import type { Pool } from 'pg';
 import { describe, expect, inject, it } from 'vitest';
 import { runCli } from '../client';
 import { createActivities, type OrderActivities } from '../activities';
-import { SweeperStats, type SweepOptions, type SweepReport } from '../activities/sweeper';
+import { recordWorkerStop, SweeperStats, type SweepOptions, type SweepReport } from '../activities/sweeper';
 import { workflowIdFor, type OrderInput } from '../domain/order';
 import { readConfig } from '../ops/config';
 import { DEPLOYMENT_NAME, makeVersionCurrent } from '../ops/deployments';
@@ -36,6 +36,7 @@ import { deploymentOptions } from '../worker';
 
 let env: TestWorkflowEnvironment;
 let db: Pool;
+let bundle: WorkerOptions['workflowBundle'];
 const taskQueue = `stall-${uid()}`;
 const stats = new SweeperStats();
 
@@ -82,7 +83,7 @@ useSagaTestEnv(
   },
   {
     started: async (saga) => {
-      ({ env, db } = saga);
+      ({ env, db, bundle } = saga);
       const worker = await Worker.create({
         dataConverter: dataConverter(),
         connection: env.nativeConnection,
@@ -322,6 +323,58 @@ describe('a versioning override to a build nobody polls', () => {
     expect(await handle.result()).toMatchObject({ status: 'COMPLETED' });
     expect((await handle.describe()).status.name).toBe('COMPLETED');
     expect(await orderViolations(db, env.client, [order.orderId])).toEqual([]);
+  });
+});
+
+describe('a run pinned to a build a deploy stopped', () => {
+  it('is replaced by a new run from the row as soon as the stopped worker process recorded its stop, not a poll interval later', async () => {
+    // A deployment of this test's own, so the versions it makes current touch no other test's.
+    const deploymentName = `stop-${uid()}`;
+    const queue = `stall-stop-${uid()}`;
+    const versioned = async (buildId: string) => {
+      const worker = await Worker.create({
+        dataConverter: dataConverter(),
+        connection: env.nativeConnection,
+        taskQueue: queue,
+        identity: `${deploymentName}-${buildId}`,
+        workflowBundle: bundle,
+        activities: testActivities(env, db, queue),
+        ...deploymentOptions({ deploymentName, buildId }),
+      });
+      const running = worker.run();
+      await makeVersionCurrent(env.connection, {
+        namespace: env.client.options.namespace,
+        version: { deploymentName, buildId },
+        taskQueues: { workflow: queue, activity: [] },
+      });
+      return { worker, running };
+    };
+    const old = await versioned('old');
+    const { order } = await newOrder('stopped-build');
+    const held = hold('authorizePayment', order.orderId);
+    await start(order, queue);
+    await until('the authorization running on the old build', () => Promise.resolve(held.started()));
+    const next = await versioned('new');
+    try {
+      // The deploy stops the old build's worker gracefully: it stops polling, its last activity ends,
+      // and the process records its stop (worker.ts). The run's next task waits for the old build.
+      old.worker.shutdown();
+      held.release();
+      await old.running;
+      await recordWorkerStop(db, [old.worker.options.identity]);
+      await untilStalledOnTask(order.orderId);
+
+      const report = await sweep([order.orderId]);
+      expect(report.actions.map((a) => [a.action, a.cause])).toEqual([['restart', 'build-unpolled']]);
+      expect(report.actions[0]!.reason).toMatch(
+        new RegExp(`waits for version ${deploymentName}:old, which no worker polls`),
+      );
+      await until('the order completed by the new run', async () => (await rowStatus(order.orderId)) === 'COMPLETED');
+      expect(await orderViolations(db, env.client, [order.orderId])).toEqual([]);
+    } finally {
+      next.worker.shutdown();
+      await next.running;
+    }
   });
 });
 
