@@ -30,6 +30,7 @@ import { PRELOAD_MODULES, WORKFLOWS_PATH } from './ops/workflow-bundle';
 import { DEPLOYMENT_NAME, makeVersionCurrent, orderTaskQueues, resolveBuildId, versionName } from './ops/deployments';
 import { databaseAnswers, healthRoutes, type Readiness } from './platform/health';
 import { jsonApp, jsonServer, rawPath } from './platform/http';
+import { WORKER_IDENTITY } from './platform/identity';
 import { dataConverterFor, requirePayloadKeys } from './platform/payload-codec';
 import { activeTracing, startTracing, type Tracing } from './platform/tracing';
 import { createProviderClient } from './provider/client';
@@ -139,6 +140,7 @@ export async function createOrderWorkers(
     ...traced,
     ...WORKER_TUNING,
     ...versioned,
+    identity: WORKER_IDENTITY,
     connection,
     namespace: cfg.namespace,
     taskQueue: cfg.taskQueue,
@@ -153,6 +155,7 @@ export async function createOrderWorkers(
     lanes.push(
       await Worker.create({
         ...versioned, // the lanes belong to the same version: a pinned saga's lane tasks go to its own build
+        identity: WORKER_IDENTITY,
         connection,
         namespace: cfg.namespace,
         dataConverter,
@@ -373,10 +376,15 @@ async function main(): Promise<void> {
     const running = w.run(); // SIGINT/SIGTERM shut the workers down gracefully (the SDK installs those handlers)
     if (w.version && own.makeCurrent) void promote(cfg, w, lanes);
     await running;
-    // Its workers no longer poll: the sweeper counts this process's pollers as gone from now on.
-    await recordWorkerStop(w.db, [...new Set(w.workers.map((x) => x.options.identity))]).catch(
-      (err: Error) => void process.stderr.write(`worker: could not record its stop for the sweeper: ${err.message}\n`),
-    );
+    // Its workers no longer poll: the sweeper counts this process's pollers as gone from now on. On a
+    // connection of its own, bounded: a database that does not answer must not hold up the stop.
+    const stops = createPool(cfg.databaseUrl!, { max: 1, connectionTimeoutMillis: 2_000, query_timeout: 2_000 });
+    await recordWorkerStop(stops, [...new Set(w.workers.map((x) => x.options.identity))])
+      .finally(() => void stops.end().catch(() => undefined))
+      .catch(
+        (err: Error) =>
+          void process.stderr.write(`worker: could not record its stop for the sweeper: ${err.message}\n`),
+      );
   } finally {
     server.close();
     await relay?.stop();

@@ -16,11 +16,11 @@
  * it runs again, finds its session gone and its task fails, to be retried. The takeover is logged and
  * recorded in lane_takeovers.
  */
-import os from 'node:os';
 import type { Pool, PoolClient } from 'pg';
+import { WORKER_IDENTITY } from '../platform/identity';
 
-/** The SDK's default worker identity, so a lane_tasks row names the worker the Web UI shows. */
-const WORKER = `${process.pid}@${os.hostname()}`;
+/** The process's worker identity (worker.ts gives it to its workers), so a lane_tasks row names the worker the Web UI shows. */
+const WORKER = WORKER_IDENTITY;
 /** Each wait for the lock, between heartbeats (the lane's heartbeat timeout is 10 s). */
 const LOCK_WAIT = '4s';
 

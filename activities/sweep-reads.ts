@@ -349,10 +349,18 @@ export async function pollersOf(client: Client, db: Pool, queue: string, now: nu
     taskQueueType: TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
   });
   const pollers = res.pollers ?? [];
-  const { rows } = await db.query<{ identity: string; ms: string }>({
-    text: `SELECT identity, (extract(epoch FROM stopped_at) * 1000)::bigint AS ms FROM worker_stops WHERE identity = ANY ($1::text[])`,
-    values: [pollers.map((p) => p.identity ?? '')],
-  });
+  // The stops recorded; unreadable, none is taken as recorded (the poll interval alone decides, as it would).
+  const { rows } = await db
+    .query<{ identity: string; ms: string }>({
+      text: `SELECT identity, (extract(epoch FROM stopped_at) * 1000)::bigint AS ms FROM worker_stops WHERE identity = ANY ($1::text[])`,
+      values: [pollers.map((p) => p.identity ?? '')],
+    })
+    .catch((err: Error) => {
+      log.warn('sweep: could not read the recorded worker stops; pollers are judged by their last poll', {
+        error: err.message,
+      });
+      return { rows: [] };
+    });
   const stopped = new Map(rows.map((r) => [r.identity, Number(r.ms)]));
   const live = pollers.filter((p) =>
     pollerLive({ identity: p.identity ?? '', lastPollMs: millis(p.lastAccessTime) ?? 0 }, now, stopped),

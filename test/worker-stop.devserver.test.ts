@@ -50,19 +50,23 @@ describe('a worker process stopped gracefully', () => {
       WORKFLOW_BUNDLE: bundle,
       WORKER_VERSIONING: 'off',
     });
-    const identity = `${worker.pid}@${os.hostname()}`;
+    const pid = worker.pid!;
     const polled = () => pollersOf(env.client, db, taskQueue, Date.now());
     for (let i = 0; i < 100 && (await polled()).length === 0; i++) await sleep(100);
     expect(await polled()).toEqual(['']); // an unversioned worker, polling
 
     await stopProcess(worker, 'SIGTERM');
     expect(worker.exitCode).toBe(0);
-    const { rows } = await db.query<{ ago_ms: number }>({
-      text: `SELECT (extract(epoch FROM clock_timestamp() - stopped_at) * 1000)::int AS ago_ms FROM worker_stops WHERE identity = $1`,
-      values: [identity],
+    // Its identity: the SDK's `<pid>@<host>`, with a suffix of its own (platform/identity.ts).
+    const { rows } = await db.query<{ identity: string; ago_ms: number }>({
+      text: `SELECT identity, (extract(epoch FROM clock_timestamp() - stopped_at) * 1000)::int AS ago_ms
+               FROM worker_stops WHERE starts_with(identity, $1)`,
+      values: [`${pid}@${os.hostname()}/`],
     });
     expect(rows).toHaveLength(1);
     expect(rows[0]!.ago_ms).toBeLessThan(60_000);
+    const identity = rows[0]!.identity;
+    expect(identity).toMatch(/\/[0-9a-f]{6}$/);
     // The server still lists its last poll, well within the bound a live poller is given...
     const listed = await env.client.workflowService.describeTaskQueue({
       namespace: env.client.options.namespace,
