@@ -153,10 +153,10 @@ export function classifyOrder(o: OrderFacts, b: SweepBounds): SweepCase {
 /**
  * A saga running with no order row yet: nothing was reserved or charged for it, and there is no row to
  * start it again from. Its run is healed as an open order's would be where that needs no row (an
- * override to a build nobody polls is removed, the run then going where new runs go; a task failing for
- * good is reset when it has a completed task to go back to, which a run whose first task fails has
- * not); what a new run from the row would heal goes to a person. A run that closed meanwhile leaves nothing to do: the order
- * never happened (or its row is there by the next sweep).
+ * override to a build nobody polls is removed, the run then going where new runs go; a task failing
+ * for good is reset when it has a completed task to go back to, which a run whose first task fails
+ * has not); what a new run from the row would heal goes to a person. A run that closed meanwhile
+ * leaves nothing to do: the order never happened (or its row is there by the next sweep).
  */
 function classifyRowless(o: OrderFacts, b: SweepBounds): SweepCase {
   if (o.run?.status !== 'RUNNING') return { case: 'leave', why: 'its run closed before it wrote the order row' };

@@ -1,7 +1,8 @@
 /**
  * What the sweeper reads, beside the open rows' own columns: the sagas that run with no open row
- * (settled orders whose run is still open, runs that have not written their row), and of one run its pending activities, its last event, its task queue's pollers, its last
- * workflow tasks and its start config; the order's money and stock for a person's message; and
+ * (settled orders whose run is still open, runs that have not written their row); of one run its
+ * pending activities, its last event, its task queue's pollers (and the worker stops recorded), its
+ * last workflow tasks and its start config; the order's money and stock for a person's message; and
  * whether a failure means Temporal is out of reach. Read only: every write is activities/sweeper.ts's.
  */
 import { isGrpcServiceError, type Client } from '@temporalio/client';
