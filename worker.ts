@@ -374,17 +374,10 @@ async function main(): Promise<void> {
   );
   try {
     const running = w.run(); // SIGINT/SIGTERM shut the workers down gracefully (the SDK installs those handlers)
+    const stopRecorded = recordStopOnceNotPolling(w, cfg.databaseUrl!);
     if (w.version && own.makeCurrent) void promote(cfg, w, lanes);
     await running;
-    // Its workers no longer poll: the sweeper counts this process's pollers as gone from now on. On a
-    // connection of its own, bounded: a database that does not answer must not hold up the stop.
-    const stops = createPool(cfg.databaseUrl!, { max: 1, connectionTimeoutMillis: 2_000, query_timeout: 2_000 });
-    await recordWorkerStop(stops, [...new Set(w.workers.map((x) => x.options.identity))])
-      .finally(() => void stops.end().catch(() => undefined))
-      .catch(
-        (err: Error) =>
-          void process.stderr.write(`worker: could not record its stop for the sweeper: ${err.message}\n`),
-      );
+    await stopRecorded;
   } finally {
     server.close();
     await relay?.stop();
@@ -393,6 +386,40 @@ async function main(): Promise<void> {
     await connection.close();
     await tracing?.shutdown();
   }
+}
+
+/** Worker states in which a worker no longer polls: Core has stopped its pollers (tasks in hand may still run). */
+const NOT_POLLING = new Set(['DRAINING', 'DRAINED', 'STOPPED', 'FAILED']);
+
+/**
+ * Records this process's stop for the sweeper (worker_stops) as soon as none of its workers polls any
+ * more, so the sweeper counts its pollers as gone at once (activities/sweep-reads.ts): once a shutdown
+ * (SIGTERM, SIGINT) has brought every worker to DRAINING, before the activities still in hand finish,
+ * which a platform's grace period may cut short with a SIGKILL. A moment later than that, so the
+ * server's record of the last poll (its end) comes first. On a connection of its own, bounded: a
+ * database that does not answer must not hold up the stop. Resolves once written or failed.
+ */
+function recordStopOnceNotPolling(w: OrderWorkers, databaseUrl: string): Promise<void> {
+  return new Promise<void>((resolve) => {
+    const timer = setInterval(() => {
+      const states = w.workers.map((x) => x.getState());
+      if (!states.every((st) => NOT_POLLING.has(st))) return;
+      clearInterval(timer);
+      setTimeout(() => {
+        const stops = createPool(databaseUrl, { max: 1, connectionTimeoutMillis: 2_000, query_timeout: 2_000 });
+        recordWorkerStop(stops, [...new Set(w.workers.map((x) => x.options.identity))])
+          .catch(
+            (err: Error) =>
+              void process.stderr.write(`worker: could not record its stop for the sweeper: ${err.message}\n`),
+          )
+          .finally(() => {
+            void stops.end().catch(() => undefined);
+            resolve();
+          });
+      }, 250);
+    }, 50);
+    timer.unref();
+  });
 }
 
 /** Ready while every worker of the process (the main one and each lane) runs, and the database answers. */
