@@ -17,7 +17,7 @@ import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import type { Pool } from 'pg';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { LANE_LEASE, laneHoldings, maxOverlap } from '../activities/lane-lock';
 import { laneFor, laneTaskQueue } from '../domain/lanes';
 import { workflowIdFor } from '../domain/order';
@@ -25,7 +25,7 @@ import { orderOutcome } from '../orders/order-outcome';
 import { startTsProcess, startWorkerProcess, stopProcess } from '../platform/processes';
 import { DEFAULT_SAGA_CONFIG, orderSaga } from '../workflows';
 import { bundleWorkflows, startE2eServer } from './support/temporal-env';
-import { createProduct, makeOrder, productRow, reservations, testPool, uid } from './support/helpers';
+import { createProduct, makeOrder, productRow, reservations, testPool, uid, workerProcessEnv } from './support/helpers';
 
 const WORKERS = 3;
 const PER_SKU = 20;
@@ -48,19 +48,7 @@ async function bundlePath(): Promise<string> {
 
 /** A worker process's environment: this file's server, the run's database (the worker's role), these SKUs pinned. */
 async function workerEnv(taskQueue: string, laneSkus: string[]): Promise<NodeJS.ProcessEnv> {
-  return {
-    TEMPORAL_ADDRESS: env.address,
-    TASK_QUEUE: taskQueue,
-    DATABASE_URL: inject('roleUrls').app,
-    READER_DATABASE_URL: inject('roleUrls').reader,
-    PROVIDER_URL: inject('providerUrl'),
-    PROVIDER_API_KEY: inject('providerApiKey'),
-    INVENTORY_LANE_SKUS: laneSkus.join(','),
-    WORKER_METRICS_PORT: '0',
-    TEMPORAL_METRICS_ADDRESS: 'off',
-    WORKFLOW_BUNDLE: await bundlePath(),
-    WORKER_VERSIONING: 'off', // unversioned: no deploy here (test/deploy.devserver.test.ts has one)
-  };
+  return workerProcessEnv(env.address, taskQueue, await bundlePath(), { INVENTORY_LANE_SKUS: laneSkus.join(',') });
 }
 
 /** A worker process's identity (platform/identity.ts): its PID and host, and a random suffix of its own. */

@@ -11,11 +11,11 @@ import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import type { Pool } from 'pg';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { POLLER_GONE_MS, pollersOf } from '../activities/sweep-reads';
 import { startWorkerProcess, stopProcess } from '../platform/processes';
 import { bundleWorkflows, startE2eServer } from './support/temporal-env';
-import { testPool, uid } from './support/helpers';
+import { testPool, uid, workerProcessEnv } from './support/helpers';
 
 let env: TestWorkflowEnvironment;
 let db: Pool;
@@ -38,18 +38,7 @@ describe('a worker process stopped gracefully', () => {
     const taskQueue = `worker-stop-${uid()}`;
     const bundle = path.join(tmp, 'bundle.js');
     writeFileSync(bundle, (await bundleWorkflows()).code);
-    worker = await startWorkerProcess({
-      TEMPORAL_ADDRESS: env.address,
-      TASK_QUEUE: taskQueue,
-      DATABASE_URL: inject('roleUrls').app,
-      READER_DATABASE_URL: inject('roleUrls').reader,
-      PROVIDER_URL: inject('providerUrl'),
-      PROVIDER_API_KEY: inject('providerApiKey'),
-      WORKER_METRICS_PORT: '0',
-      TEMPORAL_METRICS_ADDRESS: 'off',
-      WORKFLOW_BUNDLE: bundle,
-      WORKER_VERSIONING: 'off',
-    });
+    worker = await startWorkerProcess(workerProcessEnv(env.address, taskQueue, bundle));
     const pid = worker.pid!;
     const polled = () => pollersOf(env.client, db, taskQueue, Date.now());
     for (let i = 0; i < 100 && (await polled()).length === 0; i++) await sleep(100);

@@ -24,6 +24,30 @@ export const testProvider = (timeoutMs = 5_000): ProviderClient & AuthorizationC
 export const testAdmin = (): ProviderAdmin =>
   createProviderAdmin({ baseUrl: inject('providerAdminUrl'), adminKey: inject('providerAdminKey') });
 
+/**
+ * A worker process's environment for a test: the given server and task queue, this run's database
+ * (the worker's roles) and provider, the given workflow bundle, no metrics, unversioned (a deploy
+ * has its own test: test/deploy.devserver.test.ts). `extra` adds or overrides variables.
+ */
+export const workerProcessEnv = (
+  address: string,
+  taskQueue: string,
+  bundle: string,
+  extra: NodeJS.ProcessEnv = {},
+): NodeJS.ProcessEnv => ({
+  TEMPORAL_ADDRESS: address,
+  TASK_QUEUE: taskQueue,
+  DATABASE_URL: inject('roleUrls').app,
+  READER_DATABASE_URL: inject('roleUrls').reader,
+  PROVIDER_URL: inject('providerUrl'),
+  PROVIDER_API_KEY: inject('providerApiKey'),
+  WORKER_METRICS_PORT: '0',
+  TEMPORAL_METRICS_ADDRESS: 'off',
+  WORKFLOW_BUNDLE: bundle,
+  WORKER_VERSIONING: 'off',
+  ...extra,
+});
+
 /** A short unique suffix, so every test has its own order IDs, SKUs, workflow IDs and task queues. */
 export const uid = (): string => randomUUID().slice(0, 8);
 
