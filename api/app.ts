@@ -39,6 +39,12 @@ import { apiStore, carriedOn, decodeCursor, encodeCursor, isOrderStatus, type Pl
 export const MAX_BODY_BYTES = 32 * 1024;
 /** How long a refused saga is given to end, so its business reason (the failure's type) is known. */
 const REFUSAL_OUTCOME_MS = 10_000;
+/**
+ * How long after its run closed an order's row may still be written: createOrder's attempt in flight
+ * when the run was stopped (a local attempt, then regular ones, each bounded at 10 s: orderOpts)
+ * writes it, or gives up, well within this.
+ */
+const LATE_ROW_MS = 30_000;
 /** How long a cancel waits for the order's row when its placement is still in flight. */
 const ROW_WAIT_MS = 5_000;
 /** How long a cancel's Signal may take; the cancel stands, recorded, whether or not the run has it yet. */
@@ -263,7 +269,10 @@ export function createApiApp(deps: ApiDeps) {
           body: { error: 'order_exists', field: 'orderId', message: `orderId: ${orderId} is already placed` },
         };
       case 'ended':
-        return refusal(placed.handle, undefined);
+        // A run that ended refusing the order answers with its reason. One stopped before it answered
+        // (Terminate, say) refused nothing: the row says whether the order was written, and an open
+        // order goes on (the sweeper starts its saga again).
+        return (await openOrder(orderId)) ?? (await refusal(placed.handle, undefined)) ?? fromRow(orderId);
       case 'answered':
         if (placed.acceptance.accepted)
           return { status: 202, body: { orderId, status: placed.acceptance.status, url: orderUrl(orderId) } };
@@ -271,11 +280,20 @@ export function createApiApp(deps: ApiDeps) {
     }
   }
 
-  /** A refused order's answer: its business reason is the type of the failure its run ends with. */
+  /**
+   * A refused order's answer: its business reason is the type of the failure its run ends with.
+   * Without the saga's refusal (`acceptance`), a run that ended any other way (terminated, cancelled,
+   * timed out, completed) or had not ended in time refused nothing: undefined.
+   */
+  async function refusal(handle: WorkflowHandle, acceptance: Acceptance): Promise<{ status: number; body: object }>;
+  async function refusal(
+    handle: WorkflowHandle,
+    acceptance: undefined,
+  ): Promise<{ status: number; body: object } | undefined>;
   async function refusal(
     handle: WorkflowHandle,
     acceptance: Acceptance | undefined,
-  ): Promise<{ status: number; body: object }> {
+  ): Promise<{ status: number; body: object } | undefined> {
     const orderId = orderIdOf(handle.workflowId) ?? handle.workflowId;
     if (acceptance?.status === 'ALREADY_SETTLED')
       return {
@@ -287,6 +305,7 @@ export function createApiApp(deps: ApiDeps) {
         },
       };
     let type: string | undefined;
+    let failed = false; // the run ended with a failure of the saga's own (an ApplicationFailure)
     let message = acceptance?.reason;
     let timer: NodeJS.Timeout | undefined;
     try {
@@ -297,12 +316,14 @@ export function createApiApp(deps: ApiDeps) {
     } catch (err) {
       const cause = err instanceof WorkflowFailedError ? err.cause : undefined;
       if (cause instanceof ApplicationFailure) {
+        failed = true;
         type = cause.type ?? undefined;
         message ??= cause.message;
       }
     } finally {
       clearTimeout(timer);
     }
+    if (!acceptance && !failed) return undefined;
     const known = type ? REFUSALS[type] : undefined;
     return {
       status: known?.status ?? 409,
@@ -310,13 +331,44 @@ export function createApiApp(deps: ApiDeps) {
     };
   }
 
-  /** The answer the order's row gives, for a placement carried on after its first process died. */
+  /**
+   * The answer the order's row gives, for a placement carried on after its first process died or whose
+   * run was stopped before it answered. No row: none will come once its run has been closed for
+   * LATE_ROW_MS (the order was never placed), else no answer yet.
+   */
   async function fromRow(orderId: string): Promise<{ status: number; body: object } | undefined> {
     const row = await orders.orderRow(orderId);
-    if (!row) return undefined;
+    if (!row) return neverPlaced(orderId);
     if (row.status === 'FAILED' || row.status === 'CANCELLED')
       return { status: 409, body: { error: 'order_failed', orderId, message: row.reason ?? `order ${row.status}` } };
     return { status: 202, body: { orderId, status: row.status, url: orderUrl(orderId) } };
+  }
+
+  /** An order whose row is open goes on, whatever its run came to (the sweeper starts a stopped saga again). */
+  async function openOrder(orderId: string): Promise<{ status: number; body: object } | undefined> {
+    const row = await orders.orderRow(orderId);
+    return row && !isTerminal(row.status) ? fromRow(orderId) : undefined;
+  }
+
+  /** The refusal for an order with no row whose run closed LATE_ROW_MS ago or more; undefined while it may still come. */
+  async function neverPlaced(orderId: string): Promise<{ status: number; body: object } | undefined> {
+    const run = await client.workflow
+      .getHandle(workflowIdFor(orderId))
+      .describe()
+      .catch((err: unknown) => {
+        if (err instanceof WorkflowNotFoundError) return undefined;
+        throw err;
+      });
+    if (!run?.closeTime || Date.now() - run.closeTime.getTime() < LATE_ROW_MS) return undefined;
+    if (await orders.orderRow(orderId)) return fromRow(orderId); // written after all, just now
+    return {
+      status: 409,
+      body: {
+        error: 'order_failed',
+        orderId,
+        message: `the order's saga was ${run.status.name.toLowerCase()} before it wrote the order; nothing was placed`,
+      },
+    };
   }
 
   app.get('/v1/orders/:id', async (c) => {

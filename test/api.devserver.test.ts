@@ -8,16 +8,18 @@
  */
 import type { ChildProcess } from 'node:child_process';
 import { createHash } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { WorkflowNotFoundError } from '@temporalio/client';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { MAX_BODY_BYTES, REPLAY_HEADER } from '../api/app';
 import { CHECKS_BY_HAND } from '../api/openapi';
 import { apiStore } from '../api/store';
-import { parseOrder, type OrderInput } from '../domain/order';
+import { parseOrder, workflowIdFor, type OrderInput } from '../domain/order';
 import { createApiKey } from '../orders/api-keys';
 import { startTsProcess, stopProcess } from '../platform/processes';
+import { orderSaga, sweeperWorkflow } from '../workflows';
 import { admin, cfg, cli, db, env, orderFile, useE2eEnv } from './support/e2e-env';
-import { createProduct, makeOrder, uid } from './support/helpers';
+import { createProduct, makeOrder, productRow, uid } from './support/helpers';
 import { MALFORMED_ORDERS } from './support/malformed-orders';
 import { request, rng } from './support/raw-http';
 
@@ -292,6 +294,81 @@ describe('POST /v1/orders', () => {
     expect(carried.status, JSON.stringify(carried.body)).toBe(202);
     expect((await placeOrder(order, idem)).headers.get(REPLAY_HEADER.toLowerCase())).toBe('true');
   });
+
+  it('a saga terminated before it answered refused nothing: an order with its row is accepted, and the sweeper carries it on', async () => {
+    const { sku, priceCents } = await createProduct(db, { stock: 5 });
+    const order = makeOrder([{ sku, qty: 1, unitPriceCents: priceCents }]);
+    const idem = `k-${uid()}`;
+    // The product's row locked, so the saga waits in its reservation: after its row, before its answer.
+    const lock = await db.connect();
+    let first: Promise<Answer> | undefined;
+    try {
+      await lock.query('BEGIN');
+      await lock.query({ text: 'SELECT 1 FROM products WHERE sku = $1 FOR UPDATE', values: [sku] });
+      first = placeOrder(order, idem);
+      const until = Date.now() + 20_000;
+      while ((await rowsFor(order.orderId)).orders === 0 && Date.now() < until) await sleep(100);
+      expect((await rowsFor(order.orderId)).orders).toBe(1);
+      await env.client.workflow.getHandle(workflowIdFor(order.orderId)).terminate('an operator, before the answer');
+    } finally {
+      await lock.query('ROLLBACK').catch(() => undefined);
+      lock.release();
+    }
+    // Temporal cuts the waiting update with an error of its own (the run is closed): 503, and the same
+    // request again carries the placement on, answered from the open row.
+    let answer = await first;
+    for (let i = 0; i < 20 && answer.status === 503; i++) {
+      await sleep(1_000);
+      answer = await placeOrder(order, idem);
+    }
+    expect(answer.status, JSON.stringify(answer.body)).toBe(202);
+    expect(answer.body).toMatchObject({ orderId: order.orderId });
+    // PENDING, or RESERVED when the terminated run's reservation, let go with the lock, wrote its step.
+    expect(['PENDING', 'RESERVED']).toContain(answer.body.status);
+    // The sweeper starts the saga again from the row, and the order completes.
+    const report = await env.client.workflow.execute(sweeperWorkflow, {
+      taskQueue: cfg.taskQueue,
+      workflowId: `sweep-${uid()}`,
+      args: [{ graceMs: 0, orderIds: [order.orderId] }],
+    });
+    expect(report.actions.map((a) => a.action)).toEqual(['restart']);
+    expect(await follow(order.orderId, (b) => b.status === 'COMPLETED')).toMatchObject({ status: 'COMPLETED' });
+    expect((await productRow(db, sku)).stock).toBe(4); // one unit sold, once
+    expect((await placeOrder(order, idem)).status).toBe(202); // the answer kept
+  });
+
+  it('a saga terminated before it wrote its row: no answer until no row can come, then order_failed', async () => {
+    const { sku, priceCents } = await createProduct(db, { stock: 5 });
+    // An order the saga cannot start on: its run is started, then terminated before any task runs.
+    const order = makeOrder([{ sku, qty: 1, unitPriceCents: priceCents }]);
+    const idem = `k-${uid()}`;
+    const handle = await env.client.workflow.start(orderSaga, {
+      taskQueue: `nobody-polls-${uid()}`,
+      workflowId: workflowIdFor(order.orderId),
+      args: [order],
+    });
+    await handle.terminate('stopped before its first task');
+    // Its placement, as a process that died after starting it left it: the lease is over.
+    const requestHash = createHash('sha256')
+      .update(JSON.stringify(parseOrder(order)))
+      .digest('hex');
+    await db.query({
+      text: `INSERT INTO api_placements (storefront, idempotency_key, request_hash, order_id, lease_until)
+             VALUES ($1, $2, $3, $4, now() - interval '1 second')`,
+      values: [storefrontA, idem, requestHash, order.orderId],
+    });
+    const early = await placeOrder(order, idem);
+    expect(early.status, JSON.stringify(early.body)).toBe(503);
+    expect(early.body).toMatchObject({ error: 'no_answer' });
+    // 30 s after the run closed, no row can come any more: the order was never placed.
+    await sleep(31_000);
+    const late = await placeOrder(order, idem);
+    expect(late.status, JSON.stringify(late.body)).toBe(409);
+    expect(late.body).toMatchObject({ error: 'order_failed', orderId: order.orderId });
+    expect(String(late.body.message)).toContain('terminated before it wrote the order');
+    expect(await rowsFor(order.orderId)).toEqual({ orders: 0, placements: 1 });
+    expect((await placeOrder(order, idem)).headers.get(REPLAY_HEADER.toLowerCase())).toBe('true');
+  }, 60_000);
 
   it('a request that carried on a placement after its lease, answering second, gives the first answer written', async () => {
     // The first request still at work when its lease ran out (so the same request again took the
