@@ -11,6 +11,7 @@ import {
   type PaymentFlow,
 } from '../domain/order';
 import { businessFailure } from './errors';
+import { EVENT_DATA_SQL } from './order-events';
 import {
   assertNotSuperseded,
   callerRunId,
@@ -98,6 +99,38 @@ export type CreateOrderResult =
       resolve?: PendingResolve;
     }
   | { outcome: 'settled'; status: OrderStatus };
+
+/**
+ * The order whose saga closed before it wrote its row, marked never placed: its row written FAILED
+ * with `reason`, and its order.failed event, in one statement, unless a row exists already. A
+ * createOrder still in flight for the closed run (or a later run's) then finds the order settled and
+ * changes nothing, and the sweeper leaves a settled order alone. Returns whether this wrote it.
+ */
+export async function recordNeverPlaced(db: Pool, input: OrderInput, reason: string): Promise<boolean> {
+  const order = parseOrder(input);
+  const { rows } = await db.query<{ n: number }>({
+    text: `WITH o AS (
+             INSERT INTO orders (order_id, customer_id, status, reason, currency, total_cents, items, payment_method, workflow_id, payment_flow, event_seq)
+             VALUES ($1, $2, 'FAILED', $3, $4, $5, $6, $7, $8, 'authorization', 1) ON CONFLICT (order_id) DO NOTHING
+             RETURNING order_id, event_seq, status, reason, customer_id, total_cents, currency, attention_step
+           ), e AS (
+             INSERT INTO order_events (order_id, seq, kind, data)
+             SELECT o.order_id, o.event_seq, 'order.failed', ${EVENT_DATA_SQL('o')} FROM o
+           )
+           SELECT count(*)::int AS n FROM o`,
+    values: [
+      order.orderId,
+      order.customerId,
+      reason,
+      order.currency,
+      orderTotalCents(order),
+      JSON.stringify(order.items),
+      order.paymentMethod,
+      workflowIdFor(order.orderId),
+    ],
+  });
+  return rows[0]!.n === 1;
+}
 
 export function orderActivities({ db }: { db: Pool }) {
   const activities = {

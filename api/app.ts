@@ -23,6 +23,7 @@ import {
   type OrderInput,
 } from '../domain/order';
 import { parseWith, record } from '../domain/validation';
+import { recordNeverPlaced } from '../activities/orders';
 import { verifyApiKey } from '../orders/api-keys';
 import { orderStore } from '../orders/order-store';
 import { placeOrder } from '../orders/place-order';
@@ -39,12 +40,6 @@ import { apiStore, carriedOn, decodeCursor, encodeCursor, isOrderStatus, type Pl
 export const MAX_BODY_BYTES = 32 * 1024;
 /** How long a refused saga is given to end, so its business reason (the failure's type) is known. */
 const REFUSAL_OUTCOME_MS = 10_000;
-/**
- * How long after its run closed an order's row may still be written: createOrder's attempt in flight
- * when the run was stopped (a local attempt, then regular ones, each bounded at 10 s: orderOpts)
- * writes it, or gives up, well within this.
- */
-const LATE_ROW_MS = 30_000;
 /** How long a cancel waits for the order's row when its placement is still in flight. */
 const ROW_WAIT_MS = 5_000;
 /** How long a cancel's Signal may take; the cancel stands, recorded, whether or not the run has it yet. */
@@ -263,7 +258,7 @@ export function createApiApp(deps: ApiDeps) {
         return undefined;
       case 'duplicate':
         // Carrying on a placement whose process died: its saga did start; the order's row says how far it got.
-        if (takeover) return fromRow(orderId);
+        if (takeover) return fromRow(order);
         return {
           status: 409,
           body: { error: 'order_exists', field: 'orderId', message: `orderId: ${orderId} is already placed` },
@@ -272,7 +267,7 @@ export function createApiApp(deps: ApiDeps) {
         // A run that ended refusing the order answers with its reason. One stopped before it answered
         // (Terminate, say) refused nothing: the row says whether the order was written, and an open
         // order goes on (the sweeper starts its saga again).
-        return (await openOrder(orderId)) ?? (await refusal(placed.handle, undefined)) ?? fromRow(orderId);
+        return (await openOrder(order)) ?? (await refusal(placed.handle, undefined)) ?? fromRow(order);
       case 'answered':
         if (placed.acceptance.accepted)
           return { status: 202, body: { orderId, status: placed.acceptance.status, url: orderUrl(orderId) } };
@@ -333,42 +328,44 @@ export function createApiApp(deps: ApiDeps) {
 
   /**
    * The answer the order's row gives, for a placement carried on after its first process died or whose
-   * run was stopped before it answered. No row: none will come once its run has been closed for
-   * LATE_ROW_MS (the order was never placed), else no answer yet.
+   * run was stopped before it answered. No row: see neverPlaced.
    */
-  async function fromRow(orderId: string): Promise<{ status: number; body: object } | undefined> {
+  async function fromRow(order: OrderInput): Promise<{ status: number; body: object } | undefined> {
+    const { orderId } = order;
     const row = await orders.orderRow(orderId);
-    if (!row) return neverPlaced(orderId);
+    if (!row) return neverPlaced(order);
     if (row.status === 'FAILED' || row.status === 'CANCELLED')
       return { status: 409, body: { error: 'order_failed', orderId, message: row.reason ?? `order ${row.status}` } };
     return { status: 202, body: { orderId, status: row.status, url: orderUrl(orderId) } };
   }
 
   /** An order whose row is open goes on, whatever its run came to (the sweeper starts a stopped saga again). */
-  async function openOrder(orderId: string): Promise<{ status: number; body: object } | undefined> {
-    const row = await orders.orderRow(orderId);
-    return row && !isTerminal(row.status) ? fromRow(orderId) : undefined;
+  async function openOrder(order: OrderInput): Promise<{ status: number; body: object } | undefined> {
+    const row = await orders.orderRow(order.orderId);
+    return row && !isTerminal(row.status) ? fromRow(order) : undefined;
   }
 
-  /** The refusal for an order with no row whose run closed LATE_ROW_MS ago or more; undefined while it may still come. */
-  async function neverPlaced(orderId: string): Promise<{ status: number; body: object } | undefined> {
-    const run = await client.workflow
-      .getHandle(workflowIdFor(orderId))
-      .describe()
-      .catch((err: unknown) => {
-        if (err instanceof WorkflowNotFoundError) return undefined;
-        throw err;
-      });
-    if (!run?.closeTime || Date.now() - run.closeTime.getTime() < LATE_ROW_MS) return undefined;
-    if (await orders.orderRow(orderId)) return fromRow(orderId); // written after all, just now
-    return {
-      status: 409,
-      body: {
-        error: 'order_failed',
-        orderId,
-        message: `the order's saga was ${run.status.name.toLowerCase()} before it wrote the order; nothing was placed`,
-      },
-    };
+  /**
+   * An order with no row. Its run still open (or gone): no answer yet. Its run failed refusing it
+   * (InvalidOrder, say): that refusal. Its run closed otherwise before it wrote the row: the order is
+   * marked never placed (recordNeverPlaced: its row FAILED, so a createOrder still in flight finds it
+   * settled and changes nothing), and the row answers: order_failed, or the row that came first.
+   */
+  async function neverPlaced(order: OrderInput): Promise<{ status: number; body: object } | undefined> {
+    const handle = client.workflow.getHandle(workflowIdFor(order.orderId));
+    const run = await handle.describe().catch((err: unknown) => {
+      if (err instanceof WorkflowNotFoundError) return undefined;
+      throw err;
+    });
+    if (!run?.closeTime) return undefined;
+    if (run.status.name === 'FAILED') {
+      const refused = await refusal(handle, undefined);
+      if (refused) return refused;
+    }
+    const how = run.status.name.toLowerCase().replaceAll('_', ' ');
+    await recordNeverPlaced(db, order, `the order's saga was ${how} before it wrote the order; nothing was placed`);
+    const row = await orders.orderRow(order.orderId);
+    return row ? fromRow(order) : undefined;
   }
 
   app.get('/v1/orders/:id', async (c) => {
