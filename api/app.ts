@@ -40,6 +40,12 @@ import { apiStore, carriedOn, decodeCursor, encodeCursor, isOrderStatus, type Pl
 export const MAX_BODY_BYTES = 32 * 1024;
 /** How long a refused saga is given to end, so its business reason (the failure's type) is known. */
 const REFUSAL_OUTCOME_MS = 10_000;
+/** How a run that closed before it wrote its order's row is named in the refusal. */
+const STOPPED: Partial<Record<string, string>> = {
+  TERMINATED: 'terminated',
+  CANCELLED: 'cancelled',
+  TIMED_OUT: 'timed out',
+};
 /** How long a cancel waits for the order's row when its placement is still in flight. */
 const ROW_WAIT_MS = 5_000;
 /** How long a cancel's Signal may take; the cancel stands, recorded, whether or not the run has it yet. */
@@ -352,17 +358,19 @@ export function createApiApp(deps: ApiDeps) {
    * settled and changes nothing), and the row answers: order_failed, or the row that came first.
    */
   async function neverPlaced(order: OrderInput): Promise<{ status: number; body: object } | undefined> {
-    const handle = client.workflow.getHandle(workflowIdFor(order.orderId));
-    const run = await handle.describe().catch((err: unknown) => {
-      if (err instanceof WorkflowNotFoundError) return undefined;
-      throw err;
-    });
+    const run = await client.workflow
+      .getHandle(workflowIdFor(order.orderId))
+      .describe()
+      .catch((err: unknown) => {
+        if (err instanceof WorkflowNotFoundError) return undefined;
+        throw err;
+      });
     if (!run?.closeTime) return undefined;
     if (run.status.name === 'FAILED') {
-      const refused = await refusal(handle, undefined);
+      const refused = await refusal(client.workflow.getHandle(run.workflowId, run.runId), undefined);
       if (refused) return refused;
     }
-    const how = run.status.name.toLowerCase().replaceAll('_', ' ');
+    const how = STOPPED[run.status.name] ?? `ended (${run.status.name})`;
     await recordNeverPlaced(db, order, `the order's saga was ${how} before it wrote the order; nothing was placed`);
     const row = await orders.orderRow(order.orderId);
     return row ? fromRow(order) : undefined;

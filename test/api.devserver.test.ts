@@ -12,7 +12,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { WorkflowNotFoundError } from '@temporalio/client';
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { orderActivities } from '../activities/orders';
+import { orderActivities, recordNeverPlaced } from '../activities/orders';
 import { MAX_BODY_BYTES, REPLAY_HEADER } from '../api/app';
 import { CHECKS_BY_HAND } from '../api/openapi';
 import { apiStore } from '../api/store';
@@ -349,7 +349,6 @@ describe('POST /v1/orders', () => {
       workflowId: workflowIdFor(order.orderId),
       args: [order],
     });
-    await handle.terminate('stopped before its first task');
     // Its placement, as a process that died after starting it left it: the lease is over.
     const requestHash = createHash('sha256')
       .update(JSON.stringify(parseOrder(order)))
@@ -359,6 +358,10 @@ describe('POST /v1/orders', () => {
              VALUES ($1, $2, $3, $4, now() - interval '1 second')`,
       values: [storefrontA, idem, requestHash, order.orderId],
     });
+    // While its run is open, it may still write the row: no answer, and nothing written.
+    expect(await placeOrder(order, idem)).toMatchObject({ status: 503, body: { error: 'no_answer' } });
+    expect(await rowsFor(order.orderId)).toEqual({ orders: 0, placements: 1 });
+    await handle.terminate('stopped before its first task');
     const answer = await placeOrder(order, idem);
     expect(answer.status, JSON.stringify(answer.body)).toBe(409);
     expect(answer.body).toMatchObject({ error: 'order_failed', orderId: order.orderId });
@@ -372,7 +375,9 @@ describe('POST /v1/orders', () => {
     // createOrder still in flight for that run (or a Reset's run) finds the order settled: nothing moves.
     const late = await new MockActivityEnvironment().run(orderActivities({ db }).createOrder, order);
     expect(late).toEqual({ outcome: 'settled', status: 'FAILED' });
-    expect((await productRow(db, sku)).stock).toBe(5);
+    // The mark is written once: a row already there (the fence's own, or a late createOrder's) stays.
+    expect(await recordNeverPlaced(db, order, 'again')).toBe(false);
+    expect((await db.query('SELECT 1 FROM order_events WHERE order_id = $1', [order.orderId])).rowCount).toBe(1);
     expect((await placeOrder(order, idem)).headers.get(REPLAY_HEADER.toLowerCase())).toBe('true');
   });
 
