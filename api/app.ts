@@ -21,6 +21,7 @@ import {
   parseOrder,
   workflowIdFor,
   type OrderInput,
+  type OrderStatus,
 } from '../domain/order';
 import { parseWith, record } from '../domain/validation';
 import { recordNeverPlaced } from '../activities/orders';
@@ -337,18 +338,21 @@ export function createApiApp(deps: ApiDeps) {
    * run was stopped before it answered. No row: see neverPlaced.
    */
   async function fromRow(order: OrderInput): Promise<{ status: number; body: object } | undefined> {
-    const { orderId } = order;
-    const row = await orders.orderRow(orderId);
-    if (!row) return neverPlaced(order);
-    if (row.status === 'FAILED' || row.status === 'CANCELLED')
-      return { status: 409, body: { error: 'order_failed', orderId, message: row.reason ?? `order ${row.status}` } };
-    return { status: 202, body: { orderId, status: row.status, url: orderUrl(orderId) } };
+    const row = await orders.orderRow(order.orderId);
+    return row ? rowAnswer(order.orderId, row.status, row.reason) : neverPlaced(order);
+  }
+
+  /** The answer an order's row gives: failed or cancelled, order_failed; else accepted, with its status. */
+  function rowAnswer(orderId: string, status: OrderStatus, reason: string | null): { status: number; body: object } {
+    if (status === 'FAILED' || status === 'CANCELLED')
+      return { status: 409, body: { error: 'order_failed', orderId, message: reason ?? `order ${status}` } };
+    return { status: 202, body: { orderId, status, url: orderUrl(orderId) } };
   }
 
   /** An order whose row is open goes on, whatever its run came to (the sweeper starts a stopped saga again). */
   async function openOrder(order: OrderInput): Promise<{ status: number; body: object } | undefined> {
     const row = await orders.orderRow(order.orderId);
-    return row && !isTerminal(row.status) ? fromRow(order) : undefined;
+    return row && !isTerminal(row.status) ? rowAnswer(order.orderId, row.status, row.reason) : undefined;
   }
 
   /**
@@ -373,7 +377,7 @@ export function createApiApp(deps: ApiDeps) {
     const how = STOPPED[run.status.name] ?? `ended (${run.status.name})`;
     await recordNeverPlaced(db, order, `the order's saga was ${how} before it wrote the order; nothing was placed`);
     const row = await orders.orderRow(order.orderId);
-    return row ? fromRow(order) : undefined;
+    return row ? rowAnswer(order.orderId, row.status, row.reason) : undefined;
   }
 
   app.get('/v1/orders/:id', async (c) => {

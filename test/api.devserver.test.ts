@@ -113,6 +113,18 @@ async function workflowExists(orderId: string): Promise<boolean> {
   }
 }
 
+/** Storefront A's claim of `idem` for `order`, as a request's process left it: its lease over in `lease` (an interval). */
+async function claimLeft(order: OrderInput, idem: string, lease: string): Promise<void> {
+  const requestHash = createHash('sha256')
+    .update(JSON.stringify(parseOrder(order)))
+    .digest('hex');
+  await db.query({
+    text: `INSERT INTO api_placements (storefront, idempotency_key, request_hash, order_id, lease_until)
+           VALUES ($1, $2, $3, $4, now() + $5::interval)`,
+    values: [storefrontA, idem, requestHash, order.orderId, lease],
+  });
+}
+
 async function rowsFor(orderId: string): Promise<{ orders: number; placements: number }> {
   const { rows } = await db.query<{ orders: number; placements: number }>({
     text: `SELECT (SELECT count(*)::int FROM orders WHERE order_id = $1) AS orders,
@@ -273,15 +285,8 @@ describe('POST /v1/orders', () => {
     const { sku, priceCents } = await createProduct(db, { stock: 5 });
     const order = makeOrder([{ sku, qty: 1, unitPriceCents: priceCents }]);
     const idem = `k-${uid()}`;
-    const requestHash = createHash('sha256')
-      .update(JSON.stringify(parseOrder(order)))
-      .digest('hex');
     // The first request's claim, as its process left it: in flight, its lease running.
-    await db.query({
-      text: `INSERT INTO api_placements (storefront, idempotency_key, request_hash, order_id, lease_until)
-             VALUES ($1, $2, $3, $4, now() + interval '1 hour')`,
-      values: [storefrontA, idem, requestHash, order.orderId],
-    });
+    await claimLeft(order, idem, '1 hour');
     expect(await placeOrder(order, idem)).toMatchObject({
       status: 409,
       body: { error: 'request_in_flight', field: 'Idempotency-Key' },
@@ -350,14 +355,7 @@ describe('POST /v1/orders', () => {
       args: [order],
     });
     // Its placement, as a process that died after starting it left it: the lease is over.
-    const requestHash = createHash('sha256')
-      .update(JSON.stringify(parseOrder(order)))
-      .digest('hex');
-    await db.query({
-      text: `INSERT INTO api_placements (storefront, idempotency_key, request_hash, order_id, lease_until)
-             VALUES ($1, $2, $3, $4, now() - interval '1 second')`,
-      values: [storefrontA, idem, requestHash, order.orderId],
-    });
+    await claimLeft(order, idem, '-1 second');
     // While its run is open, it may still write the row: no answer, and nothing written.
     expect(await placeOrder(order, idem)).toMatchObject({ status: 503, body: { error: 'no_answer' } });
     expect(await rowsFor(order.orderId)).toEqual({ orders: 0, placements: 1 });
